@@ -1,0 +1,96 @@
+"""``fakefleet up/status/kubeconfig/down`` as a user runs them, and their errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from e2e.conftest import FAKEFLEET, KUBECTL, eventually, fakefleet, processes_mentioning
+
+
+def test_up_status_kubeconfig_down(cli_state: Path) -> None:
+    state = str(cli_state)
+    first = fakefleet("up", "--state-dir", state)
+    assert "host control plane Ready" in first.stderr
+    again = fakefleet("up", "--state-dir", state)
+    assert "already up" in again.stderr
+
+    status = fakefleet("status", "--state-dir", state).stdout
+    for component in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"):
+        assert component in status
+    assert status.count(" ok ") == 4, status
+
+    # The documented way to use it: kubectl --kubeconfig <(fakefleet kubeconfig) get ns
+    listing = subprocess.run(
+        ["bash", "-c",
+         f"{KUBECTL} --kubeconfig <({FAKEFLEET} kubeconfig --state-dir {state}) get ns -o name"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout
+    assert "namespace/kube-system" in listing
+
+    host = json.loads((cli_state / "host.json").read_text())
+    pids = [host["pid"], *(c["pid"] for c in host["components"])]
+    assert len(pids) == 5
+    fakefleet("down", "--state-dir", state)
+    assert processes_mentioning(state) == []
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or _zombie(pid)
+    assert "not running" in fakefleet("status", "--state-dir", state, check=False).stderr
+
+
+def test_components_do_not_outlive_a_killed_daemon(cli_state: Path) -> None:
+    fakefleet("up", "--state-dir", str(cli_state))
+    host = json.loads((cli_state / "host.json").read_text())
+    os.kill(host["pid"], signal.SIGKILL)
+    eventually(lambda: processes_mentioning(str(cli_state)) == [], timeout=30,
+               what="components to exit after their daemon was killed")
+    # ... and the state directory can be brought up again, with the same endpoint.
+    again = fakefleet("up", "--state-dir", str(cli_state))
+    assert host["endpoint"] in again.stderr
+
+
+def test_port_in_use_is_one_clear_error(cli_state: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = fakefleet("up", "--state-dir", str(cli_state), "--port", str(port),
+                           check=False)
+    assert result.returncode == 1
+    assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert "Traceback" not in result.stderr
+    time.sleep(0.5)
+    assert processes_mentioning(str(cli_state)) == []
+
+
+def test_missing_binary_is_one_clear_error(cli_state: Path, tmp_path: Path) -> None:
+    result = fakefleet("up", "--state-dir", str(cli_state), check=False,
+                       env={"FAKEFLEET_KUBE_APISERVER": str(tmp_path / "no-such-binary")})
+    assert result.returncode == 1
+    assert "FAKEFLEET_KUBE_APISERVER=" in result.stderr
+    assert "does not name an executable kube-apiserver binary" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_version_is_one_clear_error(tmp_path: Path) -> None:
+    env = {"FAKEFLEET_CACHE_DIR": str(tmp_path / "cache")}
+    unknown = fakefleet("binaries", "--kubernetes-version", "v1.99.0", env=env, check=False)
+    assert unknown.returncode == 1
+    assert "Kubernetes version v1.99.0 cannot be fetched from the Go module proxy" in (
+        unknown.stderr.replace("\n", " "))
+    malformed = fakefleet("binaries", "--kubernetes-version", "1.36", env=env, check=False)
+    assert malformed.returncode == 1
+    assert "not of the form v1.MINOR.PATCH" in malformed.stderr
+    assert "Traceback" not in unknown.stderr + malformed.stderr
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] == "Z"
+    except FileNotFoundError:
+        return True

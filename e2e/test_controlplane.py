@@ -1,0 +1,101 @@
+"""Local control planes on real upstream binaries: readiness, isolation, supervision, purge."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+from e2e.conftest import eventually, kubectl, kubectl_json
+from operators.controlplane import components, health
+from operators.controlplane.binaries import DEFAULT_KUBERNETES_VERSION
+from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
+
+APISERVER_ONLY = ClusterOptions(scheduler=False, controller_manager=False)
+
+
+async def _alpha(substrate: Substrate) -> LocalCluster:
+    return await substrate.add_cluster("alpha")
+
+
+async def test_apiserver_is_ready_and_reports_the_pinned_version(substrate: Substrate) -> None:
+    alpha = await _alpha(substrate)
+    assert kubectl(alpha.kubeconfig_path, "get", "--raw", "/readyz").stdout.strip() == "ok"
+    version = kubectl_json(alpha.kubeconfig_path, "version")
+    assert version["serverVersion"]["gitVersion"] == DEFAULT_KUBERNETES_VERSION
+    names = {c.name for c in substrate.components() if c.cluster == "alpha"}
+    assert names == {"kube-apiserver", "kube-scheduler", "kube-controller-manager"}
+
+
+async def test_two_apiservers_on_one_etcd_do_not_see_each_other(substrate: Substrate) -> None:
+    alpha = await _alpha(substrate)
+    beta = await substrate.add_cluster("beta", APISERVER_ONLY)
+    assert alpha.ports.apiserver != beta.ports.apiserver
+    kubectl(alpha.kubeconfig_path, "create", "namespace", "only-in-alpha")
+    assert kubectl(alpha.kubeconfig_path, "get", "namespace", "only-in-alpha").returncode == 0
+    missing = kubectl(beta.kubeconfig_path, "get", "namespace", "only-in-alpha", check=False)
+    assert missing.returncode != 0
+    assert "NotFound" in missing.stderr
+    # Credentials of one cluster do not open another: each has its own CA.
+    foreign = kubectl(alpha.kubeconfig_path, "--server", beta.endpoint, "get", "ns", check=False)
+    assert foreign.returncode != 0
+
+
+async def test_controller_manager_turns_a_deployment_into_pods(substrate: Substrate) -> None:
+    alpha = await _alpha(substrate)
+    kubeconfig = alpha.kubeconfig_path
+    kubectl(kubeconfig, "create", "namespace", "kcm")
+    kubectl(kubeconfig, "-n", "kcm", "create", "deployment", "web",
+            "--image=registry.k8s.io/pause:3.10", "--replicas=2")
+
+    def pods() -> list[dict[str, object]]:
+        items: list[dict[str, object]] = kubectl_json(kubeconfig, "-n", "kcm", "get", "pods")[
+            "items"]
+        return items if len(items) == 2 else []
+
+    found = await asyncio.to_thread(eventually, pods, what="2 pods from the Deployment")
+    replicasets = kubectl_json(kubeconfig, "-n", "kcm", "get", "replicasets")["items"]
+    assert len(replicasets) == 1
+    assert replicasets[0]["metadata"]["ownerReferences"][0]["name"] == "web"
+    for pod in found:
+        assert pod["status"]["phase"] == "Pending"  # type: ignore[index]
+
+
+async def test_killed_apiserver_is_restarted_and_keeps_its_data(substrate: Substrate) -> None:
+    beta = await substrate.add_cluster("beta", APISERVER_ONLY)
+    kubeconfig = beta.kubeconfig_path
+    kubectl(kubeconfig, "create", "configmap", "survivor", "--from-literal=k=v")
+    old_pid = beta.apiserver.pid
+    assert old_pid is not None
+    os.kill(old_pid, signal.SIGKILL)
+
+    deadline = time.monotonic() + 90
+    while True:
+        healthy, _ = await health.probe(f"{beta.endpoint}/readyz", beta.admin_tls())
+        if healthy and beta.apiserver.pid not in (None, old_pid):
+            break
+        assert time.monotonic() < deadline, "the apiserver was not restarted in time"
+        await asyncio.sleep(0.25)
+    assert beta.apiserver.restarts >= 1
+    data = kubectl_json(kubeconfig, "get", "configmap", "survivor")["data"]
+    assert data == {"k": "v"}
+
+
+async def test_removing_a_cluster_purges_its_data_only(substrate: Substrate) -> None:
+    alpha = await _alpha(substrate)
+    gamma = await substrate.add_cluster("gamma", APISERVER_ONLY)
+    kubectl(gamma.kubeconfig_path, "create", "namespace", "doomed")
+    prefix = components.etcd_prefix("gamma") + "/"
+    assert await substrate.count_etcd_keys(prefix) > 0
+    alpha_keys = await substrate.count_etcd_keys(components.etcd_prefix("alpha") + "/")
+    pid = gamma.apiserver.pid
+
+    await substrate.remove_cluster("gamma", purge=True)
+
+    assert await substrate.count_etcd_keys(prefix) == 0
+    assert not gamma.directory.exists()
+    assert pid is not None
+    assert gamma.apiserver.pid is None
+    assert await substrate.count_etcd_keys(components.etcd_prefix("alpha") + "/") >= alpha_keys
+    assert kubectl(alpha.kubeconfig_path, "get", "--raw", "/readyz").stdout.strip() == "ok"

@@ -1,0 +1,1 @@
+"""fakefleet's federation hub and its client; never imports :mod:`operators`."""

@@ -1,0 +1,1 @@
+"""fakefleet's host side: control planes, the operator, the fake kubelet engine."""

@@ -1,0 +1,180 @@
+"""The background process behind ``fakefleet up``: it owns the host control plane.
+
+``fakefleet up`` returns once the host cluster is Ready, but someone has to keep etcd, the
+kube-apiserver, the scheduler and the controller-manager alive afterwards and restart them when
+they crash: this daemon. It holds ``<state>/daemon.lock`` for its whole life (so there is never
+a second one on the same state directory), publishes what it runs in ``<state>/host.json``, and
+stops everything on SIGTERM/SIGINT. Its children die with it even when it is SIGKILLed.
+
+:func:`run` is the embeddable core; ``python -m operators.controlplane.daemon`` is its entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from operators.controlplane import binaries as binaries_
+from operators.controlplane.components import Profile
+from operators.controlplane.errors import ControlPlaneError, StateError
+from operators.controlplane.substrate import ClusterOptions, Substrate
+
+logger = logging.getLogger(__name__)
+
+HOST_CLUSTER = "host"
+LOCK_FILE = "daemon.lock"
+HOST_FILE = "host.json"
+LOG_FILE = "daemon.log"
+
+
+@dataclasses.dataclass(frozen=True)
+class HostSettings:
+    """What ``fakefleet up`` asked for."""
+
+    state_dir: Path
+    version: str = binaries_.DEFAULT_KUBERNETES_VERSION
+    apiserver_port: int | None = None
+    profile: Profile = Profile.DEFAULT
+    startup_timeout: float = 90.0
+
+
+def read_host(state_dir: Path) -> dict[str, Any] | None:
+    """The published state of the daemon on ``state_dir``, or None if it never wrote one."""
+    try:
+        data: dict[str, Any] = json.loads((state_dir / HOST_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return data
+
+
+def daemon_alive(state_dir: Path) -> bool:
+    """Whether a daemon holds the lock of ``state_dir`` right now."""
+    try:
+        with _lock(state_dir, blocking=False):
+            return False
+    except StateError:
+        return True
+
+
+@contextlib.contextmanager
+def _lock(state_dir: Path, *, blocking: bool) -> Iterator[IO[str]]:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with (state_dir / LOCK_FILE).open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError as error:
+            raise StateError(
+                f"another fakefleet daemon already runs on {state_dir}: use 'fakefleet status' "
+                f"to see it or 'fakefleet down' to stop it"
+            ) from error
+        yield handle
+
+
+def _publish(state_dir: Path, data: dict[str, Any]) -> None:
+    temporary = state_dir / f".{HOST_FILE}.tmp"
+    temporary.write_text(json.dumps(data, indent=2) + "\n")
+    temporary.rename(state_dir / HOST_FILE)
+
+
+def _snapshot(substrate: Substrate, settings: HostSettings, started: str) -> dict[str, Any]:
+    host = substrate.clusters.get(HOST_CLUSTER)
+    return {
+        "pid": os.getpid(),
+        "ready": host is not None,
+        "startedAt": started,
+        "kubernetesVersion": settings.version,
+        "profile": str(settings.profile),
+        "endpoint": host.endpoint if host else None,
+        "kubeconfig": str(host.kubeconfig_path) if host else None,
+        "components": [
+            {
+                "cluster": c.cluster, "name": c.name, "pid": c.pid, "port": c.port,
+                "healthUrl": c.health_url, "log": str(c.log_path), "restarts": c.restarts,
+            }
+            for c in substrate.components()
+        ],
+    }
+
+
+async def run(
+    settings: HostSettings,
+    *,
+    stop_flag: asyncio.Event,
+    ready_flag: asyncio.Event | None = None,
+    publish_interval: float = 1.0,
+) -> None:
+    """Run the host control plane until ``stop_flag`` is set; everything is stopped on return."""
+    state_dir = settings.state_dir
+    with _lock(state_dir, blocking=False):
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        binaries = binaries_.resolve(settings.version, allow_build=False)
+        substrate = Substrate(state_dir, binaries, startup_timeout=settings.startup_timeout)
+        try:
+            await substrate.start()
+            await substrate.add_cluster(HOST_CLUSTER, ClusterOptions(
+                apiserver_port=settings.apiserver_port, profile=settings.profile,
+            ))
+            if ready_flag is not None:
+                ready_flag.set()
+            while not stop_flag.is_set():
+                _publish(state_dir, _snapshot(substrate, settings, started))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop_flag.wait(), publish_interval)
+        except ControlPlaneError as error:
+            _publish(state_dir, {"pid": os.getpid(), "ready": False, "error": str(error)})
+            raise
+        finally:
+            await substrate.stop()
+            if (read_host(state_dir) or {}).get("error") is None:
+                (state_dir / HOST_FILE).unlink(missing_ok=True)
+
+
+async def _main_async(settings: HostSettings) -> int:
+    stop_flag = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop_flag.set)
+    try:
+        await run(settings, stop_flag=stop_flag)
+    except ControlPlaneError as error:
+        logger.error("%s", error)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m operators.controlplane.daemon")
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--kubernetes-version", default=binaries_.DEFAULT_KUBERNETES_VERSION)
+    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--profile", choices=[p.value for p in Profile], default="default")
+    parser.add_argument("--startup-timeout", type=float, default=90.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    settings = HostSettings(
+        state_dir=args.state_dir.resolve(),
+        version=args.kubernetes_version,
+        apiserver_port=args.port,
+        profile=Profile(args.profile),
+        startup_timeout=args.startup_timeout,
+    )
+    return asyncio.run(_main_async(settings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,348 @@
+"""One shared etcd and any number of local clusters on it, each a real kube-apiserver with its
+own ``--etcd-prefix`` (plus, optionally, kube-scheduler and kube-controller-manager).
+
+State directory layout (everything a restart needs to find the same clusters again)::
+
+    <state>/etcd/data/            etcd's data; survives restarts
+    <state>/etcd/ports.json       etcd's client and peer ports (its peer URL is in its data)
+    <state>/etcd/etcd.log
+    <state>/clusters/<name>/cluster.json   ports and options: endpoints stay stable
+    <state>/clusters/<name>/pki/           CA, serving and client certificates
+    <state>/clusters/<name>/kubeconfig     admin kubeconfig (certificates embedded)
+    <state>/clusters/<name>/*.log          one log per component
+
+The substrate supervises its processes while its event loop runs and stops them all in
+:meth:`Substrate.stop` (or when the process dies, through the supervisor's death signal).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import json
+import shutil
+import socket
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+
+from operators.controlplane import components, health, kubeconfigs
+from operators.controlplane.binaries import Binaries
+from operators.controlplane.components import ClusterPorts, EtcdPorts, Profile
+from operators.controlplane.errors import PortInUseError, StateError
+from operators.controlplane.pki import ClusterPKI, ensure_pki
+from operators.controlplane.supervising import Supervised
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterOptions:
+    """What to run for one cluster."""
+
+    scheduler: bool = True
+    controller_manager: bool = True
+    apiserver_port: int | None = None
+    profile: Profile = Profile.DEFAULT
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    """One running component, as shown by ``fakefleet status``."""
+
+    cluster: str | None
+    name: str
+    pid: int | None
+    port: int
+    health_url: str
+    log_path: Path
+    restarts: int
+
+
+@dataclasses.dataclass
+class LocalCluster:
+    """A running local cluster."""
+
+    name: str
+    directory: Path
+    ports: ClusterPorts
+    options: ClusterOptions
+    pki: ClusterPKI
+    processes: dict[str, Supervised]
+
+    @property
+    def endpoint(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    @property
+    def apiserver(self) -> Supervised:
+        return self.processes["kube-apiserver"]
+
+    def admin_tls(self) -> Any:
+        return health.client_tls(
+            self.pki.ca_cert, self.pki.client_cert("admin"), self.pki.client_key("admin")
+        )
+
+
+def free_port() -> int:
+    """A loopback port that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def claim_port(port: int | None, what: str) -> int:
+    """``port`` if it is free (or a free one when ``None``); a clear error when it is taken."""
+    if port is None:
+        return free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # As Go's listeners do: connections of a previous run in TIME_WAIT do not count.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            raise PortInUseError(port, what) from error
+    return port
+
+
+class Substrate:
+    """A shared etcd and the local clusters that store their data in it."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        binaries: Binaries,
+        *,
+        etcd_port: int | None = None,
+        fsync: bool = False,
+        startup_timeout: float = 90.0,
+    ) -> None:
+        self.state_dir = state_dir
+        self.binaries = binaries
+        self.startup_timeout = startup_timeout
+        self._etcd_port = etcd_port
+        self._fsync = fsync
+        self._etcd: Supervised | None = None
+        self._etcd_ports: EtcdPorts | None = None
+        self.clusters: dict[str, LocalCluster] = {}
+
+    async def __aenter__(self) -> Substrate:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @property
+    def etcd_url(self) -> str:
+        if self._etcd_ports is None:
+            raise StateError("etcd is not started: call Substrate.start() first")
+        return f"http://127.0.0.1:{self._etcd_ports.client}"
+
+    async def start(self) -> None:
+        """Start the shared etcd (reusing its data and ports from an earlier run)."""
+        directory = self.state_dir / "etcd"
+        directory.mkdir(parents=True, exist_ok=True)
+        ports_file = directory / "ports.json"
+        if ports_file.exists():
+            stored = json.loads(ports_file.read_text())
+            ports = EtcdPorts(
+                client=claim_port(self._etcd_port or stored["client"], "etcd"),
+                peer=claim_port(stored["peer"], "etcd's peer listener"),
+            )
+        else:
+            ports = EtcdPorts(
+                client=claim_port(self._etcd_port, "etcd"),
+                peer=claim_port(None, "etcd's peer listener"),
+            )
+        ports_file.write_text(json.dumps(dataclasses.asdict(ports)) + "\n")
+        self._etcd_ports = ports
+        argv = components.etcd_argv(
+            self.binaries.etcd, directory / "data", ports, fsync=self._fsync
+        )
+        self._etcd = Supervised("etcd", argv, log_path=directory / "etcd.log")
+        await self._etcd.start()
+        try:
+            await health.wait_healthy(
+                self._etcd, f"{self.etcd_url}/health", timeout=self.startup_timeout
+            )
+        except BaseException:
+            await self._etcd.stop()
+            raise
+
+    async def add_cluster(
+        self, name: str, options: ClusterOptions | None = None
+    ) -> LocalCluster:
+        """Start (or restart, with the same ports and credentials) the cluster ``name``."""
+        if name in self.clusters:
+            return self.clusters[name]
+        options = options or ClusterOptions()
+        directory = self.state_dir / "clusters" / name
+        directory.mkdir(parents=True, exist_ok=True)
+        ports = self._cluster_ports(directory, options)
+        pki = ensure_pki(directory / "pki", name)
+        cluster = LocalCluster(name, directory, ports, options, pki, processes={})
+        self._write_kubeconfigs(cluster)
+
+        binaries = self.binaries
+        plan: list[tuple[str, list[str], str, Any]] = [(
+            "kube-apiserver",
+            components.apiserver_argv(
+                binaries.kube_apiserver, cluster=name, etcd_url=self.etcd_url,
+                port=ports.apiserver, pki=pki, profile=options.profile,
+            ),
+            f"{cluster.endpoint}/readyz",
+            cluster.admin_tls(),
+        )]
+        if options.scheduler:
+            plan.append((
+                "kube-scheduler",
+                components.scheduler_argv(
+                    binaries.kube_scheduler, kubeconfig=directory / "kube-scheduler.kubeconfig",
+                    port=ports.scheduler, profile=options.profile,
+                ),
+                f"https://127.0.0.1:{ports.scheduler}/healthz",
+                health.insecure_tls(),
+            ))
+        if options.controller_manager:
+            plan.append((
+                "kube-controller-manager",
+                components.controller_manager_argv(
+                    binaries.kube_controller_manager,
+                    kubeconfig=directory / "kube-controller-manager.kubeconfig",
+                    port=ports.controller_manager, pki=pki, profile=options.profile,
+                ),
+                f"https://127.0.0.1:{ports.controller_manager}/healthz",
+                health.insecure_tls(),
+            ))
+        self.clusters[name] = cluster
+        try:
+            for component, argv, url, tls in plan:
+                process = Supervised(
+                    f"{name}/{component}", argv, log_path=directory / f"{component}.log"
+                )
+                cluster.processes[component] = process
+                await process.start()
+                await health.wait_healthy(process, url, tls, timeout=self.startup_timeout)
+        except BaseException:
+            await self._stop_cluster(cluster)
+            del self.clusters[name]
+            raise
+        return cluster
+
+    async def remove_cluster(self, name: str, *, purge: bool) -> None:
+        """Stop a cluster's processes; with ``purge``, delete its etcd data and its files."""
+        cluster = self.clusters.pop(name, None)
+        if cluster is not None:
+            await self._stop_cluster(cluster)
+        if purge:
+            await self.delete_etcd_prefix(components.etcd_prefix(name) + "/")
+            shutil.rmtree(self.state_dir / "clusters" / name, ignore_errors=True)
+
+    async def stop(self) -> None:
+        """Stop every cluster, then etcd. Data stays for the next start."""
+        for name in list(self.clusters):
+            await self._stop_cluster(self.clusters.pop(name))
+        if self._etcd is not None:
+            await self._etcd.stop()
+            self._etcd = None
+
+    def components(self) -> list[Component]:
+        """Every supervised process, etcd first."""
+        found: list[Component] = []
+        if self._etcd is not None and self._etcd_ports is not None:
+            found.append(Component(
+                None, "etcd", self._etcd.pid, self._etcd_ports.client,
+                f"{self.etcd_url}/health", self._etcd.log_path, self._etcd.restarts,
+            ))
+        for cluster in self.clusters.values():
+            ports = {
+                "kube-apiserver": (cluster.ports.apiserver, f"{cluster.endpoint}/readyz"),
+                "kube-scheduler": (
+                    cluster.ports.scheduler,
+                    f"https://127.0.0.1:{cluster.ports.scheduler}/healthz",
+                ),
+                "kube-controller-manager": (
+                    cluster.ports.controller_manager,
+                    f"https://127.0.0.1:{cluster.ports.controller_manager}/healthz",
+                ),
+            }
+            for component, process in cluster.processes.items():
+                port, url = ports[component]
+                found.append(Component(
+                    cluster.name, component, process.pid, port, url, process.log_path,
+                    process.restarts,
+                ))
+        return found
+
+    async def count_etcd_keys(self, prefix: str) -> int:
+        """How many keys etcd holds under ``prefix`` (through etcd's JSON gateway)."""
+        body = await self._etcd_call("/v3/kv/range", prefix, count_only=True)
+        return int(body.get("count", 0))
+
+    async def delete_etcd_prefix(self, prefix: str) -> int:
+        """Delete every key under ``prefix``; returns how many were deleted."""
+        body = await self._etcd_call("/v3/kv/deleterange", prefix)
+        return int(body.get("deleted", 0))
+
+    async def _etcd_call(self, path: str, prefix: str, **extra: Any) -> dict[str, Any]:
+        if not prefix.endswith("/"):
+            raise ValueError(f"etcd prefix {prefix!r} must end with '/' to stay in its subtree")
+        range_end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        payload = {
+            "key": base64.b64encode(prefix.encode()).decode(),
+            "range_end": base64.b64encode(range_end.encode()).decode(),
+            **extra,
+        }
+        async with aiohttp.ClientSession() as session, session.post(
+            self.etcd_url + path, json=payload
+        ) as response:
+            response.raise_for_status()
+            body: dict[str, Any] = await response.json()
+            return body
+
+    def _cluster_ports(self, directory: Path, options: ClusterOptions) -> ClusterPorts:
+        state_file = directory / "cluster.json"
+        stored: dict[str, Any] = {}
+        if state_file.exists():
+            stored = json.loads(state_file.read_text()).get("ports", {})
+        what = f"the kube-apiserver of cluster {directory.name!r}"
+        ports = ClusterPorts(
+            apiserver=claim_port(options.apiserver_port or stored.get("apiserver"), what),
+            scheduler=free_port(),
+            controller_manager=free_port(),
+        )
+        state_file.write_text(json.dumps({"ports": dataclasses.asdict(ports)}, indent=2) + "\n")
+        return ports
+
+    def _write_kubeconfigs(self, cluster: LocalCluster) -> None:
+        pki = cluster.pki
+        for client, path in (
+            ("admin", cluster.kubeconfig_path),
+            ("kube-scheduler", cluster.directory / "kube-scheduler.kubeconfig"),
+            ("kube-controller-manager", cluster.directory / "kube-controller-manager.kubeconfig"),
+        ):
+            path.write_text(kubeconfigs.render(
+                cluster=cluster.name, server=cluster.endpoint, ca_cert=pki.ca_cert,
+                client_cert=pki.client_cert(client), client_key=pki.client_key(client),
+                user=client,
+            ))
+            path.chmod(0o600)
+
+    @staticmethod
+    async def _stop_cluster(cluster: LocalCluster) -> None:
+        # Dependants first, so they do not log storms of errors against a vanished apiserver.
+        for component in ("kube-controller-manager", "kube-scheduler", "kube-apiserver"):
+            process = cluster.processes.get(component)
+            if process is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    await process.stop()

@@ -1,0 +1,145 @@
+"""Keep child processes alive: start them with their logs in files, restart them when they die,
+stop them cleanly.
+
+Children never outlive their supervisor: each one asks the kernel (``PR_SET_PDEATHSIG``) for
+SIGTERM when the supervising process dies, even by SIGKILL, so there are no orphans to clean.
+Each child also gets its own session, so a Ctrl-C in the supervisor's terminal reaches the
+supervisor, which then stops the children in order, rather than every child at once.
+
+This module knows nothing of Kubernetes: what to run and when it is healthy is decided by
+callers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+_prctl = _libc.prctl
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    """The last lines of a log file (empty if there is none), for error messages."""
+    try:
+        with path.open("rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - 64 * 1024))
+            text = log.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class Supervised:
+    """One child process, restarted with back-off whenever it exits unasked."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        log_path: Path,
+        on_exit: Callable[[Supervised, int], None] | None = None,
+        min_backoff: float = 0.5,
+        max_backoff: float = 10.0,
+        stable_after: float = 30.0,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.restarts = 0
+        self._on_exit = on_exit
+        self._min_backoff = min_backoff
+        self._max_backoff = max_backoff
+        self._stable_after = stable_after
+        self._process: asyncio.subprocess.Process | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._started_at = 0.0
+
+    @property
+    def pid(self) -> int | None:
+        process = self._process
+        return process.pid if process is not None and process.returncode is None else None
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    async def start(self) -> None:
+        """Start the child and watch it; returns as soon as the process exists."""
+        if self._watcher is not None:
+            raise RuntimeError(f"{self.name} is already supervised")
+        self._stopping = False
+        await self._spawn()
+        self._watcher = asyncio.create_task(self._watch(), name=f"supervise:{self.name}")
+
+    async def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM the child, SIGKILL it after ``timeout``, and stop watching it."""
+        self._stopping = True
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+        process = self._process
+        if process is None or process.returncode is not None:
+            return
+        process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), timeout)
+        except TimeoutError:
+            logger.warning("%s did not stop within %.0fs; killing it", self.name, timeout)
+            process.kill()
+            await process.wait()
+
+    async def _spawn(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        parent = os.getpid()
+
+        def die_with_parent() -> None:
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            if os.getppid() != parent:  # the parent died before prctl took effect
+                os._exit(1)
+
+        with self.log_path.open("ab") as log:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            log.write(f"--- fakefleet: starting {self.name} at {stamp}\n".encode())
+            log.flush()
+            self._process = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                preexec_fn=die_with_parent,
+                start_new_session=True,
+            )
+        self._started_at = time.monotonic()
+
+    async def _watch(self) -> None:
+        backoff = self._min_backoff
+        while True:
+            assert self._process is not None
+            code = await self._process.wait()
+            if self._stopping:
+                return
+            logger.warning("%s exited with code %s; restarting in %.1fs", self.name, code, backoff)
+            if self._on_exit is not None:
+                self._on_exit(self, code)
+            if time.monotonic() - self._started_at > self._stable_after:
+                backoff = self._min_backoff
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self._max_backoff)
+            await self._spawn()
+            self.restarts += 1

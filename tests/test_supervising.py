@@ -1,0 +1,99 @@
+"""Supervision with real (tiny) processes: restart, stop, and no orphans."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from operators.controlplane.supervising import Supervised, tail
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(") ")[-1][:1] != "Z"
+
+
+async def _eventually(predicate: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+async def test_crashed_child_is_restarted_and_logged(tmp_path: Path) -> None:
+    log = tmp_path / "sleep.log"
+    child = Supervised("sleeper", ["sleep", "60"], log_path=log, min_backoff=0.05)
+    await child.start()
+    first = child.pid
+    assert first is not None
+    os.kill(first, signal.SIGKILL)
+    await _eventually(lambda: child.pid not in (None, first))
+    assert child.restarts == 1
+    assert tail(log).count("starting sleeper") == 2
+    await child.stop()
+    assert not _alive(first)
+    assert child.pid is None
+
+
+async def test_stop_escalates_to_kill(tmp_path: Path) -> None:
+    stubborn = [sys.executable, "-c",
+                "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "print('ready', flush=True); time.sleep(60)"]
+    child = Supervised("stubborn", stubborn, log_path=tmp_path / "s.log")
+    await child.start()
+    pid = child.pid
+    assert pid is not None
+    await _eventually(lambda: "ready" in tail(tmp_path / "s.log"))
+    started = time.monotonic()
+    await child.stop(timeout=0.5)
+    assert time.monotonic() - started < 5
+    assert not _alive(pid)
+
+
+def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
+    """SIGKILL the supervising process: its child must not stay behind as an orphan."""
+    script = tmp_path / "supervisor.py"
+    script.write_text(
+        "import asyncio, pathlib, sys\n"
+        "from operators.controlplane.supervising import Supervised\n"
+        "async def main():\n"
+        f"    log = pathlib.Path({str(tmp_path)!r}) / 'c.log'\n"
+        "    child = Supervised('s', ['sleep', '60'], log_path=log)\n"
+        "    await child.start()\n"
+        "    print(child.pid, flush=True)\n"
+        "    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+    supervisor = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert supervisor.stdout is not None
+    child = int(supervisor.stdout.readline())
+    assert _alive(child)
+    supervisor.kill()
+    supervisor.wait()
+    supervisor.stdout.close()
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def test_tail_of_missing_file_is_empty(tmp_path: Path) -> None:
+    assert tail(tmp_path / "none.log") == ""
+
+
+@pytest.mark.parametrize("lines", [1, 3])
+def test_tail_returns_last_lines(tmp_path: Path, lines: int) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("".join(f"line {i}\n" for i in range(10)))
+    assert tail(log, lines).splitlines() == [f"line {i}" for i in range(10 - lines, 10)]
