@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 KUBERNETES_VERSION ?= v1.36.3
 
-.PHONY: setup binaries demo test test-unit test-e2e lint bench clean
+.PHONY: setup binaries demo test test-unit test-e2e lint generate verify bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+## generate: regenerate committed artifacts (CRD YAML from operators/api)
+generate: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH hack/update-generated.sh
+
+## verify: regenerate and fail if committed artifacts drifted
+verify: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH hack/verify-generated.sh
 
 ## bench: control-plane figures (start-up time, memory per apiserver)
 bench: setup

@@ -3,7 +3,7 @@
     python -m bench.controlplane [--extra-apiservers 3] [--idle 20]
 
 Measures, on real processes:
-- warm resolution of the binaries (cache hit) and the cached cold build time (from the manifest);
+- ``fakefleet binaries`` on a cache hit, and how long the cached build took (its manifest);
 - ``fakefleet up`` until it returns (the host cluster's /readyz is OK), and ``fakefleet down``;
 - resident memory of etcd + kube-apiserver + kube-scheduler + kube-controller-manager, idle;
 - resident memory added by each extra kube-apiserver sharing the same etcd.
@@ -88,9 +88,8 @@ def main() -> None:
     args = parser.parse_args()
     console = Console()
 
-    started = time.monotonic()
     binaries = binaries_.resolve()
-    warm = time.monotonic() - started
+    warm = timed([str(FAKEFLEET), "binaries", "--kubernetes-version", binaries.version])
     manifest = json.loads(
         (binaries_.cache_entry(binaries.version) / "manifest.json").read_text()
     ) if not os.environ.get("FAKEFLEET_KUBE_APISERVER") else {}
@@ -105,7 +104,7 @@ def main() -> None:
 
     result = {
         "kubernetesVersion": binaries.version,
-        "coldBuildSeconds": manifest.get("buildSeconds"),
+        "lastBuildSeconds": manifest.get("buildSeconds"),
         "warmResolveSeconds": round(warm, 3),
         "upSeconds": [round(s, 2) for s in up_times],
         "downSeconds": [round(s, 2) for s in down_times],
@@ -116,9 +115,9 @@ def main() -> None:
     table.add_column("measure")
     table.add_column("value", justify="right")
     rows = [
-        ("cold build of the 4 binaries (s, from the cache manifest)",
-         str(result["coldBuildSeconds"])),
-        ("warm resolve, cache hit (s)", f"{warm:.3f}"),
+        ("last build into the cache (s; seconds if Go's build cache was warm)",
+         str(result["lastBuildSeconds"])),
+        ("fakefleet binaries, cache hit (s)", f"{warm:.2f}"),
         ("fakefleet up → Ready, median of runs (s)", f"{sorted(up_times)[len(up_times) // 2]:.2f}"),
         ("fakefleet down (s)", f"{sorted(down_times)[len(down_times) // 2]:.2f}"),
         ("host cluster added to a running etcd → Ready (s)", f"{mem['hostReadySeconds']:.2f}"),

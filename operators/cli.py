@@ -8,26 +8,34 @@ control plane and returns once it is Ready; ``down`` stops it; ``status`` shows 
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from operators.api.base import API_VERSION
+from operators.api.clusters import KUBECONFIG_KEY
 from operators.controlplane import binaries as binaries_
 from operators.controlplane import daemon, health
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.controlplane.supervising import tail
+from operators.k8s.client import Client
+from operators.k8s.config import load_kubeconfig
+from operators.k8s.errors import K8sError, NotFound
 
 console = Console(stderr=True)
-stdout = Console()
+# Tables piped to a file or a test keep their columns instead of wrapping at 80.
+stdout = Console() if sys.stdout.isatty() else Console(width=160)
 
 
 def default_state_dir() -> Path:
@@ -226,35 +234,114 @@ def status(state_dir: Path) -> None:
     host_dir = state_dir / "clusters" / daemon.HOST_CLUSTER / "pki"
     admin_tls = health.client_tls(host_dir / "ca.crt", host_dir / "admin.crt",
                                   host_dir / "admin.key")
-    results = asyncio.run(_probe_all(host["components"], admin_tls))
+    results = asyncio.run(_probe_all(state_dir, host["components"], admin_tls))
     table = Table(title=f"fakefleet {host['kubernetesVersion']} in {state_dir}")
     for column in ("cluster", "component", "pid", "port", "restarts", "health"):
         table.add_column(column)
     for component, (healthy, detail) in zip(host["components"], results, strict=True):
         table.add_row(
             component["cluster"] or "(shared)", component["name"], str(component["pid"]),
-            str(component["port"]), str(component["restarts"]),
+            str(component["port"] or "-"), str(component["restarts"]),
             "[green]ok[/]" if healthy else f"[red]{detail[:60]}[/]",
         )
     stdout.print(table)
 
 
-async def _probe_all(components: list[dict[str, Any]], admin_tls: Any) -> list[tuple[bool, str]]:
-    def tls_for(component: dict[str, Any]) -> Any:
+async def _probe_all(state_dir: Path, components: list[dict[str, Any]],
+                     admin_tls: Any) -> list[tuple[bool, str]]:
+    async def probe(component: dict[str, Any]) -> tuple[bool, str]:
+        url = component["healthUrl"]
+        if url is None:  # the operator: healthy once it has announced itself
+            ready = daemon.operator_ready(state_dir, component["pid"])
+            return ready, "ok" if ready else "not ready"
         if component["name"] == "kube-apiserver":
-            return admin_tls
-        return health.insecure_tls() if component["healthUrl"].startswith("https") else None
+            return await health.probe(url, admin_tls)
+        return await health.probe(url, health.insecure_tls() if url.startswith("https") else None)
 
-    return list(await asyncio.gather(
-        *(health.probe(c["healthUrl"], tls_for(c)) for c in components)
-    ))
+    return list(await asyncio.gather(*(probe(c) for c in components)))
+
+
+def _host_client(state_dir: Path) -> Client:
+    path = state_dir.resolve() / "clusters" / daemon.HOST_CLUSTER / "kubeconfig"
+    if not path.exists():
+        raise StateError(f"no host cluster in {state_dir}: start it with 'fakefleet up'")
+    return Client(load_kubeconfig(path.read_text()))
+
+
+def _split(cluster: str) -> tuple[str, str]:
+    namespace, _, name = cluster.rpartition("/")
+    return namespace or "default", name
 
 
 @main.command()
 @state_dir_option
-def kubeconfig(state_dir: Path) -> None:
-    """Print the host cluster's kubeconfig: kubectl --kubeconfig <(fakefleet kubeconfig) ..."""
-    path = state_dir.resolve() / "clusters" / daemon.HOST_CLUSTER / "kubeconfig"
-    if not path.exists():
-        raise StateError(f"no host cluster in {state_dir}: start it with 'fakefleet up'")
-    sys.stdout.write(path.read_text())
+def get(state_dir: Path) -> None:
+    """List the FakeClusters of the fleet: phase, nodes, version, endpoint."""
+    async def fetch() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        async with _host_client(state_dir) as client:
+            clusters = await client.get(f"/apis/{API_VERSION}/fakeclusters")
+            pools = await client.get(f"/apis/{API_VERSION}/fakenodepools")
+        return clusters["items"], pools["items"]
+
+    clusters, pools = _run_k8s(fetch())
+    table = Table(title="fakefleet clusters")
+    for column in ("namespace", "name", "phase", "pools", "nodes", "ready", "version",
+                   "endpoint"):
+        table.add_column(column, justify="right" if column in ("nodes", "ready") else "left")
+    for item in clusters:
+        meta, status = item["metadata"], item.get("status") or {}
+        own = [p["metadata"]["name"] for p in pools
+               if p["metadata"]["namespace"] == meta["namespace"]
+               and p["spec"]["clusterRef"] == meta["name"]]
+        phase = status.get("phase", "Pending")
+        table.add_row(meta["namespace"], meta["name"],
+                      f"[green]{phase}[/]" if phase == "Ready" else phase, ", ".join(own),
+                      str(status.get("nodes", 0)), str(status.get("readyNodes", 0)),
+                      status.get("kubernetesVersion", ""), status.get("endpoint", ""))
+    stdout.print(table, soft_wrap=True)
+
+
+@main.command()
+@state_dir_option
+@click.argument("cluster", required=False)
+def kubeconfig(state_dir: Path, cluster: str | None) -> None:
+    """Print a kubeconfig: the host cluster's, or a FakeCluster's ([NAMESPACE/]NAME).
+
+    kubectl --kubeconfig <(fakefleet kubeconfig) get fakeclusters
+    """
+    if cluster is None:
+        path = state_dir.resolve() / "clusters" / daemon.HOST_CLUSTER / "kubeconfig"
+        if not path.exists():
+            raise StateError(f"no host cluster in {state_dir}: start it with 'fakefleet up'")
+        sys.stdout.write(path.read_text())
+        return
+    namespace, name = _split(cluster)
+
+    async def fetch() -> str:
+        async with _host_client(state_dir) as client:
+            try:
+                found = await client.get(
+                    f"/apis/{API_VERSION}/namespaces/{namespace}/fakeclusters/{name}")
+            except NotFound:
+                raise StateError(f"FakeCluster {namespace}/{name} does not exist: see "
+                                 f"'fakefleet get'") from None
+            ref = found["spec"].get("controlPlane", {}).get("kubeconfigSecretRef") or {}
+            secret_name = (found.get("status") or {}).get("kubeconfigSecret")
+            if not secret_name:
+                raise StateError(f"FakeCluster {namespace}/{name} has no kubeconfig yet "
+                                 f"(phase {(found.get('status') or {}).get('phase', 'Pending')})")
+            secret = await client.get(f"/api/v1/namespaces/{namespace}/secrets/{secret_name}")
+        data = secret.get("data", {}).get(ref.get("key", KUBECONFIG_KEY))
+        return base64.b64decode(data).decode()
+
+    sys.stdout.write(_run_k8s(fetch()))
+
+
+T = TypeVar("T")
+
+
+def _run_k8s(work: Coroutine[Any, Any, T]) -> T:
+    try:
+        return asyncio.run(work)
+    except K8sError as error:
+        raise StateError(f"the host cluster did not answer as expected: {error}") from error

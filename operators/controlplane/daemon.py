@@ -1,10 +1,11 @@
 """The background process behind ``fakefleet up``: it owns the host control plane.
 
 ``fakefleet up`` returns once the host cluster is Ready, but someone has to keep etcd, the
-kube-apiserver, the scheduler and the controller-manager alive afterwards and restart them when
-they crash: this daemon. It holds ``<state>/daemon.lock`` for its whole life (so there is never
-a second one on the same state directory), publishes what it runs in ``<state>/host.json``, and
-stops everything on SIGTERM/SIGINT. Its children die with it even when it is SIGKILLed.
+kube-apiserver, the scheduler, the controller-manager and the operator
+(``python -m operators``) alive afterwards and restart them when they crash: this daemon.
+It holds ``<state>/daemon.lock`` for its whole life (so there is never a second one on the
+same state directory), publishes what it runs in ``<state>/host.json``, and stops everything
+on SIGTERM/SIGINT. Its children die with it even when it is SIGKILLed.
 
 :func:`run` is the embeddable core; ``python -m operators.controlplane.daemon`` is its entry.
 """
@@ -28,8 +29,9 @@ from typing import IO, Any
 
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
-from operators.controlplane.errors import ControlPlaneError, StateError
+from operators.controlplane.errors import ControlPlaneError, StartupError, StateError
 from operators.controlplane.substrate import ClusterOptions, Substrate
+from operators.controlplane.supervising import Supervised, tail
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +39,7 @@ HOST_CLUSTER = "host"
 LOCK_FILE = "daemon.lock"
 HOST_FILE = "host.json"
 LOG_FILE = "daemon.log"
+OPERATOR_READY_FILE = "operator.json"  # written by the operator once its handlers run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +51,7 @@ class HostSettings:
     apiserver_port: int | None = None
     profile: Profile = Profile.DEFAULT
     startup_timeout: float = 90.0
+    operator: bool = True
 
 
 def read_host(state_dir: Path) -> dict[str, Any] | None:
@@ -88,8 +92,21 @@ def _publish(state_dir: Path, data: dict[str, Any]) -> None:
     temporary.rename(state_dir / HOST_FILE)
 
 
-def _snapshot(substrate: Substrate, settings: HostSettings, started: str) -> dict[str, Any]:
+def _snapshot(substrate: Substrate, settings: HostSettings, started: str,
+              operator: Supervised | None) -> dict[str, Any]:
     host = substrate.clusters.get(HOST_CLUSTER)
+    components = [
+        {
+            "cluster": c.cluster, "name": c.name, "pid": c.pid, "port": c.port,
+            "healthUrl": c.health_url, "log": str(c.log_path), "restarts": c.restarts,
+        }
+        for c in substrate.components()
+    ]
+    if operator is not None:
+        components.append({
+            "cluster": None, "name": "operator", "pid": operator.pid, "port": None,
+            "healthUrl": None, "log": str(operator.log_path), "restarts": operator.restarts,
+        })
     return {
         "pid": os.getpid(),
         "ready": host is not None,
@@ -98,14 +115,39 @@ def _snapshot(substrate: Substrate, settings: HostSettings, started: str) -> dic
         "profile": str(settings.profile),
         "endpoint": host.endpoint if host else None,
         "kubeconfig": str(host.kubeconfig_path) if host else None,
-        "components": [
-            {
-                "cluster": c.cluster, "name": c.name, "pid": c.pid, "port": c.port,
-                "healthUrl": c.health_url, "log": str(c.log_path), "restarts": c.restarts,
-            }
-            for c in substrate.components()
-        ],
+        "components": components,
     }
+
+
+def operator_ready(state_dir: Path, pid: int | None) -> bool:
+    """Whether the operator with ``pid`` announced that its handlers run."""
+    try:
+        announced = json.loads((state_dir / OPERATOR_READY_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
+    return pid is not None and announced.get("pid") == pid
+
+
+async def _start_operator(state_dir: Path, timeout: float) -> Supervised:
+    """The operator runs as a supervised child: killed, it is restarted (and adopts)."""
+    (state_dir / OPERATOR_READY_FILE).unlink(missing_ok=True)
+    operator = Supervised(
+        "operator",
+        [sys.executable, "-m", "operators", "--state-dir", str(state_dir), "--install-crds"],
+        log_path=state_dir / "operator.log",
+    )
+    await operator.start()
+    deadline = time.monotonic() + timeout
+    while not operator_ready(state_dir, operator.pid):
+        if operator.restarts or not operator.running:
+            await operator.stop()
+            raise StartupError("the operator", "exited during start-up", tail(operator.log_path))
+        if time.monotonic() > deadline:
+            await operator.stop()
+            raise StartupError("the operator", f"was not ready after {timeout:.0f}s",
+                               tail(operator.log_path))
+        await asyncio.sleep(0.1)
+    return operator
 
 
 async def run(
@@ -121,21 +163,26 @@ async def run(
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         binaries = binaries_.resolve(settings.version, allow_build=False)
         substrate = Substrate(state_dir, binaries, startup_timeout=settings.startup_timeout)
+        operator: Supervised | None = None
         try:
             await substrate.start()
             await substrate.add_cluster(HOST_CLUSTER, ClusterOptions(
                 apiserver_port=settings.apiserver_port, profile=settings.profile,
             ))
+            if settings.operator:
+                operator = await _start_operator(state_dir, settings.startup_timeout)
             if ready_flag is not None:
                 ready_flag.set()
             while not stop_flag.is_set():
-                _publish(state_dir, _snapshot(substrate, settings, started))
+                _publish(state_dir, _snapshot(substrate, settings, started, operator))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop_flag.wait(), publish_interval)
         except ControlPlaneError as error:
             _publish(state_dir, {"pid": os.getpid(), "ready": False, "error": str(error)})
             raise
         finally:
+            if operator is not None:
+                await operator.stop(timeout=30)
             await substrate.stop()
             if (read_host(state_dir) or {}).get("error") is None:
                 (state_dir / HOST_FILE).unlink(missing_ok=True)
@@ -161,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--profile", choices=[p.value for p in Profile], default="default")
     parser.add_argument("--startup-timeout", type=float, default=90.0)
+    parser.add_argument("--no-operator", action="store_true",
+                        help="run only the host control plane")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr,
@@ -172,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         apiserver_port=args.port,
         profile=Profile(args.profile),
         startup_timeout=args.startup_timeout,
+        operator=not args.no_operator,
     )
     return asyncio.run(_main_async(settings))
 

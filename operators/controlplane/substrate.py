@@ -45,6 +45,8 @@ class ClusterOptions:
     controller_manager: bool = True
     apiserver_port: int | None = None
     profile: Profile = Profile.DEFAULT
+    binaries: Binaries | None = None
+    """Binaries of another Kubernetes version than the substrate's default."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +91,15 @@ class LocalCluster:
         )
 
 
+def shared_etcd_url(state_dir: Path) -> str:
+    """The client URL of the etcd that the substrate in ``state_dir`` runs."""
+    try:
+        ports = json.loads((state_dir / "etcd" / "ports.json").read_text())
+    except FileNotFoundError as error:
+        raise StateError(f"no shared etcd in {state_dir}: start it with 'fakefleet up'") from error
+    return f"http://127.0.0.1:{ports['client']}"
+
+
 def free_port() -> int:
     """A loopback port that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -120,13 +131,16 @@ class Substrate:
         binaries: Binaries,
         *,
         etcd_port: int | None = None,
+        etcd_url: str | None = None,
         fsync: bool = False,
         startup_timeout: float = 90.0,
     ) -> None:
+        """With ``etcd_url``, attach to an etcd that someone else runs (the host's)."""
         self.state_dir = state_dir
         self.binaries = binaries
         self.startup_timeout = startup_timeout
         self._etcd_port = etcd_port
+        self._external_etcd = etcd_url
         self._fsync = fsync
         self._etcd: Supervised | None = None
         self._etcd_ports: EtcdPorts | None = None
@@ -144,12 +158,20 @@ class Substrate:
 
     @property
     def etcd_url(self) -> str:
+        if self._external_etcd is not None:
+            return self._external_etcd
         if self._etcd_ports is None:
             raise StateError("etcd is not started: call Substrate.start() first")
         return f"http://127.0.0.1:{self._etcd_ports.client}"
 
     async def start(self) -> None:
         """Start the shared etcd (reusing its data and ports from an earlier run)."""
+        if self._external_etcd is not None:
+            healthy, detail = await health.probe(f"{self._external_etcd}/health")
+            if not healthy:
+                raise StateError(f"the shared etcd at {self._external_etcd} is not healthy "
+                                 f"({detail}): is 'fakefleet up' running?")
+            return
         directory = self.state_dir / "etcd"
         directory.mkdir(parents=True, exist_ok=True)
         ports_file = directory / "ports.json"
@@ -193,7 +215,7 @@ class Substrate:
         cluster = LocalCluster(name, directory, ports, options, pki, processes={})
         self._write_kubeconfigs(cluster)
 
-        binaries = self.binaries
+        binaries = options.binaries or self.binaries
         plan: list[tuple[str, list[str], str, Any]] = [(
             "kube-apiserver",
             components.apiserver_argv(

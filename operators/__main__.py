@@ -1,0 +1,112 @@
+"""``python -m operators``: the fakefleet operator as a process.
+
+It watches FakeCluster and FakeNodePool in the host cluster, runs the member control planes on
+the shared etcd of ``--state-dir`` (or on an etcd of its own when there is none, e.g. when the
+host is a real cluster), and one engine per member. One operator per state directory: a second
+one refuses to start. Member processes die with the operator and are restarted, on the same
+ports and data, by the next one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from operators.api import RESOURCES
+from operators.api.crdgen import crd
+from operators.controlplane import binaries as binaries_
+from operators.controlplane.errors import ControlPlaneError, StateError
+from operators.controlplane.substrate import Substrate, shared_etcd_url
+from operators.engine.fleet import EngineFleet
+from operators.handlers import registry
+from operators.handlers.runtime import Runtime
+from operators.k8s.applying import install_crds
+from operators.k8s.client import Client
+from operators.k8s.config import load_kubeconfig
+from operators.k8s.errors import K8sError
+
+logger = logging.getLogger("operators")
+
+READY_FILE = "operator.json"
+
+
+async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool) -> None:
+    kubeconfig = kubeconfig_path.read_text()
+    binaries = binaries_.resolve(allow_build=False)
+    etcd_url = None
+    if (state_dir / "etcd" / "ports.json").exists():
+        etcd_url = shared_etcd_url(state_dir)
+    substrate = Substrate(state_dir, binaries, etcd_url=etcd_url)
+    host = Client(load_kubeconfig(kubeconfig))
+    stop_flag, ready_flag = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop_flag.set)
+    try:
+        await substrate.start()
+        if install:
+            await install_crds(host, [crd(model) for model in RESOURCES])
+        runtime = Runtime(
+            state_dir=state_dir, host=host, substrate=substrate, engines=EngineFleet(),
+            resolve_binaries=lambda version: binaries_.resolve(version),
+        )
+        announce = asyncio.create_task(_announce_ready(state_dir, ready_flag))
+        await registry.run(runtime=runtime, kubeconfig=kubeconfig, stop_flag=stop_flag,
+                           ready_flag=ready_flag)
+        announce.cancel()
+    finally:
+        (state_dir / READY_FILE).unlink(missing_ok=True)
+        await substrate.stop()
+        await host.close()
+
+
+async def _announce_ready(state_dir: Path, ready_flag: asyncio.Event) -> None:
+    await ready_flag.wait()
+    temporary = state_dir / f".{READY_FILE}.tmp"
+    temporary.write_text(json.dumps({"pid": os.getpid(), "ready": True}) + "\n")
+    temporary.rename(state_dir / READY_FILE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m operators", description=__doc__)
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--kubeconfig", type=Path, default=None,
+                        help="host cluster kubeconfig (default: the state dir's host cluster)")
+    parser.add_argument("--install-crds", action="store_true",
+                        help="apply the CRDs to the host cluster before starting")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:  # kopf logs every timer run at INFO
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    state_dir: Path = args.state_dir.resolve()
+    kubeconfig = args.kubeconfig or state_dir / "clusters" / "host" / "kubeconfig"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with (state_dir / "operator.lock").open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.error("another operator already runs on %s", state_dir)
+            return 1
+        try:
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(serve(state_dir, kubeconfig, install=args.install_crds))
+        except (ControlPlaneError, K8sError, StateError) as error:
+            logger.error("%s", error)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

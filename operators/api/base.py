@@ -1,0 +1,99 @@
+"""Shared pieces of fakefleet's custom resources: the model base, conditions, quantities and the
+metadata that turns a model into a CustomResourceDefinition.
+
+The pydantic models are the single source of the API: the CRD YAML under ``crds/`` is generated
+from them (:mod:`operators.api.crdgen`), and the operator parses objects with the same models.
+Field docstrings become the schema's descriptions, so what ``kubectl explain`` prints is written
+here, next to the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+GROUP = "fakefleet.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+#: A Kubernetes resource quantity ("32", "256Gi", "500m") or a plain integer.
+Quantity = Annotated[
+    int | str,
+    WithJsonSchema({
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+                   r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
+        "x-kubernetes-int-or-string": True,
+    }),
+]
+
+#: Qualified name of a label key or annotation key, e.g. ``example.com/role``.
+LabelMap = dict[str, str]
+
+
+class Model(BaseModel):
+    """Base of every API model: camelCase field names as in the YAML, unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+
+class Condition(Model):
+    """A kstatus-style condition (Ready, Reconciling, Stalled)."""
+
+    type: str
+    """Condition type, e.g. Ready."""
+    status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds."""
+    reason: str = ""
+    """One CamelCase word saying why."""
+    message: str = ""
+    """What a person should know, including what to do."""
+    lastTransitionTime: str = ""
+    """When status last changed (RFC 3339)."""
+    observedGeneration: int = 0
+    """The metadata.generation this condition was computed for."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PrinterColumn:
+    name: str
+    json_path: str
+    type: str = "string"
+    description: str = ""
+    priority: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceInfo:
+    """What a CRD needs besides the schema: names, columns, subresources."""
+
+    kind: str
+    plural: str
+    short_names: tuple[str, ...]
+    printer_columns: tuple[PrinterColumn, ...]
+    scale: bool = False
+    categories: tuple[str, ...] = ("fakefleet",)
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{GROUP}"
+
+
+class CustomResource(Model):
+    """A whole object: apiVersion, kind, metadata, spec, status."""
+
+    resource: ClassVar[ResourceInfo]
+    apiVersion: str = API_VERSION
+    kind: str = ""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+def immutable(message: str) -> dict[str, Any]:
+    """Schema fragment: the field may be set on create but never changed afterwards."""
+    return {"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": message}]}

@@ -1,0 +1,127 @@
+"""FakeCluster: one simulated Kubernetes cluster, with a real control plane."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from operators.api.base import (
+    Condition,
+    CustomResource,
+    LabelMap,
+    Model,
+    PrinterColumn,
+    ResourceInfo,
+    immutable,
+)
+
+DEFAULT_KUBERNETES_VERSION = "v1.36.3"
+KUBECONFIG_KEY = "kubeconfig"
+
+
+class SecretKeyRef(Model):
+    """A key of a Secret in the FakeCluster's namespace."""
+
+    name: str = Field(min_length=1, max_length=253)
+    """Name of the Secret."""
+    key: str = Field(default=KUBECONFIG_KEY, min_length=1)
+    """Key in the Secret's data that holds the kubeconfig."""
+
+
+class ControlPlaneSpec(Model):
+    """Where the cluster's API server comes from."""
+
+    model_config = Model.model_config | {"json_schema_extra": {"x-kubernetes-validations": [
+        {
+            "rule": "self.backend != 'external' || has(self.kubeconfigSecretRef)",
+            "message": "backend 'external' needs kubeconfigSecretRef: name the Secret that "
+                       "holds the kubeconfig of the cluster to adopt",
+            "fieldPath": ".kubeconfigSecretRef",
+        },
+        {
+            "rule": "self.backend != 'local' || !has(self.kubeconfigSecretRef)",
+            "message": "kubeconfigSecretRef is only for backend 'external': remove it, or set "
+                       "backend: external to adopt that cluster",
+            "fieldPath": ".kubeconfigSecretRef",
+        },
+    ]}}
+
+    backend: Literal["local", "external"] = "local"
+    """'local' starts a real kube-apiserver (and scheduler, controller-manager) on the shared
+    etcd; 'external' adopts an existing cluster from kubeconfigSecretRef and only simulates its
+    nodes and pods."""
+    kubeconfigSecretRef: SecretKeyRef | None = None
+    """For backend 'external': the Secret with the kubeconfig of the cluster to adopt."""
+    scheduler: bool = True
+    """Run the real kube-scheduler (backend 'local')."""
+    controllerManager: bool = True
+    """Run the real kube-controller-manager (backend 'local')."""
+    profile: Literal["default", "load"] = "default"
+    """'load' lifts the API server's request limits, for load tests (backend 'local')."""
+
+
+class FakeClusterSpec(Model):
+    """Desired state of a FakeCluster."""
+
+    kubernetesVersion: str = Field(
+        default=DEFAULT_KUBERNETES_VERSION,
+        pattern=r"^v1\.[0-9]+\.[0-9]+$",
+        json_schema_extra=immutable(
+            "kubernetesVersion is immutable: create a new FakeCluster for another version"
+        ),
+    )
+    """Kubernetes release of the control plane, e.g. v1.36.3 (backend 'local')."""
+    controlPlane: ControlPlaneSpec = Field(
+        default_factory=ControlPlaneSpec,
+        json_schema_extra={"default": ControlPlaneSpec().model_dump(mode="json",
+                                                                    exclude_none=True),
+                           **immutable(
+            "controlPlane is immutable: delete and recreate the FakeCluster to change it"
+        )},
+    )
+    """The control plane: a local one or an adopted external cluster."""
+    labels: LabelMap = Field(default_factory=dict)
+    """Labels for fleet selection (region, zone, provider), used by fault plans and the hub."""
+
+
+class FakeClusterStatus(Model):
+    """Observed state of a FakeCluster."""
+
+    phase: Literal["Pending", "Provisioning", "Ready", "Failed", "Terminating"] = "Pending"
+    """Summary of the conditions."""
+    endpoint: str = ""
+    """URL of the cluster's API server."""
+    kubernetesVersion: str = ""
+    """Version the API server reports."""
+    kubeconfigSecret: str = ""
+    """Name of the Secret (key 'kubeconfig') with an admin kubeconfig of the cluster."""
+    nodes: int = 0
+    """Fake nodes in the cluster."""
+    readyNodes: int = 0
+    """Fake nodes that are Ready."""
+    observedGeneration: int = 0
+    """The metadata.generation the status describes."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Ready, Reconciling, Stalled."""
+
+
+class FakeCluster(CustomResource):
+    """A simulated Kubernetes cluster: a real control plane whose nodes and pods are fake."""
+
+    resource = ResourceInfo(
+        kind="FakeCluster",
+        plural="fakeclusters",
+        short_names=("fc",),
+        printer_columns=(
+            PrinterColumn("Phase", ".status.phase"),
+            PrinterColumn("Nodes", ".status.nodes", "integer"),
+            PrinterColumn("Ready", ".status.readyNodes", "integer"),
+            PrinterColumn("Version", ".status.kubernetesVersion"),
+            PrinterColumn("Endpoint", ".status.endpoint"),
+            PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+        ),
+    )
+    kind: str = "FakeCluster"
+    spec: FakeClusterSpec = Field(default_factory=FakeClusterSpec)
+    status: FakeClusterStatus | None = None

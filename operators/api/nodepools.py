@@ -1,0 +1,136 @@
+"""FakeNodePool: a scalable group of fake nodes in one FakeCluster."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from operators.api.base import (
+    Condition,
+    CustomResource,
+    LabelMap,
+    Model,
+    PrinterColumn,
+    Quantity,
+    ResourceInfo,
+    immutable,
+)
+from operators.api.gpus import GPUPresetName
+
+MAX_REPLICAS = 100_000
+DEFAULT_CAPACITY: dict[str, Any] = {
+    "cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "1Ti",
+}
+
+
+class Taint(Model):
+    """A node taint, as in core/v1."""
+
+    key: str = Field(min_length=1, max_length=316)
+    """Taint key, e.g. nvidia.com/gpu."""
+    value: str = Field(default="", max_length=63)
+    """Taint value."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    """What happens to pods that do not tolerate the taint."""
+
+
+class NodeTemplate(Model):
+    """What every node of the pool looks like."""
+
+    labels: LabelMap = Field(default_factory=dict)
+    """Extra labels on every node."""
+    annotations: LabelMap = Field(default_factory=dict)
+    """Extra annotations on every node."""
+    taints: list[Taint] = Field(default_factory=list)
+    """Taints on every node."""
+    capacity: dict[str, Quantity] = Field(
+        default_factory=lambda: dict(DEFAULT_CAPACITY),
+        json_schema_extra={"default": DEFAULT_CAPACITY},
+    )
+    """Node capacity (allocatable is the same). GPU presets add nvidia.com/gpu."""
+
+
+class GPUSpec(Model):
+    """GPUs on every node of the pool, described as GPU Feature Discovery would."""
+
+    preset: GPUPresetName
+    """GPU product: A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM-141GB, B200 or GB200."""
+    count: int | None = Field(default=None, ge=1, le=16)
+    """GPUs per node; default: the product's usual server (8, or 4 for GB200)."""
+    taint: bool = True
+    """Add the usual nvidia.com/gpu=present:NoSchedule taint."""
+    driverVersion: str = Field(default="570.133.20", pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
+    """NVIDIA driver version reported in the nvidia.com/cuda.driver-version.* labels."""
+
+
+class TopologySpec(Model):
+    """How nodes spread over failure domains (topology.kubernetes.io labels)."""
+
+    region: str = ""
+    """Value of topology.kubernetes.io/region on every node (empty: no label)."""
+    zones: list[str] = Field(default_factory=list, json_schema_extra={
+        "x-kubernetes-list-type": "set"})
+    """Zones to spread the nodes over, round-robin (empty: no zone label)."""
+    racks: int = Field(default=0, ge=0, le=10_000)
+    """Racks per zone to spread nodes over (label fakefleet.dev/rack; 0: no rack label)."""
+
+
+class FakeNodePoolSpec(Model):
+    """Desired state of a FakeNodePool."""
+
+    clusterRef: str = Field(min_length=1, max_length=253, json_schema_extra=immutable(
+        "clusterRef is immutable: create a new pool in the other cluster instead"
+    ))
+    """Name of the FakeCluster (same namespace) the nodes belong to."""
+    replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    """Number of nodes."""
+    template: NodeTemplate = Field(
+        default_factory=NodeTemplate,
+        json_schema_extra={"default": NodeTemplate().model_dump(mode="json")})
+    """What every node looks like."""
+    gpu: GPUSpec | None = None
+    """GPUs on every node (optional)."""
+    topology: TopologySpec = Field(
+        default_factory=TopologySpec,
+        json_schema_extra={"default": TopologySpec().model_dump(mode="json")})
+    """Spread over zones and racks."""
+    leaseDurationSeconds: int = Field(default=40, ge=10, le=3600)
+    """Node lease duration; leases are renewed every quarter of it, as the kubelet does."""
+
+
+class FakeNodePoolStatus(Model):
+    """Observed state of a FakeNodePool."""
+
+    replicas: int = 0
+    """Nodes that exist."""
+    readyReplicas: int = 0
+    """Nodes that are Ready."""
+    selector: str = ""
+    """Label selector of the pool's nodes (for the scale subresource)."""
+    observedGeneration: int = 0
+    """The metadata.generation the status describes."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Ready, Reconciling, Stalled."""
+
+
+class FakeNodePool(CustomResource):
+    """A group of fake nodes in a FakeCluster; scalable with kubectl scale."""
+
+    resource = ResourceInfo(
+        kind="FakeNodePool",
+        plural="fakenodepools",
+        short_names=("fnp",),
+        printer_columns=(
+            PrinterColumn("Cluster", ".spec.clusterRef"),
+            PrinterColumn("Desired", ".spec.replicas", "integer"),
+            PrinterColumn("Nodes", ".status.replicas", "integer"),
+            PrinterColumn("Ready", ".status.readyReplicas", "integer"),
+            PrinterColumn("GPU", ".spec.gpu.preset"),
+            PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
+        ),
+        scale=True,
+    )
+    kind: str = "FakeNodePool"
+    spec: FakeNodePoolSpec
+    status: FakeNodePoolStatus | None = None

@@ -1,0 +1,328 @@
+"""The fake kubelet of one member cluster: it keeps the nodes of its pools present, Ready and
+heartbeating.
+
+Design for scale: node state is a small slotted record per node (no Node objects kept), all
+timers live in one :class:`~operators.engine.queues.DelayQueue`, requests go through one bounded
+connection pool, and a node's status is rewritten rarely: liveness travels through its Lease,
+renewed every quarter of the lease duration as the kubelet does, with renewals spread so that
+they do not all land at once.
+
+Two loops run per engine: *reconcile* (on a pool change or every ``resync`` seconds: list our
+nodes, :func:`~operators.engine.nodes.plan`, apply) and *heartbeat* (renew due leases, refresh
+due node statuses).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from operators.api.nodepools import FakeNodePoolSpec
+from operators.engine import nodes
+from operators.engine.queues import DelayQueue
+from operators.k8s.client import Client
+from operators.k8s.errors import Conflict, K8sError, NotFound
+
+logger = logging.getLogger(__name__)
+
+LEASE_NAMESPACE = "kube-node-lease"
+LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"
+NODES = "/api/v1/nodes"
+RENEW_FRACTION = 0.25  # the kubelet renews its lease every quarter of its duration
+STATUS_REPORT_INTERVAL = 300.0  # the kubelet's nodeStatusReportFrequency with leases
+RETRY_DELAY = 1.0
+
+
+def micro_time(now: float) -> str:
+    moment = datetime.datetime.fromtimestamp(now, datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def rfc3339(now: float) -> str:
+    return datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class NodeState:
+    """What the engine remembers of one node: a few words, not the object."""
+
+    __slots__ = ("lease_duration", "pool", "ready", "slot", "uid")
+
+    def __init__(self, pool: str, slot: int, uid: str, lease_duration: int) -> None:
+        self.pool = pool
+        self.slot = slot
+        self.uid = uid
+        self.lease_duration = lease_duration
+        self.ready = False
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolCounts:
+    replicas: int
+    ready: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineSettings:
+    concurrency: int = 32
+    resync_interval: float = 30.0
+    status_interval: float = STATUS_REPORT_INTERVAL
+    heartbeat_batch: int = 256
+
+
+class ClusterEngine:
+    """Nodes of one member cluster; :meth:`run` until cancelled."""
+
+    def __init__(
+        self,
+        cluster: str,
+        client: Client,
+        *,
+        settings: EngineSettings | None = None,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.client = client
+        self.settings = settings or EngineSettings()
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._pools: dict[str, FakeNodePoolSpec] = {}
+        self._nodes: dict[str, NodeState] = {}
+        self._slots_used: set[int] = set()
+        self._slot_hint = 0  # no free slot below it
+        self._timers: DelayQueue[tuple[str, str]] = DelayQueue(clock)
+        self._dirty = asyncio.Event()
+        self._timers_changed = asyncio.Event()
+        self._gate = asyncio.Semaphore(self.settings.concurrency)
+        self.kubelet_version = ""
+        self.synced = asyncio.Event()
+
+    # -- desired state, from the operator -------------------------------------------------
+
+    def set_pool(self, pool: str, spec: FakeNodePoolSpec) -> None:
+        if self._pools.get(pool) != spec:
+            self._pools[pool] = spec
+            self._dirty.set()
+
+    def remove_pool(self, pool: str) -> None:
+        if self._pools.pop(pool, None) is not None:
+            self._dirty.set()
+
+    def counts(self, pool: str) -> PoolCounts:
+        members = [state for state in self._nodes.values() if state.pool == pool]
+        return PoolCounts(len(members), sum(1 for state in members if state.ready))
+
+    def totals(self) -> PoolCounts:
+        return PoolCounts(len(self._nodes), sum(1 for s in self._nodes.values() if s.ready))
+
+    def settled(self, pool: str) -> bool:
+        """Whether the pool's nodes all exist and are Ready, with nothing left to do."""
+        spec = self._pools.get(pool)
+        counts = self.counts(pool)
+        return (spec is not None and not self._dirty.is_set()
+                and counts.replicas == counts.ready == spec.replicas)
+
+    # -- the loops --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        version = await self.client.get("/version")
+        self.kubelet_version = str(version.get("gitVersion", ""))
+        self._dirty.set()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._reconcile_loop(), name=f"engine:{self.cluster}:reconcile")
+            group.create_task(self._heartbeat_loop(), name=f"engine:{self.cluster}:heartbeat")
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._dirty.wait(), self.settings.resync_interval)
+            self._dirty.clear()
+            try:
+                await self.reconcile()
+                self.synced.set()
+            except K8sError as error:
+                logger.warning("engine %s: reconcile failed, retrying: %s", self.cluster, error)
+                await asyncio.sleep(RETRY_DELAY)
+                self._dirty.set()
+
+    async def reconcile(self) -> None:
+        """List our nodes, plan, apply. Idempotent; safe to run at any time."""
+        listed = await self.client.get(NODES, {"labelSelector": nodes.MANAGED_SELECTOR})
+        observed = [fact for item in listed["items"] if (fact := nodes.observe(item))]
+        self._adopt(observed, listed["items"])
+        actions = nodes.plan(self._pools, observed)
+        deletions = [a for a in actions if isinstance(a, nodes.Delete)]
+        others = [a for a in actions if not isinstance(a, nodes.Delete)]
+        await self._gather(self._delete(a.name) for a in deletions)
+        await self._gather(self._apply(a) for a in others)
+
+    def _adopt(self, observed: list[nodes.ObservedNode], items: list[dict[str, Any]]) -> None:
+        """Bring the registry in line with what the API server has (after restarts, deletes)."""
+        uids = {item["metadata"]["name"]: item["metadata"].get("uid", "") for item in items}
+        present = {fact.name for fact in observed}
+        for name in [name for name in self._nodes if name not in present]:
+            self._forget(name)
+        for fact in observed:
+            if fact.name in self._nodes or fact.slot is None or fact.slot in self._slots_used:
+                continue
+            spec = self._pools.get(fact.pool)
+            duration = spec.leaseDurationSeconds if spec else 40
+            self._remember(fact.name, NodeState(fact.pool, fact.slot, uids[fact.name], duration))
+            self._nodes[fact.name].ready = True
+            self._schedule(("lease", fact.name), 0.0, spread=duration * RENEW_FRACTION)
+            self._schedule(("status", fact.name), 0.0, spread=self.settings.status_interval)
+
+    async def _apply(self, action: nodes.Action) -> None:
+        if isinstance(action, nodes.Create):
+            await self._create(action.pool, action.index)
+        elif isinstance(action, nodes.Reshape):
+            await self._reshape(action.pool, action.index)
+
+    async def _create(self, pool: str, index: int) -> None:
+        spec = self._pools.get(pool)
+        if spec is None:
+            return
+        name = nodes.node_name(pool, index)
+        slot = self._allocate_slot()
+        now = self._clock()
+        body = nodes.render_node(self.cluster, pool, spec, index, slot, now=rfc3339(now),
+                                 kubelet_version=self.kubelet_version)
+        try:
+            created = await self.client.create(NODES, body)
+        except Conflict:
+            self._slots_used.discard(slot)
+            self._dirty.set()  # someone else has it: the next reconcile adopts it
+            return
+        except BaseException:
+            self._slots_used.discard(slot)
+            raise
+        state = NodeState(pool, slot, created["metadata"]["uid"], spec.leaseDurationSeconds)
+        state.ready = True  # created with a Ready condition; its lease follows at once
+        self._remember(name, state)
+        self._schedule(("lease", name), 0.0)
+        self._schedule(("status", name), self.settings.status_interval,
+                       spread=self.settings.status_interval)
+
+    async def _reshape(self, pool: str, index: int) -> None:
+        spec = self._pools.get(pool)
+        if spec is None:
+            return
+        name = nodes.node_name(pool, index)
+        meta, status = nodes.reshape_patches(self.cluster, pool, spec, index)
+        await self._ignore_missing(self.client.patch(f"{NODES}/{name}", meta))
+        await self._ignore_missing(self.client.patch(f"{NODES}/{name}/status", status))
+
+    async def _delete(self, name: str) -> None:
+        self._forget(name)
+        await self._ignore_missing(self.client.delete(f"{NODES}/{name}"))
+        await self._ignore_missing(self.client.delete(f"{LEASES}/{name}"))
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            due = self._timers.pop_due(self.settings.heartbeat_batch)
+            if due:
+                await self._gather(self._beat(kind, name) for kind, name in due)
+                continue
+            delay = self._timers.next_delay()
+            self._timers_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._timers_changed.wait(),
+                                       delay if delay is not None else None)
+
+    async def _beat(self, kind: str, name: str) -> None:
+        state = self._nodes.get(name)
+        if state is None:
+            return
+        try:
+            if kind == "lease":
+                await self._renew_lease(name, state)
+            else:
+                await self._report_status(name)
+                self._schedule(("status", name), self.settings.status_interval)
+        except NotFound:
+            if kind == "status":  # the node is gone: the next reconcile recreates it
+                self._dirty.set()
+        except K8sError as error:
+            logger.debug("engine %s: %s %s failed: %s", self.cluster, kind, name, error)
+            self._schedule((kind, name), RETRY_DELAY)
+
+    async def _renew_lease(self, name: str, state: NodeState) -> None:
+        """Renew (or create) the node's Lease, then schedule the next renewal."""
+        now = micro_time(self._clock())
+        try:
+            await self.client.patch(f"{LEASES}/{name}", {"spec": {"renewTime": now}})
+        except NotFound:
+            lease = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": name, "namespace": LEASE_NAMESPACE,
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
+                                         "uid": state.uid}],
+                },
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": state.lease_duration,
+                         "renewTime": now},
+            }
+            with contextlib.suppress(Conflict):
+                await self.client.create(LEASES, lease)
+        interval = state.lease_duration * RENEW_FRACTION
+        # +-4% jitter keeps renewals from bunching up again over time.
+        self._schedule(("lease", name), interval * self._rng.uniform(0.96, 1.04))
+
+    async def _report_status(self, name: str) -> None:
+        now = rfc3339(self._clock())
+        await self.client.patch(
+            f"{NODES}/{name}/status", {"status": {"conditions": nodes.node_conditions(now)}},
+            content_type="application/strategic-merge-patch+json",
+        )
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def _schedule(self, key: tuple[str, str], delay: float, *, spread: float = 0.0) -> None:
+        self._timers.schedule(key, delay + (self._rng.uniform(0, spread) if spread else 0.0))
+        self._timers_changed.set()
+
+    def _remember(self, name: str, state: NodeState) -> None:
+        self._nodes[name] = state
+        self._slots_used.add(state.slot)
+
+    def _forget(self, name: str) -> None:
+        state = self._nodes.pop(name, None)
+        if state is not None:
+            self._slots_used.discard(state.slot)
+            self._slot_hint = min(self._slot_hint, state.slot)
+        self._timers.cancel(("lease", name))
+        self._timers.cancel(("status", name))
+
+    def _allocate_slot(self) -> int:
+        for slot in range(self._slot_hint, nodes.MAX_NODES_PER_CLUSTER):
+            if slot not in self._slots_used:
+                self._slots_used.add(slot)
+                self._slot_hint = slot + 1
+                return slot
+        raise K8sError(
+            f"cluster {self.cluster} has no free pod CIDR left "
+            f"({nodes.MAX_NODES_PER_CLUSTER} nodes at most)"
+        )
+
+    async def _gather(self, calls: Iterable[Awaitable[None]]) -> None:
+        async def gated(call: Awaitable[None]) -> None:
+            async with self._gate:
+                await call
+
+        results = await asyncio.gather(*(gated(call) for call in calls), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    @staticmethod
+    async def _ignore_missing(call: Awaitable[Any]) -> None:
+        with contextlib.suppress(NotFound):
+            await call

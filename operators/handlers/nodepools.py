@@ -1,0 +1,113 @@
+"""kopf glue for FakeNodePool: hand the pool to its cluster's engine, report what it achieved.
+
+The engine does the work (creating, reshaping, deleting nodes at its own pace); these handlers
+only tell it the desired pool and copy its counts into ``status`` on a timer, so ``kubectl scale``
+and ``kubectl get fnp`` see progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any, Literal
+
+import kopf
+
+from operators.api.base import Condition
+from operators.api.nodepools import FakeNodePool, FakeNodePoolStatus
+from operators.engine import nodes
+from operators.handlers.clusters import now_rfc3339
+from operators.handlers.runtime import Runtime
+from operators.k8s.errors import NotFound
+from operators.reconciling.clusters import cluster_key
+
+logger = logging.getLogger(__name__)
+
+POOLS = "/apis/fakefleet.dev/v1alpha1/namespaces/{namespace}/fakenodepools/{name}"
+DELETE_TIMEOUT = 120.0
+
+
+async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Create/update/resume handler: give the pool to the engine of its cluster."""
+    runtime: Runtime = memo.runtime
+    pool = FakeNodePool.model_validate(dict(body))
+    namespace, name = pool.metadata["namespace"], pool.metadata["name"]
+    engine = runtime.engines.get(cluster_key(namespace, pool.spec.clusterRef))
+    if engine is None:
+        await report(runtime, pool)
+        raise kopf.TemporaryError(
+            f"FakeCluster {namespace}/{pool.spec.clusterRef} is not running yet", delay=3)
+    engine.set_pool(name, pool.spec)
+    await report(runtime, pool)
+
+
+async def refresh(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Timer: keep the engine's copy current (engines restart) and the status fresh."""
+    runtime: Runtime = memo.runtime
+    pool = FakeNodePool.model_validate(dict(body))
+    engine = runtime.engines.get(cluster_key(pool.metadata["namespace"], pool.spec.clusterRef))
+    if engine is not None:
+        engine.set_pool(pool.metadata["name"], pool.spec)
+    await report(runtime, pool)
+
+
+async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Finalizer: the pool's nodes are deleted from the member cluster before the pool goes."""
+    runtime: Runtime = memo.runtime
+    pool = FakeNodePool.model_validate(dict(body))
+    name = pool.metadata["name"]
+    engine = runtime.engines.get(cluster_key(pool.metadata["namespace"], pool.spec.clusterRef))
+    if engine is None:
+        return  # the cluster (and its nodes) are gone already
+    engine.remove_pool(name)
+    deadline = time.monotonic() + DELETE_TIMEOUT
+    while engine.counts(name).replicas and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+    if engine.counts(name).replicas:
+        raise kopf.TemporaryError(f"{engine.counts(name).replicas} nodes still being deleted",
+                                  delay=5)
+
+
+def pool_status(pool: FakeNodePool, replicas: int, ready: int, *, cluster_running: bool,
+                now: str) -> FakeNodePoolStatus:
+    """Pure: the status of a pool whose engine reports ``replicas`` nodes, ``ready`` Ready."""
+    generation = int(pool.metadata.get("generation", 0))
+    desired = pool.spec.replicas
+    settled = cluster_running and replicas == ready == desired
+    if not cluster_running:
+        reason = "ClusterNotReady"
+        message = f"waiting for FakeCluster {pool.spec.clusterRef} to run"
+    elif settled:
+        reason, message = "NodesReady", f"{ready}/{desired} nodes Ready"
+    else:
+        reason, message = "Scaling", f"{ready}/{desired} nodes Ready ({replicas} exist)"
+    previous = {c.type: c for c in (pool.status.conditions if pool.status else [])}
+
+    def condition(kind: str, holds: bool) -> Condition:
+        old = previous.get(kind)
+        status: Literal["True", "False"] = "True" if holds else "False"
+        transition = old.lastTransitionTime if old and old.status == status else now
+        return Condition(type=kind, status=status, reason=reason, message=message,
+                         lastTransitionTime=transition, observedGeneration=generation)
+
+    return FakeNodePoolStatus(
+        replicas=replicas, readyReplicas=ready,
+        selector=nodes.pool_selector(pool.metadata["name"]),
+        observedGeneration=generation,
+        conditions=[condition("Ready", settled), condition("Reconciling", not settled),
+                    condition("Stalled", False)],
+    )
+
+
+async def report(runtime: Runtime, pool: FakeNodePool) -> None:
+    engine = runtime.engines.get(cluster_key(pool.metadata["namespace"], pool.spec.clusterRef))
+    counts = engine.counts(pool.metadata["name"]) if engine else None
+    status = pool_status(pool, counts.replicas if counts else 0, counts.ready if counts else 0,
+                         cluster_running=engine is not None, now=now_rfc3339())
+    if status == pool.status:
+        return
+    path = POOLS.format(namespace=pool.metadata["namespace"], name=pool.metadata["name"])
+    with contextlib.suppress(NotFound):
+        await runtime.host.patch(f"{path}/status", {"status": status.model_dump(mode="json")})

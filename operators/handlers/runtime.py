@@ -1,0 +1,31 @@
+"""What the handlers work with, passed to them through kopf's ``memo`` (never globals)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from operators.controlplane.binaries import Binaries
+from operators.controlplane.substrate import Substrate
+from operators.engine.fleet import EngineFleet
+from operators.k8s.client import Client
+from operators.k8s.config import ClusterAccess
+
+
+@dataclasses.dataclass
+class Runtime:
+    """The operator's dependencies and its in-memory view of the member clusters."""
+
+    state_dir: Path
+    host: Client
+    substrate: Substrate
+    engines: EngineFleet
+    resolve_binaries: Callable[[str], Binaries]
+    external: dict[str, ClusterAccess] = dataclasses.field(default_factory=dict)
+    locks: dict[str, asyncio.Lock] = dataclasses.field(default_factory=dict)
+
+    def lock(self, key: str) -> asyncio.Lock:
+        """One reconciliation at a time per object (change handlers and timers overlap)."""
+        return self.locks.setdefault(key, asyncio.Lock())

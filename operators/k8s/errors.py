@@ -1,0 +1,104 @@
+"""Errors of the Kubernetes API boundary, translated from HTTP in one place (:func:`api_error`).
+
+    K8sError
+    ├── TransportError       no answer: connection refused/reset, timeout
+    └── ApiError             the API server answered with a Status (status, reason, message)
+        ├── BadRequest       400
+        ├── Unauthorized     401 / 403
+        ├── NotFound         404
+        ├── Conflict         409 (reason AlreadyExists or Conflict)
+        ├── Gone             410: the watch's resourceVersion is too old; relist
+        ├── Invalid          422: the message names the field
+        ├── TooManyRequests  429: carries retry_after seconds
+        └── ServerError      5xx
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+class K8sError(Exception):
+    """Base of every error raised by :mod:`operators.k8s`."""
+
+
+class TransportError(K8sError):
+    """The API server could not be reached or did not answer in time."""
+
+
+class ApiError(K8sError):
+    """The API server answered with an error Status."""
+
+    def __init__(self, status: int, reason: str, message: str, body: Any = None) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body
+
+
+class BadRequest(ApiError):
+    pass
+
+
+class Unauthorized(ApiError):
+    pass
+
+
+class NotFound(ApiError):
+    pass
+
+
+class Conflict(ApiError):
+    @property
+    def already_exists(self) -> bool:
+        return self.reason == "AlreadyExists"
+
+
+class Gone(ApiError):
+    pass
+
+
+class Invalid(ApiError):
+    pass
+
+
+class TooManyRequests(ApiError):
+    def __init__(self, status: int, reason: str, message: str, body: Any = None,
+                 retry_after: float = 1.0) -> None:
+        super().__init__(status, reason, message, body)
+        self.retry_after = retry_after
+
+
+class ServerError(ApiError):
+    pass
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    400: BadRequest, 401: Unauthorized, 403: Unauthorized, 404: NotFound, 409: Conflict,
+    410: Gone, 422: Invalid,
+}
+
+
+def api_error(status: int, text: str, headers: Mapping[str, str]) -> ApiError:
+    """Build the right :class:`ApiError` from an HTTP error response."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        reason = str(body.get("reason") or "")
+        message = str(body.get("message") or text)
+    else:
+        reason, message = "", text.strip()
+    if status == 429:
+        try:
+            retry_after = float(headers.get("Retry-After", "1"))
+        except ValueError:
+            retry_after = 1.0
+        return TooManyRequests(status, reason or "TooManyRequests", message, body, retry_after)
+    if status >= 500:
+        return ServerError(status, reason or "InternalError", message, body)
+    return _BY_STATUS.get(status, ApiError)(status, reason, message, body)

@@ -1,0 +1,1 @@
+"""Pure reconciliation planners of the low-rate kinds: desired + observed → actions, status."""

@@ -1,0 +1,160 @@
+"""What to do about a FakeCluster, and what its status says: pure functions, no I/O.
+
+:func:`plan` compares the desired cluster with what the operator observes (is the control plane
+running, is its kubeconfig Secret current, does the engine run) and returns the actions that
+close the gap, in order. :func:`status` summarises the observation as kstatus conditions.
+The kopf handlers (:mod:`operators.handlers.clusters`) observe, call these, and apply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from operators.api.base import Condition
+from operators.api.clusters import FakeCluster, FakeClusterStatus
+
+Phase = Literal["Pending", "Provisioning", "Ready", "Failed", "Terminating"]
+
+
+def cluster_key(namespace: str, name: str) -> str:
+    """The member's identity in the substrate and the engine fleet (namespaces have no dots)."""
+    return f"{namespace}.{name}"
+
+
+def kubeconfig_secret_name(name: str) -> str:
+    return f"{name}-kubeconfig"
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """What the operator sees of one member cluster right now."""
+
+    control_plane_running: bool = False
+    secret_current: bool = False
+    engine_running: bool = False
+    endpoint: str = ""
+    version: str = ""
+    nodes: int = 0
+    ready_nodes: int = 0
+    error: str = ""
+    stalled: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class StartControlPlane:
+    """Start the local control plane (the same ports and data if it ran before)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectExternal:
+    """Read the adopted cluster's kubeconfig from its Secret."""
+
+    secret: str
+    key: str
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteKubeconfigSecret:
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class StartEngine:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class StopEngine:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoveControlPlane:
+    """Stop the local control plane and delete its data from etcd."""
+
+
+Action = (StartControlPlane | ConnectExternal | WriteKubeconfigSecret | StartEngine
+          | StopEngine | RemoveControlPlane)
+
+
+def plan(cluster: FakeCluster, observed: Observed, *, deleting: bool = False) -> list[Action]:
+    """Actions that bring the member cluster to the desired state (or tear it down)."""
+    local = cluster.spec.controlPlane.backend == "local"
+    if deleting:
+        actions: list[Action] = [StopEngine()]
+        if local:
+            actions.append(RemoveControlPlane())
+        return actions
+    actions = []
+    if not observed.control_plane_running:
+        if local:
+            actions.append(StartControlPlane())
+        else:
+            ref = cluster.spec.controlPlane.kubeconfigSecretRef
+            assert ref is not None, "the CRD's CEL rule requires kubeconfigSecretRef"
+            actions.append(ConnectExternal(ref.name, ref.key))
+    if local and not observed.secret_current:
+        actions.append(WriteKubeconfigSecret(kubeconfig_secret_name(_name(cluster))))
+    if not observed.engine_running:
+        actions.append(StartEngine())
+    return actions
+
+
+def status(cluster: FakeCluster, observed: Observed, *, now: str,
+           previous: FakeClusterStatus | None) -> FakeClusterStatus:
+    """The status that describes ``observed`` for the cluster's current generation."""
+    generation = int(cluster.metadata.get("generation", 0))
+    ready = observed.control_plane_running and observed.engine_running
+    phase: Phase
+    if ready:
+        phase = "Ready"
+    elif observed.stalled:
+        phase = "Failed"
+    elif observed.control_plane_running or observed.error:
+        phase = "Provisioning"
+    else:
+        phase = "Pending"
+    if ready:
+        reason, message = "Running", f"API server at {observed.endpoint}, engine running"
+    elif observed.error:
+        reason, message = ("ProvisioningFailed" if observed.stalled else "Provisioning",
+                           observed.error)
+    else:
+        reason, message = "Provisioning", "starting the control plane and the engine"
+    conditions = [
+        _condition("Ready", ready, reason, message, generation, now, previous),
+        _condition("Reconciling", not ready and not observed.stalled, reason,
+                   "" if ready else message, generation, now, previous),
+        _condition("Stalled", observed.stalled, reason if observed.stalled else "",
+                   observed.error if observed.stalled else "", generation, now, previous),
+    ]
+    local = cluster.spec.controlPlane.backend == "local"
+    ref = cluster.spec.controlPlane.kubeconfigSecretRef
+    return FakeClusterStatus(
+        phase=phase,
+        endpoint=observed.endpoint,
+        kubernetesVersion=observed.version,
+        kubeconfigSecret=(kubeconfig_secret_name(_name(cluster)) if local
+                          else ref.name if ref else ""),
+        nodes=observed.nodes,
+        readyNodes=observed.ready_nodes,
+        observedGeneration=generation,
+        conditions=conditions,
+    )
+
+
+def _name(cluster: FakeCluster) -> str:
+    name: str = cluster.metadata["name"]
+    return name
+
+
+def _condition(kind: str, holds: bool, reason: str, message: str, generation: int, now: str,
+               previous: Any) -> Condition:
+    status: Literal["True", "False"] = "True" if holds else "False"
+    transition = now
+    for old in (previous.conditions if previous else []):
+        if old.type == kind and old.status == status:
+            transition = old.lastTransitionTime or now
+    return Condition(type=kind, status=status, reason=reason, message=message,
+                     lastTransitionTime=transition, observedGeneration=generation)
