@@ -49,9 +49,10 @@ generate: $(STAMP)
 verify: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/verify-generated.sh
 
-## bench: control-plane figures (start-up time, memory per apiserver)
+## bench: control-plane figures (start-up, memory) and node-engine figures (1000 nodes)
 bench: setup
 	$(BIN)/python -m bench.controlplane
+	$(BIN)/python -m bench.nodes
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -94,3 +94,69 @@ def cli_state(tmp_path: Path) -> Iterator[Path]:
     state = tmp_path / "cli-state"
     yield state
     fakefleet("down", "--state-dir", str(state), check=False)
+
+
+CLUSTER = """
+apiVersion: fakefleet.dev/v1alpha1
+kind: FakeCluster
+metadata: {{name: {name}}}
+spec: {{labels: {{region: test}}}}
+"""
+POOL = """
+apiVersion: fakefleet.dev/v1alpha1
+kind: FakeNodePool
+metadata: {{name: {name}}}
+spec:
+  clusterRef: {cluster}
+  replicas: {replicas}
+{extra}
+"""
+
+
+class Fleet:
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.host = state / "clusters" / "host" / "kubeconfig"
+
+    def apply(self, manifest: str) -> None:
+        subprocess.run([str(KUBECTL), "--kubeconfig", str(self.host), "apply", "-f", "-"],
+                       input=manifest, text=True, check=True, capture_output=True, timeout=60)
+
+    def get(self, *args: str) -> Any:
+        return kubectl_json(self.host, "get", *args)
+
+    def member(self, cluster: str) -> Path:
+        path = self.state / f"{cluster}.kubeconfig"
+        path.write_text(fakefleet("kubeconfig", "--state-dir", str(self.state), cluster).stdout)
+        return path
+
+    def wait_cluster_ready(self, name: str, timeout: float = 120) -> dict[str, Any]:
+        def ready() -> dict[str, Any] | None:
+            found: dict[str, Any] = self.get("fc", name)
+            return found if found.get("status", {}).get("phase") == "Ready" else None
+        result: dict[str, Any] = eventually(ready, timeout=timeout, what=f"FakeCluster {name}")
+        return result
+
+    def wait_pool(self, name: str, ready: int, timeout: float = 120) -> dict[str, Any]:
+        def settled() -> dict[str, Any] | None:
+            found: dict[str, Any] = self.get("fnp", name)
+            status = found.get("status", {})
+            return found if (status.get("readyReplicas") == ready
+                             and status.get("replicas") == ready) else None
+        result: dict[str, Any] = eventually(settled, timeout=timeout,
+                                            what=f"pool {name} at {ready} Ready nodes")
+        return result
+
+    def operator_pid(self) -> int:
+        pid: int = json.loads((self.state / "operator.json").read_text())["pid"]
+        return pid
+
+
+@pytest.fixture(scope="session")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    state = tmp_path_factory.mktemp("fleet")
+    fakefleet("up", "--state-dir", str(state))
+    try:
+        yield Fleet(state)
+    finally:
+        fakefleet("down", "--state-dir", str(state), check=False)

@@ -21,9 +21,10 @@ def test_up_status_kubeconfig_down(cli_state: Path) -> None:
     assert "already up" in again.stderr
 
     status = fakefleet("status", "--state-dir", state).stdout
-    for component in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"):
+    for component in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager",
+                      "operator"):
         assert component in status
-    assert status.count(" ok ") == 4, status
+    assert status.count(" ok ") == 5, status
 
     # The documented way to use it: kubectl --kubeconfig <(fakefleet kubeconfig) get ns
     listing = subprocess.run(
@@ -35,7 +36,7 @@ def test_up_status_kubeconfig_down(cli_state: Path) -> None:
 
     host = json.loads((cli_state / "host.json").read_text())
     pids = [host["pid"], *(c["pid"] for c in host["components"])]
-    assert len(pids) == 5
+    assert len(pids) == 6  # the daemon, etcd, apiserver, scheduler, KCM, operator
     fakefleet("down", "--state-dir", state)
     assert processes_mentioning(state) == []
     for pid in pids:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: a real control plane up, used by kubectl, torn down.
+# The main job on the embedded default: a host control plane with the operator, a fleet of two
+# simulated clusters applied with kubectl, their fake nodes Ready, then everything torn down.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 state_dir=$(mktemp -d -t fakefleet-demo.XXXXXX)
 export FAKEFLEET_STATE_DIR=$state_dir
 cleanup() { fakefleet down >/dev/null 2>&1 || true; rm -rf "$state_dir"; }
@@ -8,29 +10,34 @@ trap cleanup EXIT
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "fakefleet up: etcd, kube-apiserver, kube-scheduler, kube-controller-manager"
+step "fakefleet up: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, operator"
 fakefleet up
-kubeconfig=$state_dir/host.kubeconfig
-fakefleet kubeconfig >"$kubeconfig"
-k() { kubectl --kubeconfig "$kubeconfig" "$@"; }
+host=$state_dir/host.kubeconfig
+fakefleet kubeconfig >"$host"
+k() { kubectl --kubeconfig "$host" "$@"; }
 
 step "fakefleet status"
 fakefleet status
 
-step "the API server answers"
-k version
-k get --raw /readyz?verbose | tail -n 3
+step "kubectl apply -f examples/fleet.yaml (2 clusters, a CPU and an H100 pool each)"
+k apply -f examples/fleet.yaml
+fakefleet wait --timeout 300
 
-step "a namespace and a Deployment"
-k create namespace demo
-k -n demo create deployment web --image=registry.k8s.io/pause:3.10 --replicas=3
-k -n demo rollout status deployment/web --timeout=2s >/dev/null 2>&1 || true
-for _ in $(seq 50); do
-  [ "$(k -n demo get pods --no-headers 2>/dev/null | wc -l)" -ge 3 ] && break
-  sleep 0.2
-done
-k -n demo get deployment,replicaset,pods -o wide
-echo "(the pods stay Pending: this cluster has no nodes yet; fake nodes come with FakeNodePool)"
+step "the fleet"
+fakefleet get
+k get fakefleet
+
+step "kubectl get nodes in cluster west, through its own kubeconfig"
+west=$state_dir/west.kubeconfig
+fakefleet kubeconfig west >"$west"
+kubectl --kubeconfig "$west" version | grep Server
+kubectl --kubeconfig "$west" get nodes \
+  -L topology.kubernetes.io/zone,fakefleet.dev/rack,nvidia.com/gpu.product,nvidia.com/gpu.count
+
+step "kubectl scale fnp/west-h100 --replicas=12"
+k scale fnp/west-h100 --replicas=12
+fakefleet wait --timeout 120
+k get fnp
 
 step "fakefleet down"
 fakefleet down

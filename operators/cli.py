@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from operators.api.base import API_VERSION
@@ -268,6 +269,12 @@ def _host_client(state_dir: Path) -> Client:
     return Client(load_kubeconfig(path.read_text()))
 
 
+def _current(obj: dict[str, Any]) -> bool:
+    """Whether the object's status was written for its current generation."""
+    status = obj.get("status") or {}
+    return bool(status.get("observedGeneration") == obj["metadata"].get("generation"))
+
+
 def _split(cluster: str) -> tuple[str, str]:
     namespace, _, name = cluster.rpartition("/")
     return namespace or "default", name
@@ -299,6 +306,48 @@ def get(state_dir: Path) -> None:
                       str(status.get("nodes", 0)), str(status.get("readyNodes", 0)),
                       status.get("kubernetesVersion", ""), status.get("endpoint", ""))
     stdout.print(table, soft_wrap=True)
+
+
+@main.command()
+@state_dir_option
+@click.option("--timeout", type=float, default=300.0, show_default=True)
+def wait(state_dir: Path, timeout: float) -> None:
+    """Wait, with progress, until every FakeCluster and FakeNodePool is Ready."""
+    async def poll() -> tuple[int, int, int, int]:
+        async with _host_client(state_dir) as client:
+            clusters = (await client.get(f"/apis/{API_VERSION}/fakeclusters"))["items"]
+            pools = (await client.get(f"/apis/{API_VERSION}/fakenodepools"))["items"]
+        desired_per_cluster: dict[tuple[str, str], int] = {}
+        for pool in pools:
+            key = (pool["metadata"]["namespace"], pool["spec"]["clusterRef"])
+            desired_per_cluster[key] = desired_per_cluster.get(key, 0) + pool["spec"]["replicas"]
+        ready_clusters = sum(
+            1 for c in clusters
+            if _current(c) and c["status"].get("phase") == "Ready"
+            and c["status"].get("readyNodes") == desired_per_cluster.get(
+                (c["metadata"]["namespace"], c["metadata"]["name"]), 0))
+        desired = sum(p["spec"]["replicas"] for p in pools)
+        # A pool counts only once its status describes its current spec (kubectl scale).
+        ready = sum(min(p["status"].get("readyReplicas", 0), p["spec"]["replicas"])
+                    if _current(p) else 0 for p in pools)
+        return ready_clusters, len(clusters), ready, desired
+
+    deadline = time.monotonic() + timeout
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as progress:
+        clusters_bar = progress.add_task("clusters Ready", total=None)
+        nodes_bar = progress.add_task("nodes Ready", total=None)
+        while True:
+            ready_clusters, total_clusters, ready, desired = _run_k8s(poll())
+            progress.update(clusters_bar, completed=ready_clusters, total=total_clusters)
+            progress.update(nodes_bar, completed=ready, total=desired)
+            if ready_clusters == total_clusters and ready == desired:
+                return
+            if time.monotonic() > deadline:
+                raise StateError(f"the fleet was not Ready after {timeout:.0f}s: "
+                                 f"{ready_clusters}/{total_clusters} clusters, "
+                                 f"{ready}/{desired} nodes; see 'fakefleet get'")
+            time.sleep(0.5)
 
 
 @main.command()

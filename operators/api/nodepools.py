@@ -19,6 +19,14 @@ from operators.api.base import (
 from operators.api.gpus import GPUPresetName
 
 MAX_REPLICAS = 100_000
+#: Every fake node carries the name of its pool here; the pool's scale selector uses it.
+POOL_LABEL = "fakefleet.dev/pool"
+
+
+def pool_selector(pool: str) -> str:
+    return f"{POOL_LABEL}={pool}"
+
+
 DEFAULT_CAPACITY: dict[str, Any] = {
     "cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "1Ti",
 }

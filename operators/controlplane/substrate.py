@@ -91,6 +91,36 @@ class LocalCluster:
         )
 
 
+async def count_etcd_keys(etcd_url: str, prefix: str) -> int:
+    """How many keys etcd holds under ``prefix`` (through etcd's JSON gateway)."""
+    body = await _etcd_range_call(etcd_url, "/v3/kv/range", prefix, count_only=True)
+    return int(body.get("count", 0))
+
+
+async def delete_etcd_prefix(etcd_url: str, prefix: str) -> int:
+    """Delete every key under ``prefix``; returns how many were deleted."""
+    body = await _etcd_range_call(etcd_url, "/v3/kv/deleterange", prefix)
+    return int(body.get("deleted", 0))
+
+
+async def _etcd_range_call(etcd_url: str, path: str, prefix: str,
+                           **extra: Any) -> dict[str, Any]:
+    if not prefix.endswith("/"):
+        raise ValueError(f"etcd prefix {prefix!r} must end with '/' to stay in its subtree")
+    range_end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    payload = {
+        "key": base64.b64encode(prefix.encode()).decode(),
+        "range_end": base64.b64encode(range_end.encode()).decode(),
+        **extra,
+    }
+    async with aiohttp.ClientSession() as session, session.post(
+        etcd_url + path, json=payload
+    ) as response:
+        response.raise_for_status()
+        body: dict[str, Any] = await response.json()
+        return body
+
+
 def shared_etcd_url(state_dir: Path) -> str:
     """The client URL of the etcd that the substrate in ``state_dir`` runs."""
     try:
@@ -307,30 +337,10 @@ class Substrate:
         return found
 
     async def count_etcd_keys(self, prefix: str) -> int:
-        """How many keys etcd holds under ``prefix`` (through etcd's JSON gateway)."""
-        body = await self._etcd_call("/v3/kv/range", prefix, count_only=True)
-        return int(body.get("count", 0))
+        return await count_etcd_keys(self.etcd_url, prefix)
 
     async def delete_etcd_prefix(self, prefix: str) -> int:
-        """Delete every key under ``prefix``; returns how many were deleted."""
-        body = await self._etcd_call("/v3/kv/deleterange", prefix)
-        return int(body.get("deleted", 0))
-
-    async def _etcd_call(self, path: str, prefix: str, **extra: Any) -> dict[str, Any]:
-        if not prefix.endswith("/"):
-            raise ValueError(f"etcd prefix {prefix!r} must end with '/' to stay in its subtree")
-        range_end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        payload = {
-            "key": base64.b64encode(prefix.encode()).decode(),
-            "range_end": base64.b64encode(range_end.encode()).decode(),
-            **extra,
-        }
-        async with aiohttp.ClientSession() as session, session.post(
-            self.etcd_url + path, json=payload
-        ) as response:
-            response.raise_for_status()
-            body: dict[str, Any] = await response.json()
-            return body
+        return await delete_etcd_prefix(self.etcd_url, prefix)
 
     def _cluster_ports(self, directory: Path, options: ClusterOptions) -> ClusterPorts:
         state_file = directory / "cluster.json"

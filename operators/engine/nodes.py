@@ -15,9 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from operators.api.gpus import PRESETS, gfd_labels
-from operators.api.nodepools import FakeNodePoolSpec
+from operators.api.nodepools import POOL_LABEL, FakeNodePoolSpec
 
-POOL_LABEL = "fakefleet.dev/pool"
 RACK_LABEL = "fakefleet.dev/rack"
 TEMPLATE_HASH = "fakefleet.dev/template-hash"
 MANAGED_SELECTOR = POOL_LABEL  # every node we own carries the pool label
@@ -48,10 +47,6 @@ def pod_cidr(slot: int) -> str:
 
 def node_ip(slot: int) -> str:
     return str(ipaddress.ip_address(int(NODE_NETWORK.network_address) + slot + 1))
-
-
-def pool_selector(pool: str) -> str:
-    return f"{POOL_LABEL}={pool}"
 
 
 def template_hash(spec: FakeNodePoolSpec) -> str:

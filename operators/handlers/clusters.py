@@ -86,15 +86,17 @@ async def observe(runtime: Runtime, cluster: FakeCluster, key: str, *, error: st
         running = access is not None
         endpoint = access.server if access else ""
     engine = runtime.engines.get(key)
-    totals = engine.totals() if engine else None
+    totals = engine.totals() if engine and engine.synced.is_set() else None
+    previous = cluster.status
     return planning.Observed(
         control_plane_running=running,
         secret_current=local is not None and await _secret_current(runtime, cluster, local),
         engine_running=engine is not None,
         endpoint=endpoint,
         version=engine.kubelet_version if engine else "",
-        nodes=totals.replicas if totals else 0,
-        ready_nodes=totals.ready if totals else 0,
+        # Until a (re)started engine has listed its nodes, the last report stands.
+        nodes=totals.replicas if totals else previous.nodes if previous else 0,
+        ready_nodes=totals.ready if totals else previous.readyNodes if previous else 0,
         error=error,
         stalled=stalled,
     )

@@ -11,17 +11,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any, Literal
+from typing import Any
 
 import kopf
 
-from operators.api.base import Condition
-from operators.api.nodepools import FakeNodePool, FakeNodePoolStatus
-from operators.engine import nodes
+from operators.api.nodepools import FakeNodePool
 from operators.handlers.clusters import now_rfc3339
 from operators.handlers.runtime import Runtime
 from operators.k8s.errors import NotFound
 from operators.reconciling.clusters import cluster_key
+from operators.reconciling.nodepools import pool_status
 
 logger = logging.getLogger(__name__)
 
@@ -70,39 +69,10 @@ async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                                   delay=5)
 
 
-def pool_status(pool: FakeNodePool, replicas: int, ready: int, *, cluster_running: bool,
-                now: str) -> FakeNodePoolStatus:
-    """Pure: the status of a pool whose engine reports ``replicas`` nodes, ``ready`` Ready."""
-    generation = int(pool.metadata.get("generation", 0))
-    desired = pool.spec.replicas
-    settled = cluster_running and replicas == ready == desired
-    if not cluster_running:
-        reason = "ClusterNotReady"
-        message = f"waiting for FakeCluster {pool.spec.clusterRef} to run"
-    elif settled:
-        reason, message = "NodesReady", f"{ready}/{desired} nodes Ready"
-    else:
-        reason, message = "Scaling", f"{ready}/{desired} nodes Ready ({replicas} exist)"
-    previous = {c.type: c for c in (pool.status.conditions if pool.status else [])}
-
-    def condition(kind: str, holds: bool) -> Condition:
-        old = previous.get(kind)
-        status: Literal["True", "False"] = "True" if holds else "False"
-        transition = old.lastTransitionTime if old and old.status == status else now
-        return Condition(type=kind, status=status, reason=reason, message=message,
-                         lastTransitionTime=transition, observedGeneration=generation)
-
-    return FakeNodePoolStatus(
-        replicas=replicas, readyReplicas=ready,
-        selector=nodes.pool_selector(pool.metadata["name"]),
-        observedGeneration=generation,
-        conditions=[condition("Ready", settled), condition("Reconciling", not settled),
-                    condition("Stalled", False)],
-    )
-
-
 async def report(runtime: Runtime, pool: FakeNodePool) -> None:
     engine = runtime.engines.get(cluster_key(pool.metadata["namespace"], pool.spec.clusterRef))
+    if engine is not None and not engine.synced.is_set():
+        return  # a (re)started engine knows no nodes until its first listing: no false zeros
     counts = engine.counts(pool.metadata["name"]) if engine else None
     status = pool_status(pool, counts.replicas if counts else 0, counts.ready if counts else 0,
                          cluster_running=engine is not None, now=now_rfc3339())

@@ -18,7 +18,7 @@ from operators.handlers import clusters, nodepools
 from operators.handlers.runtime import Runtime
 
 FINALIZER = f"{GROUP}/finalizer"
-CLUSTER_TIMER = 5.0
+CLUSTER_TIMER = 2.0
 POOL_TIMER = 2.0
 
 
@@ -34,8 +34,8 @@ def build_registry(kubeconfig: str) -> kopf.OperatorRegistry:
     kopf.on.update(**fc, id="reconcile", field="spec")(clusters.reconcile)  # type: ignore[arg-type]
     kopf.on.update(**fnp, id="reconcile", field="spec")(  # type: ignore[arg-type]
         nodepools.reconcile)
-    kopf.timer(**fc, id="refresh", interval=CLUSTER_TIMER,  # type: ignore[arg-type]
-               initial_delay=CLUSTER_TIMER)(clusters.reconcile)
+    kopf.timer(**fc, id="refresh", interval=CLUSTER_TIMER)(  # type: ignore[arg-type]
+        clusters.reconcile)
     kopf.timer(**fnp, id="refresh", interval=POOL_TIMER)(nodepools.refresh)  # type: ignore[arg-type]
     kopf.on.delete(**fc, id="teardown")(clusters.delete)  # type: ignore[arg-type]
     kopf.on.delete(**fnp, id="teardown")(nodepools.delete)  # type: ignore[arg-type]

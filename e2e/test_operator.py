@@ -1,0 +1,210 @@
+"""The operator end to end: `fakefleet up`, then FakeCluster/FakeNodePool applied with kubectl.
+
+Everything is real: the host control plane, the operator process it supervises, the member
+kube-apiservers with their schedulers and controller-managers, and the engine's nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e.conftest import (
+    CLUSTER,
+    POOL,
+    Fleet,
+    eventually,
+    fakefleet,
+    kubectl,
+    kubectl_json,
+    processes_mentioning,
+)
+from operators.controlplane.substrate import count_etcd_keys, shared_etcd_url
+
+
+@pytest.fixture(scope="module")
+def alpha(fleet: Fleet) -> Path:
+    """Cluster alpha with a CPU pool of 3 and an H100 pool of 2; its member kubeconfig."""
+    fleet.apply(CLUSTER.format(name="alpha"))
+    fleet.apply(POOL.format(name="cpu", cluster="alpha", replicas=3, extra=""))
+    fleet.apply(POOL.format(name="h100", cluster="alpha", replicas=2,
+                            extra="  gpu: {preset: H100-SXM5-80GB}\n"
+                                  "  leaseDurationSeconds: 10"))
+    fleet.wait_cluster_ready("alpha")
+    fleet.wait_pool("cpu", 3)
+    fleet.wait_pool("h100", 2)
+    return fleet.member("alpha")
+
+
+def ready_nodes(kubeconfig: Path, selector: str = "fakefleet.dev/pool") -> list[str]:
+    items = kubectl_json(kubeconfig, "get", "nodes", "-l", selector)["items"]
+    return sorted(
+        item["metadata"]["name"] for item in items
+        if any(c["type"] == "Ready" and c["status"] == "True"
+               for c in item["status"]["conditions"])
+    )
+
+
+def test_cluster_and_pools_become_ready(fleet: Fleet, alpha: Path) -> None:
+    cluster = fleet.get("fc", "alpha")
+    status = cluster["status"]
+    assert status["endpoint"].startswith("https://127.0.0.1:")
+    assert status["kubernetesVersion"] == "v1.36.3"
+    assert status["kubeconfigSecret"] == "alpha-kubeconfig"
+    assert status["observedGeneration"] == cluster["metadata"]["generation"]
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {
+        "Ready": "True", "Reconciling": "False", "Stalled": "False"}
+    eventually(lambda: fleet.get("fc", "alpha")["status"].get("readyNodes") == 5,
+               what="node counts in the FakeCluster status")
+
+    assert ready_nodes(alpha) == ["cpu-0", "cpu-1", "cpu-2", "h100-0", "h100-1"]
+    # The TaintNodesByCondition admission plugin taints every new node not-ready; the member's
+    # node-lifecycle controller lifts it once it sees the Ready condition.
+    gpu_taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    gpu = eventually(
+        lambda: (node := kubectl_json(alpha, "get", "node", "h100-0"))["spec"].get("taints")
+        == gpu_taint and node, what="only the GPU taint on h100-0")
+    assert gpu["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert gpu["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    cidrs = {kubectl_json(alpha, "get", "node", n)["spec"]["podCIDR"] for n in ready_nodes(alpha)}
+    assert len(cidrs) == 5
+
+    # The Secret has the layout MultiKueue and Karmada read, and the kubeconfig works.
+    secret = fleet.get("secret", "alpha-kubeconfig")
+    config = base64.b64decode(secret["data"]["kubeconfig"]).decode()
+    assert status["endpoint"] in config
+    pool = fleet.get("fnp", "cpu")
+    assert pool["status"]["selector"] == "fakefleet.dev/pool=cpu"
+    listing = kubectl(fleet.host, "get", "fakefleet").stdout
+    assert "fakecluster.fakefleet.dev/alpha" in listing
+    assert "fakenodepool.fakefleet.dev/cpu" in listing
+    table = fakefleet("get", "--state-dir", str(fleet.state)).stdout
+    assert "alpha" in table
+    assert "Ready" in table
+
+
+def test_kubectl_scale_changes_the_node_count_both_ways(fleet: Fleet, alpha: Path) -> None:
+    kubectl(fleet.host, "scale", "fnp/cpu", "--replicas=6")
+    fleet.wait_pool("cpu", 6)
+    assert len(ready_nodes(alpha, "fakefleet.dev/pool=cpu")) == 6
+    kubectl(fleet.host, "scale", "fnp/cpu", "--replicas=1")
+    fleet.wait_pool("cpu", 1)
+    eventually(lambda: ready_nodes(alpha, "fakefleet.dev/pool=cpu") == ["cpu-0"],
+               what="scale-down to keep exactly cpu-0")
+    leases = kubectl_json(alpha, "-n", "kube-node-lease", "get", "leases")["items"]
+    assert {lease["metadata"]["name"] for lease in leases} == {"cpu-0", "h100-0", "h100-1"}
+    kubectl(fleet.host, "scale", "fnp/cpu", "--replicas=3")
+    fleet.wait_pool("cpu", 3)
+
+
+def test_real_scheduler_binds_pods_to_fake_nodes(alpha: Path) -> None:
+    kubectl(alpha, "create", "namespace", "apps")
+    kubectl(alpha, "-n", "apps", "create", "deployment", "web",
+            "--image=registry.k8s.io/pause:3.10", "--replicas=4")
+
+    def bound() -> list[str]:
+        pods = kubectl_json(alpha, "-n", "apps", "get", "pods")["items"]
+        nodes = [p["spec"].get("nodeName") for p in pods]
+        return nodes if len(nodes) == 4 and all(nodes) else []
+
+    nodes = eventually(bound, what="4 pods bound by the kube-scheduler")
+    # Untolerated GPU taint: the scheduler puts them on the CPU pool only.
+    assert all(node.startswith("cpu-") for node in nodes)
+
+
+def test_heartbeats_keep_nodes_ready_over_several_lease_periods(alpha: Path) -> None:
+    """The member's node-lifecycle controller (grace period 40s by default) must never see a
+    stale node: wait until the oldest node is 70s old and check leases and conditions."""
+    nodes = kubectl_json(alpha, "get", "nodes")["items"]
+    oldest = min(_time(n["metadata"]["creationTimestamp"]) for n in nodes)
+    time.sleep(max(0.0, oldest + 70 - time.time()))
+    now = time.time()
+    for node in kubectl_json(alpha, "get", "nodes")["items"]:
+        name = node["metadata"]["name"]
+        ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True", f"{name} is not Ready: {ready}"
+        taints = {t["key"] for t in node["spec"].get("taints", [])}
+        assert not taints & {"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"}
+        lease = kubectl_json(alpha, "-n", "kube-node-lease", "get", "lease", name)
+        age = now - _time(lease["spec"]["renewTime"])
+        assert age < lease["spec"]["leaseDurationSeconds"] / 2, f"{name} lease is {age:.0f}s old"
+    events = kubectl(alpha, "get", "events", "-A", "--field-selector",
+                     "reason=NodeNotReady").stdout
+    assert "NodeNotReady" not in events
+
+
+def test_operator_restart_adopts_without_duplicates(fleet: Fleet, alpha: Path) -> None:
+    endpoint = fleet.get("fc", "alpha")["status"]["endpoint"]
+    nodes_before = ready_nodes(alpha)
+    old = fleet.operator_pid()
+    os.kill(old, signal.SIGKILL)
+    eventually(lambda: (fleet.state / "operator.json").exists() and fleet.operator_pid() != old,
+               timeout=60, what="the daemon to restart the operator")
+    fleet.wait_cluster_ready("alpha")
+    assert fleet.get("fc", "alpha")["status"]["endpoint"] == endpoint
+    apiservers = [pid for pid in processes_mentioning(str(fleet.state))
+                  if "kube-apiserver" in Path(f"/proc/{pid}/cmdline").read_text()]
+    clusters = {"host", "default.alpha"}
+    assert len(apiservers) == len(clusters), "one apiserver per cluster, no duplicates"
+    eventually(lambda: ready_nodes(alpha) == nodes_before, what="the same nodes, Ready")
+    assert len(ready_nodes(alpha)) == 5, "the new engine adopted the nodes, created none"
+    fleet.wait_pool("cpu", 3)
+
+
+def test_deleting_a_cluster_removes_its_control_plane_and_data(fleet: Fleet) -> None:
+    fleet.apply(CLUSTER.format(name="doomed"))
+    fleet.apply(POOL.format(name="doomed-nodes", cluster="doomed", replicas=2, extra=""))
+    fleet.wait_cluster_ready("doomed")
+    fleet.wait_pool("doomed-nodes", 2)
+    member_dir = fleet.state / "clusters" / "default.doomed"
+    assert processes_mentioning(str(member_dir))
+
+    def keys() -> int:
+        return asyncio.run(count_etcd_keys(shared_etcd_url(fleet.state),
+                                           "/fakefleet/clusters/default.doomed/"))
+
+    assert keys() > 0
+    kubectl(fleet.host, "delete", "fnp", "doomed-nodes", "--timeout=60s")
+    kubectl(fleet.host, "delete", "fc", "doomed", "--timeout=60s")
+    eventually(lambda: not processes_mentioning(str(member_dir)), timeout=30,
+               what="the member's processes to stop")
+    assert keys() == 0
+    assert not member_dir.exists()
+    eventually(lambda: kubectl(fleet.host, "get", "secret", "doomed-kubeconfig",
+                               check=False).returncode != 0,
+               what="the kubeconfig Secret to be garbage-collected")
+
+
+def test_external_backend_adopts_an_existing_cluster(fleet: Fleet) -> None:
+    """Adopt the host cluster itself (it has no engine of its own) from a kubeconfig Secret."""
+    host_config = fleet.host.read_text()
+    kubectl(fleet.host, "create", "secret", "generic", "host-creds",
+            f"--from-literal=kubeconfig={host_config}")
+    fleet.apply("""
+apiVersion: fakefleet.dev/v1alpha1
+kind: FakeCluster
+metadata: {name: adopted}
+spec:
+  controlPlane: {backend: external, kubeconfigSecretRef: {name: host-creds}}
+""")
+    fleet.apply(POOL.format(name="ext", cluster="adopted", replicas=2, extra=""))
+    cluster = fleet.wait_cluster_ready("adopted")
+    fleet.wait_pool("ext", 2)
+    assert cluster["status"]["kubeconfigSecret"] == "host-creds"
+    assert ready_nodes(fleet.host, "fakefleet.dev/pool=ext") == ["ext-0", "ext-1"]
+    kubectl(fleet.host, "delete", "fnp", "ext", "--timeout=60s")
+    assert ready_nodes(fleet.host, "fakefleet.dev/pool=ext") == []
+    kubectl(fleet.host, "delete", "fc", "adopted", "--timeout=60s")
+    assert kubectl(fleet.host, "get", "--raw", "/readyz").stdout.strip() == "ok"
+
+
+def _time(stamp: str) -> float:
+    text = stamp.replace("Z", "+00:00")
+    return datetime.datetime.fromisoformat(text).timestamp()

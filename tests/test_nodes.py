@@ -1,0 +1,114 @@
+"""The node planner and the Node objects it asks for: pure, no cluster."""
+
+from __future__ import annotations
+
+from operators.api.nodepools import FakeNodePoolSpec
+from operators.engine import nodes
+from operators.engine.nodes import Create, Delete, ObservedNode, Reshape
+
+
+def spec(**fields: object) -> FakeNodePoolSpec:
+    return FakeNodePoolSpec.model_validate({"clusterRef": "c", **fields})
+
+
+def observed(pool: str, *indices: int, spec_: FakeNodePoolSpec | None = None) -> list[
+        ObservedNode]:
+    template = nodes.template_hash(spec_) if spec_ else ""
+    return [ObservedNode(nodes.node_name(pool, i), pool, template, i) for i in indices]
+
+
+def test_empty_cluster_creates_every_replica() -> None:
+    assert nodes.plan({"cpu": spec(replicas=3)}, []) == [
+        Create("cpu", 0), Create("cpu", 1), Create("cpu", 2)]
+
+
+def test_scale_up_creates_only_missing_indices() -> None:
+    wanted = spec(replicas=4)
+    assert nodes.plan({"cpu": wanted}, observed("cpu", 0, 2, spec_=wanted)) == [
+        Create("cpu", 1), Create("cpu", 3)]
+
+
+def test_scale_down_deletes_the_highest_indices() -> None:
+    wanted = spec(replicas=2)
+    actions = nodes.plan({"cpu": wanted}, observed("cpu", 0, 1, 2, 3, 10, spec_=wanted))
+    assert actions == [Delete("cpu-10"), Delete("cpu-2"), Delete("cpu-3")]
+
+
+def test_adoption_after_restart_changes_nothing() -> None:
+    """An engine that restarts and lists its nodes must not create them again."""
+    wanted = spec(replicas=3)
+    assert nodes.plan({"cpu": wanted}, observed("cpu", 0, 1, 2, spec_=wanted)) == []
+
+
+def test_nodes_of_a_removed_pool_are_deleted() -> None:
+    assert nodes.plan({}, observed("gone", 0, 1)) == [Delete("gone-0"), Delete("gone-1")]
+
+
+def test_template_change_reshapes_existing_nodes() -> None:
+    old, new = spec(replicas=2), spec(replicas=2, template={"labels": {"team": "a"}})
+    assert nodes.plan({"cpu": new}, observed("cpu", 0, 1, spec_=old)) == [
+        Reshape("cpu", 0), Reshape("cpu", 1)]
+
+
+def test_replica_count_is_not_part_of_the_template() -> None:
+    assert nodes.template_hash(spec(replicas=1)) == nodes.template_hash(spec(replicas=9))
+
+
+def test_deletions_come_before_creations() -> None:
+    actions = nodes.plan({"new": spec(replicas=1)}, observed("old", 0))
+    assert actions == [Delete("old-0"), Create("new", 0)]
+
+
+def test_node_index_parses_only_its_own_pool() -> None:
+    assert nodes.node_index("cpu", "cpu-12") == 12
+    assert nodes.node_index("cpu", "cpu-gpu-1") is None
+    assert nodes.node_index("cpu", "gpu-1") is None
+
+
+def test_cpu_node_object() -> None:
+    node = nodes.render_node("c", "cpu", spec(topology={"region": "r", "zones": ["a", "b"],
+                                                      "racks": 2}),
+                             3, 5, now="2026-01-01T00:00:00Z", kubelet_version="v1.36.3")
+    labels = node["metadata"]["labels"]
+    assert node["metadata"]["name"] == "cpu-3"
+    assert labels["fakefleet.dev/pool"] == "cpu"
+    assert labels["topology.kubernetes.io/zone"] == "b"
+    assert labels["topology.kubernetes.io/region"] == "r"
+    assert labels["fakefleet.dev/rack"] == "rack-1"
+    assert node["spec"]["podCIDR"] == "10.128.5.0/24"
+    assert node["status"]["addresses"][0] == {"type": "InternalIP", "address": "172.16.0.6"}
+    ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready[0]["status"] == "True"
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.3"
+    assert node["status"]["allocatable"]["pods"] == "110"
+
+
+def test_gpu_preset_fills_labels_capacity_and_taint() -> None:
+    node = nodes.render_node("c", "h100", spec(gpu={"preset": "H100-SXM5-80GB"}), 0, 0,
+                             now="t", kubelet_version="v")
+    labels = node["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert labels["nvidia.com/gpu.count"] == "8"
+    assert labels["nvidia.com/gpu.family"] == "hopper"
+    assert labels["nvidia.com/gpu.present"] == "true"
+    assert labels["nvidia.com/cuda.driver-version.major"] == "570"
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in (
+        node["spec"]["taints"])
+
+
+def test_gb200_has_four_gpus_and_a_clique() -> None:
+    node = nodes.render_node("c", "gb", spec(gpu={"preset": "GB200", "taint": False}), 0, 0,
+                             now="t", kubelet_version="v")
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == "4"
+    assert node["metadata"]["labels"]["nvidia.com/gpu.clique"] == "c.0"
+    assert node["spec"]["taints"] == []
+
+
+def test_observe_reads_back_what_render_wrote() -> None:
+    wanted = spec()
+    node = nodes.render_node("c", "cpu", wanted, 7, 300, now="t", kubelet_version="v")
+    node["metadata"]["uid"] = "u"
+    fact = nodes.observe(node)
+    assert fact == ObservedNode("cpu-7", "cpu", nodes.template_hash(wanted), 300)
+    assert nodes.observe({"metadata": {"name": "other", "labels": {}}}) is None

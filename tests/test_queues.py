@@ -1,0 +1,57 @@
+"""The heap delay queue on a fake clock."""
+
+from __future__ import annotations
+
+from operators.engine.queues import DelayQueue
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_keys_come_out_when_due_in_order() -> None:
+    clock = Clock()
+    queue: DelayQueue[str] = DelayQueue(clock)
+    queue.schedule("b", 2)
+    queue.schedule("a", 1)
+    queue.schedule("c", 3)
+    assert queue.pop_due(10) == []
+    assert queue.next_delay() == 1
+    clock.now += 2.5
+    assert queue.pop_due(10) == ["a", "b"]
+    assert len(queue) == 1
+
+
+def test_rescheduling_replaces_the_earlier_time() -> None:
+    clock = Clock()
+    queue: DelayQueue[str] = DelayQueue(clock)
+    queue.schedule("a", 1)
+    queue.schedule("a", 5)
+    clock.now += 2
+    assert queue.pop_due(10) == []
+    assert queue.next_delay() == 3
+    clock.now += 3
+    assert queue.pop_due(10) == ["a"]
+
+
+def test_cancelled_keys_never_come_out() -> None:
+    clock = Clock()
+    queue: DelayQueue[str] = DelayQueue(clock)
+    queue.schedule("a", 0)
+    queue.cancel("a")
+    assert "a" not in queue
+    assert queue.pop_due(10) == []
+    assert queue.next_delay() is None
+
+
+def test_limit_bounds_a_batch() -> None:
+    clock = Clock()
+    queue: DelayQueue[int] = DelayQueue(clock)
+    for key in range(10):
+        queue.schedule(key, 0)
+    assert queue.pop_due(4) == [0, 1, 2, 3]
+    assert queue.pop_due(100) == [4, 5, 6, 7, 8, 9]

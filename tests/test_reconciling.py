@@ -1,0 +1,109 @@
+"""The FakeCluster planner and the statuses it reports: pure, no cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from operators.api.clusters import FakeCluster
+from operators.api.nodepools import FakeNodePool
+from operators.reconciling import clusters as planning
+from operators.reconciling.clusters import (
+    ConnectExternal,
+    Observed,
+    RemoveControlPlane,
+    StartControlPlane,
+    StartEngine,
+    StopEngine,
+    WriteKubeconfigSecret,
+)
+from operators.reconciling.nodepools import pool_status
+
+NOW = "2026-11-30T12:00:00Z"
+
+
+def cluster(**spec: Any) -> FakeCluster:
+    return FakeCluster.model_validate({
+        "metadata": {"name": "west", "namespace": "default", "generation": 3, "uid": "u"},
+        "spec": spec,
+    })
+
+
+def test_new_local_cluster_starts_everything_in_order() -> None:
+    assert planning.plan(cluster(), Observed()) == [
+        StartControlPlane(), WriteKubeconfigSecret("west-kubeconfig"), StartEngine()]
+
+
+def test_running_cluster_needs_nothing() -> None:
+    running = Observed(control_plane_running=True, secret_current=True, engine_running=True)
+    assert planning.plan(cluster(), running) == []
+
+
+def test_adoption_after_operator_restart_restarts_on_the_same_state() -> None:
+    """A fresh operator sees nothing running but a current Secret: restart, do not rewrite."""
+    assert planning.plan(cluster(), Observed(secret_current=True)) == [
+        StartControlPlane(), StartEngine()]
+
+
+def test_external_cluster_is_connected_not_started() -> None:
+    external = cluster(controlPlane={"backend": "external",
+                                     "kubeconfigSecretRef": {"name": "creds"}})
+    assert planning.plan(external, Observed()) == [
+        ConnectExternal("creds", "kubeconfig"), StartEngine()]
+
+
+def test_deletion_stops_the_engine_then_removes_the_control_plane() -> None:
+    assert planning.plan(cluster(), Observed(), deleting=True) == [
+        StopEngine(), RemoveControlPlane()]
+    external = cluster(controlPlane={"backend": "external",
+                                     "kubeconfigSecretRef": {"name": "creds"}})
+    assert planning.plan(external, Observed(), deleting=True) == [StopEngine()]
+
+
+def test_ready_status_has_kstatus_conditions() -> None:
+    observed = Observed(control_plane_running=True, secret_current=True, engine_running=True,
+                        endpoint="https://127.0.0.1:1", version="v1.36.3", nodes=5,
+                        ready_nodes=4)
+    status = planning.status(cluster(), observed, now=NOW, previous=None)
+    assert status.phase == "Ready"
+    assert status.kubeconfigSecret == "west-kubeconfig"
+    assert status.observedGeneration == 3
+    assert (status.nodes, status.readyNodes) == (5, 4)
+    kinds = {c.type: c.status for c in status.conditions}
+    assert kinds == {"Ready": "True", "Reconciling": "False", "Stalled": "False"}
+
+
+def test_unbuildable_version_is_stalled_with_the_reason() -> None:
+    observed = Observed(error="no Go toolchain", stalled=True)
+    status = planning.status(cluster(), observed, now=NOW, previous=None)
+    assert status.phase == "Failed"
+    stalled = next(c for c in status.conditions if c.type == "Stalled")
+    assert stalled.status == "True"
+    assert stalled.message == "no Go toolchain"
+
+
+def test_transition_time_is_kept_while_status_holds() -> None:
+    ready = Observed(control_plane_running=True, engine_running=True, secret_current=True)
+    first = planning.status(cluster(), ready, now="t1", previous=None)
+    second = planning.status(cluster(), ready, now="t2", previous=first)
+    assert second == first
+
+
+def pool(replicas: int) -> FakeNodePool:
+    return FakeNodePool.model_validate({
+        "metadata": {"name": "cpu", "namespace": "default", "generation": 2},
+        "spec": {"clusterRef": "west", "replicas": replicas},
+    })
+
+
+def test_pool_status_ready_only_when_all_desired_nodes_are_ready() -> None:
+    scaling = pool_status(pool(5), 5, 3, cluster_running=True, now=NOW)
+    assert scaling.selector == "fakefleet.dev/pool=cpu"
+    assert next(c for c in scaling.conditions if c.type == "Ready").status == "False"
+    done = pool_status(pool(5), 5, 5, cluster_running=True, now=NOW)
+    assert next(c for c in done.conditions if c.type == "Ready").status == "True"
+    assert done.observedGeneration == 2
+
+
+def test_pool_status_waits_for_its_cluster() -> None:
+    waiting = pool_status(pool(1), 0, 0, cluster_running=False, now=NOW)
+    assert waiting.conditions[0].reason == "ClusterNotReady"
