@@ -80,9 +80,15 @@ def openapi_schema(model: type[CustomResource]) -> dict[str, Any]:
             "spec": structural(properties["spec"], defs),
             "status": without_defaults(structural(properties["status"], defs)),
         },
-        "required": ["spec"],
     }
-    schema["properties"]["spec"].pop("default", None)
+    spec = schema["properties"]["spec"]
+    spec.pop("default", None)
+    spec_model = model.model_fields["spec"]
+    if spec_model.is_required():
+        schema["required"] = ["spec"]
+    else:  # every field has a default: `metadata: {name: x}` alone is a valid object
+        spec["default"] = spec_model.get_default(call_default_factory=True).model_dump(
+            mode="json", exclude_none=True)
     return schema
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -16,6 +16,7 @@ from operators.api.base import (
     ResourceInfo,
     immutable,
 )
+from operators.api.durations import DURATION_PATTERN
 from operators.api.gpus import GPUPresetName
 
 MAX_REPLICAS = 100_000
@@ -84,6 +85,30 @@ class TopologySpec(Model):
     """Racks per zone to spread nodes over (label fakefleet.dev/rack; 0: no rack label)."""
 
 
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
+
+
+class PodBehaviour(Model):
+    """How pods on the pool's nodes live, unless their annotations say otherwise
+    (fakefleet.dev/start-delay, fakefleet.dev/run-time, fakefleet.dev/exit-code,
+    fakefleet.dev/seed)."""
+
+    startDelay: Duration = "0s"
+    """Time from binding to Running (containers started)."""
+    startJitter: Duration = "0s"
+    """Up to this much is added to startDelay, drawn per pod."""
+    initDelay: Duration = "0s"
+    """Time each init container takes to complete."""
+    jobRunTime: Duration = "10s"
+    """How long a Job's pod runs before it completes with exit code 0."""
+    jobRunJitter: Duration = "0s"
+    """Up to this much is added to jobRunTime, drawn per pod."""
+    terminationGracePeriodCap: Duration = "1s"
+    """A deleted pod is finalised after its grace period, but never later than this."""
+    seed: int = Field(default=0, ge=0)
+    """Seed of the per-pod draws; the same seed and pod name give the same timings."""
+
+
 class FakeNodePoolSpec(Model):
     """Desired state of a FakeNodePool."""
 
@@ -105,6 +130,10 @@ class FakeNodePoolSpec(Model):
     """Spread over zones and racks."""
     leaseDurationSeconds: int = Field(default=40, ge=10, le=3600)
     """Node lease duration; leases are renewed every quarter of it, as the kubelet does."""
+    pods: PodBehaviour = Field(
+        default_factory=PodBehaviour,
+        json_schema_extra={"default": PodBehaviour().model_dump(mode="json")})
+    """Default timing of the pods that run on the pool's nodes."""
 
 
 class FakeNodePoolStatus(Model):

@@ -51,7 +51,7 @@ def node_ip(slot: int) -> str:
 
 def template_hash(spec: FakeNodePoolSpec) -> str:
     """Changes whenever what a node looks like changes (not on a replica count change)."""
-    shape = spec.model_dump(mode="json", exclude={"replicas", "clusterRef"})
+    shape = spec.model_dump(mode="json", exclude={"replicas", "clusterRef", "pods"})
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 

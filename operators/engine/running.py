@@ -24,9 +24,12 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from operators.api.durations import parse_duration
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.engine import nodes
+from operators.engine.lifecycle import PodLifecycle
 from operators.engine.queues import DelayQueue
+from operators.engine.stages import Timing
 from operators.k8s.client import Client
 from operators.k8s.errors import Conflict, K8sError, NotFound
 
@@ -38,6 +41,19 @@ NODES = "/api/v1/nodes"
 RENEW_FRACTION = 0.25  # the kubelet renews its lease every quarter of its duration
 STATUS_REPORT_INTERVAL = 300.0  # the kubelet's nodeStatusReportFrequency with leases
 RETRY_DELAY = 1.0
+
+
+def pod_timing(spec: FakeNodePoolSpec) -> Timing:
+    """The pool's pod timing, in seconds."""
+    behaviour = spec.pods
+    return Timing(
+        start_delay=parse_duration(behaviour.startDelay),
+        start_jitter=parse_duration(behaviour.startJitter),
+        init_delay=parse_duration(behaviour.initDelay),
+        job_run_time=parse_duration(behaviour.jobRunTime),
+        job_run_jitter=parse_duration(behaviour.jobRunJitter),
+        grace_cap=parse_duration(behaviour.terminationGracePeriodCap),
+    )
 
 
 def micro_time(now: float) -> str:
@@ -71,6 +87,7 @@ class PoolCounts:
 @dataclasses.dataclass(frozen=True)
 class EngineSettings:
     concurrency: int = 32
+    pod_concurrency: int = 64
     resync_interval: float = 30.0
     status_interval: float = STATUS_REPORT_INTERVAL
     heartbeat_batch: int = 256
@@ -94,6 +111,7 @@ class ClusterEngine:
         self._clock = clock
         self._rng = rng or random.Random()
         self._pools: dict[str, FakeNodePoolSpec] = {}
+        self._timings: dict[str, Timing] = {}
         self._nodes: dict[str, NodeState] = {}
         self._slots_used: set[int] = set()
         self._slot_hint = 0  # no free slot below it
@@ -103,16 +121,20 @@ class ClusterEngine:
         self._gate = asyncio.Semaphore(self.settings.concurrency)
         self.kubelet_version = ""
         self.synced = asyncio.Event()
+        self.pods = PodLifecycle(cluster, client, self, clock=clock,
+                                 concurrency=self.settings.pod_concurrency)
 
     # -- desired state, from the operator -------------------------------------------------
 
     def set_pool(self, pool: str, spec: FakeNodePoolSpec) -> None:
         if self._pools.get(pool) != spec:
             self._pools[pool] = spec
+            self._timings[pool] = pod_timing(spec)
             self._dirty.set()
 
     def remove_pool(self, pool: str) -> None:
         if self._pools.pop(pool, None) is not None:
+            self._timings.pop(pool, None)
             self._dirty.set()
 
     def counts(self, pool: str) -> PoolCounts:
@@ -138,6 +160,28 @@ class ClusterEngine:
         async with asyncio.TaskGroup() as group:
             group.create_task(self._reconcile_loop(), name=f"engine:{self.cluster}:reconcile")
             group.create_task(self._heartbeat_loop(), name=f"engine:{self.cluster}:heartbeat")
+            group.create_task(self._pod_loop(), name=f"engine:{self.cluster}:pods")
+
+    async def _pod_loop(self) -> None:
+        await self.synced.wait()  # pods are matched to nodes the engine already knows
+        await self.pods.run()
+
+    # -- what the pod half asks of the nodes ------------------------------------------------
+
+    def node_slot(self, node: str) -> int | None:
+        state = self._nodes.get(node)
+        return state.slot if state is not None else None
+
+    def node_ip(self, node: str) -> str:
+        state = self._nodes.get(node)
+        return nodes.node_ip(state.slot) if state is not None else ""
+
+    def pod_timing(self, node: str) -> tuple[Timing, int]:
+        state = self._nodes.get(node)
+        spec = self._pools.get(state.pool) if state is not None else None
+        if spec is None or state is None:
+            return Timing(), 0
+        return self._timings[state.pool], spec.pods.seed
 
     async def _reconcile_loop(self) -> None:
         while True:
