@@ -68,7 +68,7 @@ def rfc3339(now: float) -> str:
 class NodeState:
     """What the engine remembers of one node: a few words, not the object."""
 
-    __slots__ = ("lease_duration", "pool", "ready", "slot", "uid")
+    __slots__ = ("lease_duration", "leased", "pool", "ready", "slot", "uid")
 
     def __init__(self, pool: str, slot: int, uid: str, lease_duration: int) -> None:
         self.pool = pool
@@ -76,6 +76,7 @@ class NodeState:
         self.uid = uid
         self.lease_duration = lease_duration
         self.ready = False
+        self.leased = True  # False: the node is new, its Lease does not exist yet
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,6 +250,7 @@ class ClusterEngine:
             raise
         state = NodeState(pool, slot, created["metadata"]["uid"], spec.leaseDurationSeconds)
         state.ready = True  # created with a Ready condition; its lease follows at once
+        state.leased = False
         self._remember(name, state)
         self._schedule(("lease", name), 0.0)
         self._schedule(("status", name), self.settings.status_interval,
@@ -300,9 +302,14 @@ class ClusterEngine:
     async def _renew_lease(self, name: str, state: NodeState) -> None:
         """Renew (or create) the node's Lease, then schedule the next renewal."""
         now = micro_time(self._clock())
-        try:
-            await self.client.patch(f"{LEASES}/{name}", {"spec": {"renewTime": now}})
-        except NotFound:
+        renewed = False
+        if state.leased:  # a new node's Lease is created straight away, no PATCH to fail first
+            try:
+                await self.client.patch(f"{LEASES}/{name}", {"spec": {"renewTime": now}})
+                renewed = True
+            except NotFound:
+                pass
+        if not renewed:
             lease = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
@@ -316,6 +323,7 @@ class ClusterEngine:
             }
             with contextlib.suppress(Conflict):
                 await self.client.create(LEASES, lease)
+            state.leased = True
         interval = state.lease_duration * RENEW_FRACTION
         # +-4% jitter keeps renewals from bunching up again over time.
         self._schedule(("lease", name), interval * self._rng.uniform(0.96, 1.04))

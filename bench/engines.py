@@ -1,0 +1,478 @@
+"""The engine benchmark, modelled on KWOK's own CI benchmark (test/e2e/benchmark.go), run side by
+side on the same machine against the same kind of control plane:
+
+    python -m bench.engines [--nodes 5000] [--pods 10000] [--engines fakefleet,kwok,ceiling]
+
+Phases, each timed until every object reached its state:
+1. nodes: 5000 nodes Ready (fakefleet's engine creates its pool's nodes itself; for KWOK and the
+   ceiling the harness creates them, as KWOK's benchmark does);
+2. pods: 10000 pods created bound to the nodes (``spec.nodeName``, round-robin), all Running;
+3. delete: those pods deleted (default grace period), all gone;
+4. and 5., the scheduler variant: Deployments totalling the same pods, scheduled by the real
+   kube-scheduler, all Running; then the Deployments deleted, all pods gone.
+
+Engines: ``fakefleet`` (``python -m operators.engine``), ``kwok`` (KWOK's controller at v0.8.0
+with its fast stages and leases, as kwokctl runs it) and ``ceiling`` (no engine: the harness
+itself writes the end states as fast as the API server takes them: nodes created Ready, pod
+status patched Running, pods deleted with grace 0). Every engine gets a fresh control plane
+(etcd, kube-apiserver, kube-scheduler, kube-controller-manager) with the load profile (request
+limits lifted, as KWOK's ``--disable-qps-limits``).
+
+The table gives seconds and objects/s per phase, the engine's peak RSS and CPU seconds, and the
+ratios fakefleet/KWOK and fakefleet/ceiling (> 1 means fakefleet is faster). Results also go to
+``bench/results/engines-<time>.json`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench import kwok
+from operators.controlplane import binaries as binaries_
+from operators.controlplane.components import Profile
+from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
+from operators.engine.running import micro_time
+from operators.engine.watching import list_and_watch
+from operators.k8s.client import Client
+from operators.k8s.config import load_kubeconfig
+from operators.k8s.errors import Conflict, NotFound
+
+RESULTS = Path(__file__).parent / "results"
+ENGINES = ("fakefleet", "kwok", "ceiling")
+NAMESPACE = "default"
+POOL = "bench"
+CONCURRENCY = 64
+PHASE_TIMEOUT = 600.0
+
+
+@dataclasses.dataclass
+class Phase:
+    name: str
+    objects: int
+    seconds: float | None = None  # None: did not complete in time
+
+    @property
+    def rate(self) -> float | None:
+        return self.objects / self.seconds if self.seconds else None
+
+
+@dataclasses.dataclass
+class EngineRun:
+    engine: str
+    phases: list[Phase] = dataclasses.field(default_factory=list)
+    peak_rss_mib: float | None = None
+    cpu_seconds: float | None = None
+    error: str = ""
+
+
+class Tally:
+    """Counts objects of one kind by a predicate, from one list+watch (no polling lists)."""
+
+    def __init__(self, client: Client, path: str, params: dict[str, str],
+                 predicate: Callable[[Any], bool]) -> None:
+        self._client, self._path, self._params = client, path, params
+        self._predicate = predicate
+        self._states: dict[str, bool] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(list_and_watch(
+            self._client, self._path, self._params, on_list=self._relisted,
+            on_event=self._event))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    @property
+    def present(self) -> int:
+        return len(self._states)
+
+    @property
+    def matching(self) -> int:
+        return sum(self._states.values())
+
+    def _relisted(self, items: list[Any]) -> None:
+        self._states = {self._key(item): self._predicate(item) for item in items}
+        self._changed.set()
+
+    def _event(self, kind: str, obj: Any) -> None:
+        if kind == "DELETED":
+            self._states.pop(self._key(obj), None)
+        else:
+            self._states[self._key(obj)] = self._predicate(obj)
+        self._changed.set()
+
+    @staticmethod
+    def _key(obj: Any) -> str:
+        return f"{obj['metadata'].get('namespace', '')}/{obj['metadata']['name']}"
+
+    async def until(self, condition: Callable[[Tally], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not condition(self):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(remaining, 1.0))
+        return True
+
+
+def node_ready(node: Any) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or ())
+
+
+def pod_running(pod: Any) -> bool:
+    return bool((pod.get("status") or {}).get("phase") == "Running")
+
+
+async def bounded(calls: list[Callable[[], Awaitable[Any]]], limit: int = CONCURRENCY) -> None:
+    """Run the calls with at most ``limit`` in flight."""
+    queue = iter(calls)
+
+    async def worker() -> None:
+        for call in queue:
+            await call()
+
+    await asyncio.gather(*(worker() for _ in range(limit)))
+
+
+def node_body(name: str, *, ready: bool) -> dict[str, Any]:
+    """A node as KWOK's benchmark creates it; the ceiling creates it Ready at once."""
+    body: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "annotations": {kwok.NODE_ANNOTATION: "fake"},
+                     "labels": {"type": "kwok"}},
+        "spec": {"taints": [{"key": "kwok.x-k8s.io/node", "value": "fake",
+                             "effect": "NoSchedule"}]},
+    }
+    if ready:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        body["status"] = {
+            "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+            "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
+            "phase": "Running",
+        }
+    return body
+
+
+def pod_body(name: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "bench"}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "fake"}],
+                 "tolerations": [{"operator": "Exists"}]},
+    }
+
+
+def deployment_body(name: str, replicas: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name, "variant": "scheduled"}},
+                "spec": {"containers": [{"name": "c", "image": "fake"}],
+                         "tolerations": [{"operator": "Exists"}]},
+            },
+        },
+    }
+
+
+class Harness:
+    """Drives one engine through the phases against one fresh control plane."""
+
+    def __init__(self, engine: str, cluster: LocalCluster, workdir: Path, *, nodes: int,
+                 pods: int, scheduler: bool) -> None:
+        self.engine, self.cluster, self.workdir = engine, cluster, workdir
+        self.nodes, self.pods, self.scheduler = nodes, pods, scheduler
+        self.client = Client(load_kubeconfig(cluster.kubeconfig_path.read_text()),
+                             connections=CONCURRENCY)
+        self.process: asyncio.subprocess.Process | None = None
+        self.node_names: list[str] = []
+
+    async def run(self) -> EngineRun:
+        result = EngineRun(self.engine)
+        node_tally = Tally(self.client, "/api/v1/nodes", {}, node_ready)
+        pod_tally = Tally(self.client, "/api/v1/pods", {}, pod_running)
+        node_tally.start()
+        pod_tally.start()
+        try:
+            await self._service_account()
+            if self.engine == "kwok":
+                await self._start_kwok()
+            result.phases.append(await self._phase(
+                "nodes Ready", self.nodes, self._make_nodes,
+                lambda: node_tally.until(lambda t: t.matching >= self.nodes, PHASE_TIMEOUT)))
+            self.node_names = await self._ready_node_names()
+            result.phases.append(await self._phase(
+                "pods Running (bound)", self.pods, self._make_pods,
+                lambda: pod_tally.until(lambda t: t.matching >= self.pods, PHASE_TIMEOUT)))
+            result.phases.append(await self._phase(
+                "pods deleted (bound)", self.pods, self._delete_pods,
+                lambda: pod_tally.until(lambda t: t.present == 0, PHASE_TIMEOUT)))
+            if self.scheduler and self.engine != "ceiling":
+                result.phases.append(await self._phase(
+                    "pods Running (scheduled)", self.pods, self._make_deployments,
+                    lambda: pod_tally.until(lambda t: t.matching >= self.pods, PHASE_TIMEOUT)))
+                result.phases.append(await self._phase(
+                    "pods deleted (scheduled)", self.pods, self._delete_deployments,
+                    lambda: pod_tally.until(lambda t: t.present == 0, PHASE_TIMEOUT)))
+            result.peak_rss_mib, result.cpu_seconds = self._engine_usage()
+        finally:
+            await node_tally.stop()
+            await pod_tally.stop()
+            await self._stop_engine()
+            await self.client.close()
+        return result
+
+    async def _phase(self, name: str, objects: int, act: Callable[[], Awaitable[None]],
+                     done: Callable[[], Awaitable[bool]]) -> Phase:
+        started = time.monotonic()
+        waiting = asyncio.create_task(done())
+        await act()
+        completed = await waiting
+        return Phase(name, objects, time.monotonic() - started if completed else None)
+
+    async def _service_account(self) -> None:
+        """Pods need the namespace's default ServiceAccount, made by the controller-manager."""
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                await self.client.get(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default")
+                return
+            except NotFound:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
+    async def _start_kwok(self) -> None:
+        config = self.workdir / "kwok.yaml"
+        config.write_text(kwok.stage_config())
+        argv = kwok.kwok_argv(kwok.kwok_binary(), self.cluster.kubeconfig_path, config)
+        await self._spawn(argv)
+
+    async def _spawn(self, argv: list[str]) -> None:
+        log = (self.workdir / f"{self.engine}.log").open("wb")
+        self.process = await asyncio.create_subprocess_exec(
+            *argv, stdout=log, stderr=asyncio.subprocess.STDOUT)
+        log.close()
+
+    async def _make_nodes(self) -> None:
+        if self.engine == "fakefleet":
+            await self._spawn([
+                sys.executable, "-m", "operators.engine",
+                "--kubeconfig", str(self.cluster.kubeconfig_path),
+                "--pool", f"{POOL}={self.nodes}", "--grace-cap", "0s",
+                "--concurrency", str(CONCURRENCY)])
+            return
+        ready = self.engine == "ceiling"
+        names = [f"{POOL}-{index}" for index in range(self.nodes)]
+
+        async def create(name: str) -> None:
+            await self.client.create("/api/v1/nodes", node_body(name, ready=ready))
+            if ready:
+                lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                         "metadata": {"name": name, "namespace": "kube-node-lease"},
+                         "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
+                                  "renewTime": micro_time(time.time())}}
+                await self.client.create(
+                    "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", lease)
+
+        await bounded([lambda n=name: create(n) for name in names])
+
+    async def _ready_node_names(self) -> list[str]:
+        listed = await self.client.get("/api/v1/nodes")
+        return sorted(item["metadata"]["name"] for item in listed["items"] if node_ready(item))
+
+    async def _make_pods(self) -> None:
+        pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        nodes = self.node_names
+
+        async def create(index: int) -> None:
+            name = f"bench-{index}"
+            created = await self.client.create(pods_path, pod_body(name, nodes[index % len(nodes)]))
+            if self.engine == "ceiling":
+                await self.client.patch(f"{pods_path}/{name}/status", {"status": {
+                    "phase": "Running", "podIP": f"10.{index >> 16 & 255}.{index >> 8 & 255}."
+                    f"{index & 255}", "conditions": [{"type": "Ready", "status": "True"}],
+                    "containerStatuses": [{"name": "c", "image": "fake", "imageID": "",
+                                           "ready": True, "restartCount": 0,
+                                           "state": {"running": {"startedAt": created[
+                                               "metadata"]["creationTimestamp"]}}}]}})
+
+        await bounded([lambda i=index: create(i) for index in range(self.pods)])
+
+    async def _delete_pods(self) -> None:
+        pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+
+        async def delete(index: int) -> None:
+            path = f"{pods_path}/bench-{index}"
+            try:
+                await self.client.delete(path)
+                if self.engine == "ceiling":  # what the kubelet does once containers stop
+                    await self.client.delete(path, body={"gracePeriodSeconds": 0})
+            except NotFound:
+                pass
+
+        await bounded([lambda i=index: delete(i) for index in range(self.pods)])
+
+    def _deployments(self) -> list[tuple[str, int]]:
+        size = 1000
+        names = [(f"deploy-{i}", min(size, self.pods - i * size))
+                 for i in range((self.pods + size - 1) // size)]
+        return names
+
+    async def _make_deployments(self) -> None:
+        path = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
+        for name, replicas in self._deployments():
+            with contextlib.suppress(Conflict):
+                await self.client.create(path, deployment_body(name, replicas))
+
+    async def _delete_deployments(self) -> None:
+        path = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments"
+        for name, _ in self._deployments():
+            await self.client.delete(f"{path}/{name}",
+                                     body={"propagationPolicy": "Background"})
+
+    def _engine_usage(self) -> tuple[float | None, float | None]:
+        if self.process is None or self.process.returncode is not None:
+            return None, None
+        pid = self.process.pid
+        peak = None
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) / 1024
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return peak, (int(fields[11]) + int(fields[12])) / ticks
+
+    async def _stop_engine(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()
+            try:
+                await asyncio.wait_for(self.process.wait(), 15)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+
+
+async def run_engine(engine: str, binaries: binaries_.Binaries, workdir: Path, *, nodes: int,
+                     pods: int, scheduler: bool) -> EngineRun:
+    state = workdir / engine
+    state.mkdir(parents=True)
+    async with Substrate(state, binaries) as substrate:
+        cluster = await substrate.add_cluster("bench", ClusterOptions(profile=Profile.LOAD))
+        harness = Harness(engine, cluster, state, nodes=nodes, pods=pods, scheduler=scheduler)
+        return await harness.run()
+
+
+def ratio(ours: float | None, theirs: float | None) -> str:
+    return f"{theirs / ours:.2f}" if ours and theirs else "-"
+
+
+def report(runs: dict[str, EngineRun], console: Console, *, nodes: int, pods: int) -> None:
+    table = Table(title=f"engines side by side: {nodes} nodes, {pods} pods, "
+                        f"{os.cpu_count()} CPUs")
+    table.add_column("phase")
+    for engine in runs:
+        table.add_column(f"{engine} s", justify="right")
+        table.add_column(f"{engine} obj/s", justify="right")
+    if "fakefleet" in runs and "kwok" in runs:
+        table.add_column("fakefleet/kwok", justify="right")
+    if "fakefleet" in runs and "ceiling" in runs:
+        table.add_column("fakefleet/ceiling", justify="right")
+    names = [phase.name for phase in max(runs.values(), key=lambda r: len(r.phases)).phases]
+    for name in names:
+        row = [name]
+        found = {engine: next((p for p in run.phases if p.name == name), None)
+                 for engine, run in runs.items()}
+        for phase in found.values():
+            row.append(f"{phase.seconds:.1f}" if phase and phase.seconds else
+                       "timeout" if phase else "-")
+            row.append(f"{phase.rate:.0f}" if phase and phase.rate else "-")
+        ours = found.get("fakefleet")
+        for other in ("kwok", "ceiling"):
+            if "fakefleet" in runs and other in runs:
+                theirs = found.get(other)
+                row.append(ratio(ours.seconds if ours else None,
+                                 theirs.seconds if theirs else None))
+        table.add_row(*row)
+    for label, attribute in (("engine peak RSS (MiB)", "peak_rss_mib"),
+                             ("engine CPU (s)", "cpu_seconds")):
+        row = [label]
+        for run in runs.values():
+            value = getattr(run, attribute)
+            row += [f"{value:.0f}" if value is not None else "-", ""]
+        table.add_row(*row)
+    console.print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument("--engines", default=",".join(ENGINES),
+                        help="comma-separated subset of fakefleet,kwok,ceiling")
+    parser.add_argument("--no-scheduler", action="store_true",
+                        help="skip the Deployment (real scheduler) variant")
+    parser.add_argument("--output", type=Path, default=None, help="write the JSON here too")
+    args = parser.parse_args()
+    engines = [e for e in args.engines.split(",") if e]
+    unknown = set(engines) - set(ENGINES)
+    if unknown:
+        parser.error(f"--engines: unknown {sorted(unknown)}; choose from {', '.join(ENGINES)}")
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    binaries = binaries_.resolve()
+    if "kwok" in engines:
+        kwok.kwok_binary()  # build (or find) it before any timing starts
+    runs: dict[str, EngineRun] = {}
+    with tempfile.TemporaryDirectory(prefix="fakefleet-bench-") as workdir:
+        for engine in engines:
+            console.print(f"[bold]{engine}[/]: {args.nodes} nodes, {args.pods} pods ...")
+            runs[engine] = asyncio.run(run_engine(
+                engine, binaries, Path(workdir), nodes=args.nodes, pods=args.pods,
+                scheduler=not args.no_scheduler))
+    report(runs, console, nodes=args.nodes, pods=args.pods)
+    payload = {
+        "nodes": args.nodes, "pods": args.pods, "cpus": os.cpu_count(),
+        "kwokVersion": kwok.KWOK_VERSION, "kubernetesVersion": binaries.version,
+        "runs": {name: dataclasses.asdict(run) for name, run in runs.items()},
+    }
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"engines-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    for path in (out, args.output):
+        if path is not None:
+            path.write_text(json.dumps(payload, indent=2) + "\n")
+    console.print(f"results: {out}")
+    incomplete = [f"{name}: {p.name}" for name, run in runs.items() for p in run.phases
+                  if p.seconds is None]
+    if incomplete:
+        raise SystemExit(f"phases that did not complete: {', '.join(incomplete)}")
+
+
+if __name__ == "__main__":
+    main()
