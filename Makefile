@@ -49,10 +49,12 @@ generate: $(STAMP)
 verify: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/verify-generated.sh
 
-## bench: control-plane figures (start-up, memory) and node-engine figures (1000 nodes)
+## bench: control-plane figures, the operator with 1000 nodes, and the engines side by side
+## with KWOK v0.8.0 and a raw ceiling at KWOK's benchmark size (5000 nodes, 10000 pods)
 bench: setup
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
+	$(BIN)/python -m bench.engines
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -45,11 +45,11 @@ from bench import kwok
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
 from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
-from operators.engine.running import micro_time
 from operators.engine.watching import list_and_watch
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig
 from operators.k8s.errors import Conflict, NotFound
+from operators.k8s.times import micro_time
 
 RESULTS = Path(__file__).parent / "results"
 ENGINES = ("fakefleet", "kwok", "ceiling")
@@ -209,15 +209,18 @@ class Harness:
                  pods: int, scheduler: bool) -> None:
         self.engine, self.cluster, self.workdir = engine, cluster, workdir
         self.nodes, self.pods, self.scheduler = nodes, pods, scheduler
-        self.client = Client(load_kubeconfig(cluster.kubeconfig_path.read_text()),
-                             connections=CONCURRENCY)
+        access = load_kubeconfig(cluster.kubeconfig_path.read_text())
+        # Writers and watchers apart: a long watch never holds a writer's connection, and a
+        # request queued behind 64 others under load is slow, not failed.
+        self.client = Client(access, connections=CONCURRENCY, timeout=300)
+        self.watcher = Client(access, connections=4)
         self.process: asyncio.subprocess.Process | None = None
         self.node_names: list[str] = []
 
     async def run(self) -> EngineRun:
         result = EngineRun(self.engine)
-        node_tally = Tally(self.client, "/api/v1/nodes", {}, node_ready)
-        pod_tally = Tally(self.client, "/api/v1/pods", {}, pod_running)
+        node_tally = Tally(self.watcher, "/api/v1/nodes", {}, node_ready)
+        pod_tally = Tally(self.watcher, "/api/v1/pods", {}, pod_running)
         node_tally.start()
         pod_tally.start()
         try:
@@ -247,6 +250,7 @@ class Harness:
             await pod_tally.stop()
             await self._stop_engine()
             await self.client.close()
+            await self.watcher.close()
         return result
 
     async def _phase(self, name: str, objects: int, act: Callable[[], Awaitable[None]],

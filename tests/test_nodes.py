@@ -110,5 +110,5 @@ def test_observe_reads_back_what_render_wrote() -> None:
     node = nodes.render_node("c", "cpu", wanted, 7, 300, now="t", kubelet_version="v")
     node["metadata"]["uid"] = "u"
     fact = nodes.observe(node)
-    assert fact == ObservedNode("cpu-7", "cpu", nodes.template_hash(wanted), 300)
+    assert fact == ObservedNode("cpu-7", "cpu", nodes.template_hash(wanted), 300, "u")
     assert nodes.observe({"metadata": {"name": "other", "labels": {}}}) is None

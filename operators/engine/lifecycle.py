@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 import random
 import time
@@ -30,16 +29,13 @@ from operators.engine.stages import Phase, Stage, Step, Timing
 from operators.engine.watching import list_and_watch
 from operators.k8s.client import Client
 from operators.k8s.errors import Conflict, K8sError, NotFound
+from operators.k8s.times import parse, rfc3339
 
 logger = logging.getLogger(__name__)
 
 PODS = "/api/v1/pods"
 BOUND = {"fieldSelector": "spec.nodeName!="}
 RETRY_DELAY = 1.0
-
-
-def rfc3339(now: float) -> str:
-    return datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class NodeDirectory(Protocol):
@@ -168,7 +164,7 @@ class PodLifecycle:
         rng = random.Random(f"{seed}:{facts.seed or facts.namespace + '/' + facts.name}")
         wait = stages.delay(stage, facts, timing, rng)
         if stage.step is Step.EXIT and facts.started_at:
-            wait -= max(0.0, self._clock() - _seconds(facts.started_at))  # adopted mid-run
+            wait -= max(0.0, self._clock() - parse(facts.started_at))  # adopted mid-run
         self._schedule(facts, stage, max(0.0, wait))
 
     def _schedule(self, facts: PodFacts, stage: Stage | None, wait: float) -> None:
@@ -251,7 +247,3 @@ class PodLifecycle:
 
 #: Marker stage: re-render and send the status if it changed (readiness gates), no step.
 _REFRESH = Stage("refresh", frozenset(), frozenset(), stages.Timer.NONE, Step.START)
-
-
-def _seconds(stamp: str) -> float:
-    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

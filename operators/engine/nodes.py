@@ -175,6 +175,7 @@ class ObservedNode:
     pool: str
     template_hash: str
     slot: int | None
+    uid: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,4 +239,5 @@ def observe(node: Mapping[str, Any]) -> ObservedNode | None:
     return ObservedNode(
         name=metadata["name"], pool=pool,
         template_hash=(metadata.get("annotations") or {}).get(TEMPLATE_HASH, ""), slot=slot,
+        uid=metadata.get("uid", ""),
     )

@@ -7,9 +7,11 @@ connection pool, and a node's status is rewritten rarely: liveness travels throu
 renewed every quarter of the lease duration as the kubelet does, with renewals spread so that
 they do not all land at once.
 
-Two loops run per engine: *reconcile* (on a pool change or every ``resync`` seconds: list our
-nodes, :func:`~operators.engine.nodes.plan`, apply) and *heartbeat* (renew due leases, refresh
-due node statuses).
+Per engine: one *watch* of its nodes (the observed state, never re-listed while the watch
+holds), *reconcile* (on a pool change, a node deleted by someone else, or every ``resync``
+seconds: :func:`~operators.engine.nodes.plan` against the watched nodes, apply), *heartbeat*
+(renew due leases, refresh due node statuses) and the pod half
+(:mod:`~operators.engine.lifecycle`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime
 import logging
 import random
 import time
@@ -30,8 +31,10 @@ from operators.engine import nodes
 from operators.engine.lifecycle import PodLifecycle
 from operators.engine.queues import DelayQueue
 from operators.engine.stages import Timing
+from operators.engine.watching import list_and_watch
 from operators.k8s.client import Client
 from operators.k8s.errors import Conflict, K8sError, NotFound
+from operators.k8s.times import micro_time, rfc3339
 
 logger = logging.getLogger(__name__)
 
@@ -54,15 +57,6 @@ def pod_timing(spec: FakeNodePoolSpec) -> Timing:
         job_run_jitter=parse_duration(behaviour.jobRunJitter),
         grace_cap=parse_duration(behaviour.terminationGracePeriodCap),
     )
-
-
-def micro_time(now: float) -> str:
-    moment = datetime.datetime.fromtimestamp(now, datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def rfc3339(now: float) -> str:
-    return datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class NodeState:
@@ -116,6 +110,8 @@ class ClusterEngine:
         self._nodes: dict[str, NodeState] = {}
         self._slots_used: set[int] = set()
         self._slot_hint = 0  # no free slot below it
+        self._observed: dict[str, nodes.ObservedNode] = {}  # from the node watch
+        self._listed = asyncio.Event()
         self._timers: DelayQueue[tuple[str, str]] = DelayQueue(clock)
         self._dirty = asyncio.Event()
         self._timers_changed = asyncio.Event()
@@ -159,6 +155,7 @@ class ClusterEngine:
         self.kubelet_version = str(version.get("gitVersion", ""))
         self._dirty.set()
         async with asyncio.TaskGroup() as group:
+            group.create_task(self._watch_nodes(), name=f"engine:{self.cluster}:nodes")
             group.create_task(self._reconcile_loop(), name=f"engine:{self.cluster}:reconcile")
             group.create_task(self._heartbeat_loop(), name=f"engine:{self.cluster}:heartbeat")
             group.create_task(self._pod_loop(), name=f"engine:{self.cluster}:pods")
@@ -184,7 +181,46 @@ class ClusterEngine:
             return Timing(), 0
         return self._timings[state.pool], spec.pods.seed
 
+    async def _watch_nodes(self) -> None:
+        await list_and_watch(self.client, NODES, {"labelSelector": nodes.MANAGED_SELECTOR},
+                             on_list=self._nodes_listed, on_event=self._node_changed)
+
+    def _nodes_listed(self, items: list[Any]) -> None:
+        self._observed = {fact.name: fact for item in items if (fact := nodes.observe(item))}
+        for name in [name for name in self._nodes if name not in self._observed]:
+            self._forget(name)  # deleted while we were not watching
+        for fact in self._observed.values():
+            self._adopt(fact)
+        self._listed.set()
+        self._dirty.set()
+
+    def _node_changed(self, kind: str, node: Any) -> None:
+        fact = nodes.observe(node)
+        if fact is None:
+            return
+        if kind == "DELETED":
+            self._observed.pop(fact.name, None)
+            if fact.name in self._nodes and fact.uid == self._nodes[fact.name].uid:
+                self._forget(fact.name)
+                self._dirty.set()  # deleted by someone else: recreate it if still wanted
+            return
+        self._observed[fact.name] = fact
+        self._adopt(fact)
+
+    def _adopt(self, fact: nodes.ObservedNode) -> None:
+        """Take over a node of ours that the engine does not know (after a restart)."""
+        if fact.name in self._nodes or fact.slot is None or fact.slot in self._slots_used:
+            return
+        spec = self._pools.get(fact.pool)
+        duration = spec.leaseDurationSeconds if spec else 40
+        state = NodeState(fact.pool, fact.slot, fact.uid, duration)
+        state.ready = True
+        self._remember(fact.name, state)
+        self._schedule(("lease", fact.name), 0.0, spread=duration * RENEW_FRACTION)
+        self._schedule(("status", fact.name), 0.0, spread=self.settings.status_interval)
+
     async def _reconcile_loop(self) -> None:
+        await self._listed.wait()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._dirty.wait(), self.settings.resync_interval)
@@ -198,31 +234,12 @@ class ClusterEngine:
                 self._dirty.set()
 
     async def reconcile(self) -> None:
-        """List our nodes, plan, apply. Idempotent; safe to run at any time."""
-        listed = await self.client.get(NODES, {"labelSelector": nodes.MANAGED_SELECTOR})
-        observed = [fact for item in listed["items"] if (fact := nodes.observe(item))]
-        self._adopt(observed, listed["items"])
-        actions = nodes.plan(self._pools, observed)
+        """Plan from the watched nodes and apply. Idempotent; safe to run at any time."""
+        actions = nodes.plan(self._pools, list(self._observed.values()))
         deletions = [a for a in actions if isinstance(a, nodes.Delete)]
         others = [a for a in actions if not isinstance(a, nodes.Delete)]
         await self._gather(self._delete(a.name) for a in deletions)
         await self._gather(self._apply(a) for a in others)
-
-    def _adopt(self, observed: list[nodes.ObservedNode], items: list[dict[str, Any]]) -> None:
-        """Bring the registry in line with what the API server has (after restarts, deletes)."""
-        uids = {item["metadata"]["name"]: item["metadata"].get("uid", "") for item in items}
-        present = {fact.name for fact in observed}
-        for name in [name for name in self._nodes if name not in present]:
-            self._forget(name)
-        for fact in observed:
-            if fact.name in self._nodes or fact.slot is None or fact.slot in self._slots_used:
-                continue
-            spec = self._pools.get(fact.pool)
-            duration = spec.leaseDurationSeconds if spec else 40
-            self._remember(fact.name, NodeState(fact.pool, fact.slot, uids[fact.name], duration))
-            self._nodes[fact.name].ready = True
-            self._schedule(("lease", fact.name), 0.0, spread=duration * RENEW_FRACTION)
-            self._schedule(("status", fact.name), 0.0, spread=self.settings.status_interval)
 
     async def _apply(self, action: nodes.Action) -> None:
         if isinstance(action, nodes.Create):
@@ -248,6 +265,9 @@ class ClusterEngine:
         except BaseException:
             self._slots_used.discard(slot)
             raise
+        fact = nodes.observe(created)
+        if fact is not None:  # before the watch reports it: the next plan must not recreate it
+            self._observed[name] = fact
         state = NodeState(pool, slot, created["metadata"]["uid"], spec.leaseDurationSeconds)
         state.ready = True  # created with a Ready condition; its lease follows at once
         state.leased = False
@@ -262,11 +282,16 @@ class ClusterEngine:
             return
         name = nodes.node_name(pool, index)
         meta, status = nodes.reshape_patches(self.cluster, pool, spec, index)
+        known = self._observed.get(name)
+        if known is not None:
+            self._observed[name] = dataclasses.replace(known,
+                                                       template_hash=nodes.template_hash(spec))
         await self._ignore_missing(self.client.patch(f"{NODES}/{name}", meta))
         await self._ignore_missing(self.client.patch(f"{NODES}/{name}/status", status))
 
     async def _delete(self, name: str) -> None:
         self._forget(name)
+        self._observed.pop(name, None)
         await self._ignore_missing(self.client.delete(f"{NODES}/{name}"))
         await self._ignore_missing(self.client.delete(f"{LEASES}/{name}"))
 

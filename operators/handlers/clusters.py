@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import datetime
 import logging
 from typing import Any
 
@@ -26,16 +25,13 @@ from operators.k8s.applying import apply
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess, load_kubeconfig
 from operators.k8s.errors import K8sError, NotFound
+from operators.k8s.times import rfc3339
 from operators.reconciling import clusters as planning
 
 logger = logging.getLogger(__name__)
 
 CLUSTERS = "/apis/fakefleet.dev/v1alpha1/namespaces/{namespace}/fakeclusters/{name}"
 SECRETS = "/api/v1/namespaces/{namespace}/secrets"
-
-
-def now_rfc3339() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -137,7 +133,7 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
 
 async def report(runtime: Runtime, cluster: FakeCluster, observed: planning.Observed) -> None:
     """Patch the status subresource, unless nothing changed."""
-    status = planning.status(cluster, observed, now=now_rfc3339(), previous=cluster.status)
+    status = planning.status(cluster, observed, now=rfc3339(), previous=cluster.status)
     if status == cluster.status:
         return
     path = CLUSTERS.format(namespace=cluster.metadata["namespace"],

@@ -16,9 +16,9 @@ from typing import Any
 import kopf
 
 from operators.api.nodepools import FakeNodePool
-from operators.handlers.clusters import now_rfc3339
 from operators.handlers.runtime import Runtime
 from operators.k8s.errors import NotFound
+from operators.k8s.times import rfc3339
 from operators.reconciling.clusters import cluster_key
 from operators.reconciling.nodepools import pool_status
 
@@ -75,7 +75,7 @@ async def report(runtime: Runtime, pool: FakeNodePool) -> None:
         return  # a (re)started engine knows no nodes until its first listing: no false zeros
     counts = engine.counts(pool.metadata["name"]) if engine else None
     status = pool_status(pool, counts.replicas if counts else 0, counts.ready if counts else 0,
-                         cluster_running=engine is not None, now=now_rfc3339())
+                         cluster_running=engine is not None, now=rfc3339())
     if status == pool.status:
         return
     path = POOLS.format(namespace=pool.metadata["namespace"], name=pool.metadata["name"])

@@ -9,10 +9,10 @@ The kopf handlers (:mod:`operators.handlers.clusters`) observe, call these, and 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Literal
 
-from operators.api.base import Condition
 from operators.api.clusters import FakeCluster, FakeClusterStatus
+from operators.reconciling.conditions import condition
 
 Phase = Literal["Pending", "Provisioning", "Ready", "Failed", "Terminating"]
 
@@ -122,12 +122,16 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
                            observed.error)
     else:
         reason, message = "Provisioning", "starting the control plane and the engine"
+    earlier = previous.conditions if previous else []
     conditions = [
-        _condition("Ready", ready, reason, message, generation, now, previous),
-        _condition("Reconciling", not ready and not observed.stalled, reason,
-                   "" if ready else message, generation, now, previous),
-        _condition("Stalled", observed.stalled, reason if observed.stalled else "",
-                   observed.error if observed.stalled else "", generation, now, previous),
+        condition("Ready", ready, reason=reason, message=message, generation=generation,
+                  now=now, previous=earlier),
+        condition("Reconciling", not ready and not observed.stalled, reason=reason,
+                  message="" if ready else message, generation=generation, now=now,
+                  previous=earlier),
+        condition("Stalled", observed.stalled, reason=reason if observed.stalled else "",
+                  message=observed.error if observed.stalled else "", generation=generation,
+                  now=now, previous=earlier),
     ]
     local = cluster.spec.controlPlane.backend == "local"
     ref = cluster.spec.controlPlane.kubeconfigSecretRef
@@ -147,14 +151,3 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
 def _name(cluster: FakeCluster) -> str:
     name: str = cluster.metadata["name"]
     return name
-
-
-def _condition(kind: str, holds: bool, reason: str, message: str, generation: int, now: str,
-               previous: Any) -> Condition:
-    status: Literal["True", "False"] = "True" if holds else "False"
-    transition = now
-    for old in (previous.conditions if previous else []):
-        if old.type == kind and old.status == status:
-            transition = old.lastTransitionTime or now
-    return Condition(type=kind, status=status, reason=reason, message=message,
-                     lastTransitionTime=transition, observedGeneration=generation)

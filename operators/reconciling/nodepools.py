@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import functools
 
-from operators.api.base import Condition
 from operators.api.nodepools import FakeNodePool, FakeNodePoolStatus, pool_selector
+from operators.reconciling.conditions import condition
 
 
 def pool_status(pool: FakeNodePool, replicas: int, ready: int, *, cluster_running: bool,
@@ -21,19 +21,13 @@ def pool_status(pool: FakeNodePool, replicas: int, ready: int, *, cluster_runnin
         reason, message = "NodesReady", f"{ready}/{desired} nodes Ready"
     else:
         reason, message = "Scaling", f"{ready}/{desired} nodes Ready ({replicas} exist)"
-    previous = {c.type: c for c in (pool.status.conditions if pool.status else [])}
-
-    def condition(kind: str, holds: bool) -> Condition:
-        old = previous.get(kind)
-        status: Literal["True", "False"] = "True" if holds else "False"
-        transition = old.lastTransitionTime if old and old.status == status else now
-        return Condition(type=kind, status=status, reason=reason, message=message,
-                         lastTransitionTime=transition, observedGeneration=generation)
-
+    described = functools.partial(
+        condition, reason=reason, message=message, generation=generation, now=now,
+        previous=pool.status.conditions if pool.status else [])
     return FakeNodePoolStatus(
         replicas=replicas, readyReplicas=ready,
         selector=pool_selector(pool.metadata["name"]),
         observedGeneration=generation,
-        conditions=[condition("Ready", settled), condition("Reconciling", not settled),
-                    condition("Stalled", False)],
+        conditions=[described("Ready", settled), described("Reconciling", not settled),
+                    described("Stalled", False)],
     )
