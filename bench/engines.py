@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -64,6 +65,8 @@ class Phase:
     name: str
     objects: int
     seconds: float | None = None  # None: did not complete in time
+    #: Mutating requests the API server served during the phase, by "VERB resource".
+    writes: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def rate(self) -> float | None:
@@ -255,11 +258,32 @@ class Harness:
 
     async def _phase(self, name: str, objects: int, act: Callable[[], Awaitable[None]],
                      done: Callable[[], Awaitable[bool]]) -> Phase:
+        before = await self._writes()
         started = time.monotonic()
         waiting = asyncio.create_task(done())
         await act()
         completed = await waiting
-        return Phase(name, objects, time.monotonic() - started if completed else None)
+        seconds = time.monotonic() - started if completed else None
+        after = await self._writes()
+        delta = {key: after[key] - before.get(key, 0) for key in sorted(after)
+                 if after[key] > before.get(key, 0)}
+        return Phase(name, objects, seconds, delta)
+
+    async def _writes(self) -> dict[str, int]:
+        """The API server's own count of mutating requests so far (apiserver_request_total)."""
+        counts: dict[str, int] = {}
+        for line in (await self.watcher.get_text("/metrics")).splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            if labels.get("verb") not in ("POST", "PUT", "PATCH", "DELETE"):
+                continue
+            resource = labels.get("resource", "")
+            if labels.get("subresource"):
+                resource += "/" + labels["subresource"]
+            key = f"{labels['verb']} {resource}"
+            counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return counts
 
     async def _service_account(self) -> None:
         """Pods need the namespace's default ServiceAccount, made by the controller-manager."""
@@ -433,6 +457,25 @@ def report(runs: dict[str, EngineRun], console: Console, *, nodes: int, pods: in
             row += [f"{value:.0f}" if value is not None else "-", ""]
         table.add_row(*row)
     console.print(table)
+    writes = Table(title="mutating API requests per object during each phase (all clients)")
+    writes.add_column("phase")
+    for engine in runs:
+        writes.add_column(engine, justify="right")
+    writes.add_column("largest share (fakefleet)" if "fakefleet" in runs else "")
+    for name in names:
+        row = [name]
+        for run in runs.values():
+            phase = next((p for p in run.phases if p.name == name), None)
+            row.append(f"{sum(phase.writes.values()) / phase.objects:.1f}" if phase else "-")
+        ours = next((p for p in runs["fakefleet"].phases if p.name == name), None) \
+            if "fakefleet" in runs else None
+        if ours and ours.writes:
+            top = sorted(ours.writes.items(), key=lambda item: -item[1])[:3]
+            row.append(", ".join(f"{key} {count}" for key, count in top))
+        else:
+            row.append("")
+        writes.add_row(*row)
+    console.print(writes)
 
 
 def main() -> None:

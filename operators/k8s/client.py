@@ -101,6 +101,17 @@ class Client:
     async def get(self, path: str, params: Params | None = None) -> Any:
         return await self.request("GET", path, params=params)
 
+    async def get_text(self, path: str) -> str:
+        """A non-JSON document, such as ``/metrics``."""
+        try:
+            async with self.session.get(self.server + path) as response:
+                text = await response.text()
+                if response.status >= 400:
+                    raise api_error(response.status, text, response.headers)
+                return text
+        except (aiohttp.ClientError, TimeoutError) as cause:
+            raise TransportError(f"GET {self.server}{path}: {cause!r}") from cause
+
     async def create(self, path: str, body: Any) -> Any:
         return await self.request("POST", path, body=body)
 
