@@ -39,7 +39,9 @@ def parse_pool(text: str, grace_cap: str) -> tuple[str, FakeNodePoolSpec]:
 
 async def serve(kubeconfig: Path, pools: list[tuple[str, FakeNodePoolSpec]],
                 settings: EngineSettings) -> None:
-    client = Client(load_kubeconfig(kubeconfig.read_text()), connections=settings.concurrency)
+    # Requests in flight plus the two long watches (nodes, pods).
+    client = Client(load_kubeconfig(kubeconfig.read_text()),
+                    connections=settings.pod_concurrency + 2)
     engine = ClusterEngine(kubeconfig.stem, client, settings=settings)
     for name, spec in pools:
         engine.set_pool(name, spec)
@@ -52,7 +54,7 @@ async def serve(kubeconfig: Path, pools: list[tuple[str, FakeNodePoolSpec]],
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    await client.close()
+    await engine.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,7 +50,7 @@ class EngineFleet:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         if engine is not None:
-            await engine.client.close()
+            await engine.close()
 
     async def stop_all(self) -> None:
         for cluster in list(self._engines):

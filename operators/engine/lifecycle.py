@@ -17,12 +17,13 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from operators.engine import pods as podfacts
 from operators.engine import stages
 from operators.engine.addresses import PodAddresses
+from operators.engine.dispatching import Dispatcher
 from operators.engine.pods import PodFacts, render_status
 from operators.engine.queues import DelayQueue
 from operators.engine.stages import Phase, Stage, Step, Timing
@@ -67,13 +68,11 @@ class PodLifecycle:
         self._nodes = nodes
         self._clock = clock
         self._stages = pod_stages
-        self._batch = batch
         self._pods: dict[str, PodFacts] = {}
         self._due: dict[str, Stage] = {}
         self._timers: DelayQueue[str] = DelayQueue(clock)
-        self._timers_changed = asyncio.Event()
-        self._slots = asyncio.Semaphore(concurrency)
-        self._inflight: set[asyncio.Task[None]] = set()
+        self._dispatcher = Dispatcher(self._timers, self._due_step, limit=concurrency,
+                                      batch=batch, name=f"engine {cluster}: pods")
         self.addresses = PodAddresses()
 
     def __len__(self) -> int:
@@ -86,14 +85,10 @@ class PodLifecycle:
         return counts
 
     async def run(self) -> None:
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(list_and_watch(self.client, PODS, BOUND, on_list=self._relisted,
-                                                 on_event=self._changed))
-                group.create_task(self._work())
-        finally:
-            for task in list(self._inflight):
-                task.cancel()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(list_and_watch(self.client, PODS, BOUND, on_list=self._relisted,
+                                             on_event=self._changed))
+            group.create_task(self._dispatcher.run())
 
     # -- events in ------------------------------------------------------------------------
 
@@ -173,7 +168,7 @@ class PodLifecycle:
         else:
             self._due[facts.uid] = stage
         self._timers.schedule(facts.uid, wait)
-        self._timers_changed.set()
+        self._dispatcher.wake()
 
     def _forget(self, uid: str) -> None:
         facts = self._pods.pop(uid, None)
@@ -184,30 +179,12 @@ class PodLifecycle:
 
     # -- steps out --------------------------------------------------------------------------
 
-    async def _work(self) -> None:
-        while True:
-            due = self._timers.pop_due(self._batch)
-            for uid in due:
-                stage = self._due.pop(uid, None)
-                facts = self._pods.get(uid)
-                if stage is None or facts is None:
-                    continue
-                await self._slots.acquire()  # back-pressure: at most `concurrency` in flight
-                task = asyncio.create_task(self._fire(facts, stage))
-                self._inflight.add(task)
-                task.add_done_callback(self._finished)
-            if due:
-                continue
-            wait = self._timers.next_delay()
-            self._timers_changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._timers_changed.wait(), wait)
-
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._inflight.discard(task)
-        self._slots.release()
-        if not task.cancelled() and task.exception() is not None:
-            logger.error("engine %s: pod step failed", self.cluster, exc_info=task.exception())
+    def _due_step(self, uid: str) -> Coroutine[Any, Any, None] | None:
+        stage = self._due.pop(uid, None)
+        facts = self._pods.get(uid)
+        if stage is None or facts is None:
+            return None
+        return self._fire(facts, stage)
 
     async def _fire(self, facts: PodFacts, stage: Stage) -> None:
         path = f"/api/v1/namespaces/{facts.namespace}/pods/{facts.name}"
@@ -218,7 +195,8 @@ class PodLifecycle:
             now = rfc3339(self._clock())
             if stage is not _REFRESH:  # a refresh is scheduled only when Ready really flips
                 stages.advance(facts, stage.step, now, allocate=self._allocate)
-            await self.client.patch(f"{path}/status", {"status": render_status(facts, now)})
+            await self.client.patch(f"{path}/status", {"status": render_status(facts, now)},
+                                    decode=False)
         except NotFound:
             self._forget(facts.uid)
             return
@@ -240,7 +218,7 @@ class PodLifecycle:
                    "preconditions": {"uid": facts.uid}}
         # NotFound: gone already; Conflict: replaced by a new pod of the same name.
         with contextlib.suppress(NotFound, Conflict):
-            await self.client.delete(path, body=options)
+            await self.client.delete(path, body=options, decode=False)
         # Finalizers may keep the object a while; its DELETED event makes us forget it.
         self._due.pop(facts.uid, None)
 

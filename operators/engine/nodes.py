@@ -93,11 +93,8 @@ def node_shape(cluster: str, pool: str, spec: FakeNodePoolSpec, index: int) -> d
             taints.append({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
     labels.update(spec.template.labels)
     labels[POOL_LABEL] = pool
-    annotations = {
-        "node.alpha.kubernetes.io/ttl": "0",
-        **spec.template.annotations,
-        TEMPLATE_HASH: template_hash(spec),
-    }
+    # No node.alpha.kubernetes.io/ttl: the controller-manager's TTL controller owns it.
+    annotations = {**spec.template.annotations, TEMPLATE_HASH: template_hash(spec)}
     return {"labels": labels, "annotations": annotations, "taints": taints,
             "capacity": capacity}
 

@@ -22,12 +22,13 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from operators.api.durations import parse_duration
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.engine import nodes
+from operators.engine.dispatching import Dispatcher
 from operators.engine.lifecycle import PodLifecycle
 from operators.engine.queues import DelayQueue
 from operators.engine.stages import Timing
@@ -83,6 +84,7 @@ class PoolCounts:
 class EngineSettings:
     concurrency: int = 32
     pod_concurrency: int = 64
+    heartbeat_connections: int = 16
     resync_interval: float = 30.0
     status_interval: float = STATUS_REPORT_INTERVAL
     heartbeat_batch: int = 256
@@ -114,7 +116,13 @@ class ClusterEngine:
         self._listed = asyncio.Event()
         self._timers: DelayQueue[tuple[str, str]] = DelayQueue(clock)
         self._dirty = asyncio.Event()
-        self._timers_changed = asyncio.Event()
+        # Heartbeats have connections of their own: pod churn must never delay a renewal
+        # past the node-monitor grace period.
+        self.heartbeat_client = client.clone(connections=self.settings.heartbeat_connections)
+        self._heartbeats = Dispatcher(self._timers, self._due_beat,
+                                      limit=self.settings.heartbeat_connections,
+                                      batch=self.settings.heartbeat_batch,
+                                      name=f"engine {cluster}: heartbeats")
         self._gate = asyncio.Semaphore(self.settings.concurrency)
         self.kubelet_version = ""
         self.synced = asyncio.Event()
@@ -148,6 +156,11 @@ class ClusterEngine:
         return (spec is not None and not self._dirty.is_set()
                 and counts.replicas == counts.ready == spec.replicas)
 
+    async def close(self) -> None:
+        """Release the engine's connections (after :meth:`run` was cancelled)."""
+        await self.client.close()
+        await self.heartbeat_client.close()
+
     # -- the loops --------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -157,7 +170,7 @@ class ClusterEngine:
         async with asyncio.TaskGroup() as group:
             group.create_task(self._watch_nodes(), name=f"engine:{self.cluster}:nodes")
             group.create_task(self._reconcile_loop(), name=f"engine:{self.cluster}:reconcile")
-            group.create_task(self._heartbeat_loop(), name=f"engine:{self.cluster}:heartbeat")
+            group.create_task(self._heartbeats.run(), name=f"engine:{self.cluster}:heartbeat")
             group.create_task(self._pod_loop(), name=f"engine:{self.cluster}:pods")
 
     async def _pod_loop(self) -> None:
@@ -295,17 +308,9 @@ class ClusterEngine:
         await self._ignore_missing(self.client.delete(f"{NODES}/{name}"))
         await self._ignore_missing(self.client.delete(f"{LEASES}/{name}"))
 
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            due = self._timers.pop_due(self.settings.heartbeat_batch)
-            if due:
-                await self._gather(self._beat(kind, name) for kind, name in due)
-                continue
-            delay = self._timers.next_delay()
-            self._timers_changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._timers_changed.wait(),
-                                       delay if delay is not None else None)
+    def _due_beat(self, key: tuple[str, str]) -> Coroutine[Any, Any, None] | None:
+        kind, name = key
+        return self._beat(kind, name) if name in self._nodes else None
 
     async def _beat(self, kind: str, name: str) -> None:
         state = self._nodes.get(name)
@@ -330,7 +335,8 @@ class ClusterEngine:
         renewed = False
         if state.leased:  # a new node's Lease is created straight away, no PATCH to fail first
             try:
-                await self.client.patch(f"{LEASES}/{name}", {"spec": {"renewTime": now}})
+                await self.heartbeat_client.patch(
+                    f"{LEASES}/{name}", {"spec": {"renewTime": now}}, decode=False)
                 renewed = True
             except NotFound:
                 pass
@@ -347,7 +353,7 @@ class ClusterEngine:
                          "renewTime": now},
             }
             with contextlib.suppress(Conflict):
-                await self.client.create(LEASES, lease)
+                await self.heartbeat_client.create(LEASES, lease)
             state.leased = True
         interval = state.lease_duration * RENEW_FRACTION
         # +-4% jitter keeps renewals from bunching up again over time.
@@ -355,16 +361,16 @@ class ClusterEngine:
 
     async def _report_status(self, name: str) -> None:
         now = rfc3339(self._clock())
-        await self.client.patch(
+        await self.heartbeat_client.patch(
             f"{NODES}/{name}/status", {"status": {"conditions": nodes.node_conditions(now)}},
-            content_type="application/strategic-merge-patch+json",
+            content_type="application/strategic-merge-patch+json", decode=False,
         )
 
     # -- bookkeeping ------------------------------------------------------------------------
 
     def _schedule(self, key: tuple[str, str], delay: float, *, spread: float = 0.0) -> None:
         self._timers.schedule(key, delay + (self._rng.uniform(0, spread) if spread else 0.0))
-        self._timers_changed.set()
+        self._heartbeats.wake()
 
     def _remember(self, name: str, state: NodeState) -> None:
         self._nodes[name] = state

@@ -46,6 +46,11 @@ class Client:
         if access.token:
             self._headers["Authorization"] = f"Bearer {access.token}"
 
+    def clone(self, *, connections: int) -> Client:
+        """Another client of the same server with a connection pool of its own."""
+        return Client(self._access, connections=connections, timeout=self._timeout.total or 30.0,
+                      max_throttle_retries=self._max_throttle_retries)
+
     async def __aenter__(self) -> Client:
         return self
 
@@ -77,8 +82,10 @@ class Client:
         params: Params | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        decode: bool = True,
     ) -> Any:
-        """Send one request; return the decoded JSON body (None for an empty one)."""
+        """Send one request; return the decoded JSON body (None for an empty one, or when
+        ``decode`` is off: hot-path writes need no copy of the object they wrote)."""
         data = None if body is None else json.dumps(body, separators=(",", ":"))
         headers = {"Content-Type": content_type} if data is not None else None
         for attempt in range(self._max_throttle_retries + 1):
@@ -86,6 +93,9 @@ class Client:
                 async with self.session.request(
                     method, self.server + path, params=params, data=data, headers=headers
                 ) as response:
+                    if response.status < 400 and not decode:
+                        await response.read()
+                        return None
                     text = await response.text()
                     if response.status < 400:
                         return json.loads(text) if text else None
@@ -118,11 +128,14 @@ class Client:
     async def replace(self, path: str, body: Any) -> Any:
         return await self.request("PUT", path, body=body)
 
-    async def patch(self, path: str, body: Any, *, content_type: str = MERGE_PATCH) -> Any:
-        return await self.request("PATCH", path, body=body, content_type=content_type)
+    async def patch(self, path: str, body: Any, *, content_type: str = MERGE_PATCH,
+                    decode: bool = True) -> Any:
+        return await self.request("PATCH", path, body=body, content_type=content_type,
+                                  decode=decode)
 
-    async def delete(self, path: str, *, params: Params | None = None, body: Any = None) -> Any:
-        return await self.request("DELETE", path, params=params, body=body)
+    async def delete(self, path: str, *, params: Params | None = None, body: Any = None,
+                     decode: bool = True) -> Any:
+        return await self.request("DELETE", path, params=params, body=body, decode=decode)
 
     async def watch(self, path: str, params: Params | None = None) -> AsyncIterator[Any]:
         """Stream watch events (dicts with ``type`` and ``object``) until the server ends it."""

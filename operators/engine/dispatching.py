@@ -1,0 +1,74 @@
+"""Due timers to requests: a bounded number in flight, no waiting for a whole batch to finish.
+
+When a slot frees, the next due key goes out at once; when all slots are busy, the loop waits
+(back-pressure: a slow or throttling API server slows the engine down, it does not pile up
+requests). Used by the heartbeats and by the pod lifecycle, each with its own slots, so pod
+churn never delays a Lease renewal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine, Hashable
+from typing import Any, Generic, TypeVar
+
+from operators.engine.queues import DelayQueue
+
+logger = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Dispatcher(Generic[K]):
+    """Fires the keys of one :class:`DelayQueue` as they come due."""
+
+    def __init__(
+        self,
+        timers: DelayQueue[K],
+        fire: Callable[[K], Coroutine[Any, Any, None] | None],
+        *,
+        limit: int,
+        batch: int = 512,
+        name: str,
+    ) -> None:
+        self._timers = timers
+        self._fire = fire
+        self._slots = asyncio.Semaphore(limit)
+        self._batch = batch
+        self._name = name
+        self._changed = asyncio.Event()
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    def wake(self) -> None:
+        """Tell the loop that the queue changed (a key may be due sooner than it waits)."""
+        self._changed.set()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                due = self._timers.pop_due(self._batch)
+                for key in due:
+                    call = self._fire(key)
+                    if call is None:
+                        continue
+                    await self._slots.acquire()
+                    task = asyncio.create_task(call)
+                    self._inflight.add(task)
+                    task.add_done_callback(self._finished)
+                if due:
+                    continue
+                wait = self._timers.next_delay()
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), wait)
+        finally:
+            for task in list(self._inflight):
+                task.cancel()
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        self._slots.release()
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("%s: a step failed", self._name, exc_info=task.exception())
