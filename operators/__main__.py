@@ -36,6 +36,7 @@ from operators.k8s.errors import K8sError
 logger = logging.getLogger("operators")
 
 READY_FILE = "operator.json"
+SHUTDOWN_GRACE = 10.0
 
 
 async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool) -> None:
@@ -59,9 +60,23 @@ async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool) -> Non
             resolve_binaries=lambda version: binaries_.resolve(version),
         )
         announce = asyncio.create_task(_announce_ready(state_dir, ready_flag))
-        await registry.run(runtime=runtime, kubeconfig=kubeconfig, stop_flag=stop_flag,
-                           ready_flag=ready_flag)
+        operator = asyncio.create_task(registry.run(
+            runtime=runtime, kubeconfig=kubeconfig, stop_flag=stop_flag, ready_flag=ready_flag))
+        stopping = asyncio.create_task(stop_flag.wait())
+        await asyncio.wait({operator, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
         announce.cancel()
+        if not operator.done():
+            # kopf stops gracefully, but retries against a host API server that may be going
+            # down with us (the daemon stops both): bound the wait, then cancel.
+            done, _ = await asyncio.wait({operator}, timeout=SHUTDOWN_GRACE)
+            if not done:
+                logger.warning("the operator did not stop within %.0fs; cancelling it",
+                               SHUTDOWN_GRACE)
+                operator.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await operator
+        operator.result()
     finally:
         (state_dir / READY_FILE).unlink(missing_ok=True)
         await substrate.stop()

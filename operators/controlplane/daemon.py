@@ -135,6 +135,7 @@ async def _start_operator(state_dir: Path, timeout: float) -> Supervised:
         "operator",
         [sys.executable, "-m", "operators", "--state-dir", str(state_dir), "--install-crds"],
         log_path=state_dir / "operator.log",
+        death_signal=signal.SIGTERM,  # it stops its members and engines, within a bound
     )
     await operator.start()
     deadline = time.monotonic() + timeout

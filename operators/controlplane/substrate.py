@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import json
 import shutil
+import signal
 import socket
 from pathlib import Path
 from types import TracebackType
@@ -221,7 +222,9 @@ class Substrate:
         argv = components.etcd_argv(
             self.binaries.etcd, directory / "data", ports, fsync=self._fsync
         )
-        self._etcd = Supervised("etcd", argv, log_path=directory / "etcd.log")
+        # etcd alone gets SIGTERM when orphaned: it stops quickly and flushes its data.
+        self._etcd = Supervised("etcd", argv, log_path=directory / "etcd.log",
+                                death_signal=signal.SIGTERM)
         await self._etcd.start()
         try:
             await health.wait_healthy(

@@ -1,8 +1,10 @@
 """Keep child processes alive: start them with their logs in files, restart them when they die,
 stop them cleanly.
 
-Children never outlive their supervisor: each one asks the kernel (``PR_SET_PDEATHSIG``) for
-SIGTERM when the supervising process dies, even by SIGKILL, so there are no orphans to clean.
+Children never outlive their supervisor: each one asks the kernel (``PR_SET_PDEATHSIG``) for a
+signal when the supervising process dies, even by SIGKILL, so there are no orphans to clean.
+The signal is SIGKILL unless the caller picks another: a kube-apiserver that gets SIGTERM while
+its etcd dies with it waits in its graceful shutdown for a long time.
 Each child also gets its own session, so a Ctrl-C in the supervisor's terminal reaches the
 supervisor, which then stops the children in order, rather than every child at once.
 
@@ -54,6 +56,7 @@ class Supervised:
         min_backoff: float = 0.5,
         max_backoff: float = 10.0,
         stable_after: float = 30.0,
+        death_signal: signal.Signals = signal.SIGKILL,
     ) -> None:
         self.name = name
         self.argv = list(argv)
@@ -63,6 +66,7 @@ class Supervised:
         self._min_backoff = min_backoff
         self._max_backoff = max_backoff
         self._stable_after = stable_after
+        self._death_signal = death_signal
         self._process: asyncio.subprocess.Process | None = None
         self._watcher: asyncio.Task[None] | None = None
         self._stopping = False
@@ -107,9 +111,10 @@ class Supervised:
     async def _spawn(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         parent = os.getpid()
+        death_signal = int(self._death_signal)
 
         def die_with_parent() -> None:
-            _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            _prctl(_PR_SET_PDEATHSIG, death_signal, 0, 0, 0)
             if os.getppid() != parent:  # the parent died before prctl took effect
                 os._exit(1)
 

@@ -51,7 +51,8 @@ async def install_crds(client: Client, crds: list[dict[str, Any]], *,
         while True:
             try:
                 current = await client.get(f"{CRDS}/{name}")
-                conditions = current.get("status", {}).get("conditions", [])
+                # A CRD just created may show "conditions": null for a moment.
+                conditions = (current.get("status") or {}).get("conditions") or []
                 if any(c["type"] == "Established" and c["status"] == "True"
                        for c in conditions):
                     break
