@@ -75,15 +75,6 @@ class PodLifecycle:
                                       batch=batch, name=f"engine {cluster}: pods")
         self.addresses = PodAddresses()
 
-    def __len__(self) -> int:
-        return len(self._pods)
-
-    def phases(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for pod in self._pods.values():
-            counts[pod.phase] = counts.get(pod.phase, 0) + 1
-        return counts
-
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
             group.create_task(list_and_watch(self.client, PODS, BOUND, on_list=self._relisted,

@@ -33,7 +33,7 @@ from operators.engine.lifecycle import PodLifecycle
 from operators.engine.queues import DelayQueue
 from operators.engine.stages import Timing
 from operators.engine.watching import list_and_watch
-from operators.k8s.client import Client
+from operators.k8s.client import STRATEGIC_PATCH, Client
 from operators.k8s.errors import Conflict, K8sError, NotFound
 from operators.k8s.times import micro_time, rfc3339
 
@@ -148,13 +148,6 @@ class ClusterEngine:
 
     def totals(self) -> PoolCounts:
         return PoolCounts(len(self._nodes), sum(1 for s in self._nodes.values() if s.ready))
-
-    def settled(self, pool: str) -> bool:
-        """Whether the pool's nodes all exist and are Ready, with nothing left to do."""
-        spec = self._pools.get(pool)
-        counts = self.counts(pool)
-        return (spec is not None and not self._dirty.is_set()
-                and counts.replicas == counts.ready == spec.replicas)
 
     async def close(self) -> None:
         """Release the engine's connections (after :meth:`run` was cancelled)."""
@@ -363,7 +356,7 @@ class ClusterEngine:
         now = rfc3339(self._clock())
         await self.heartbeat_client.patch(
             f"{NODES}/{name}/status", {"status": {"conditions": nodes.node_conditions(now)}},
-            content_type="application/strategic-merge-patch+json", decode=False,
+            content_type=STRATEGIC_PATCH, decode=False,
         )
 
     # -- bookkeeping ------------------------------------------------------------------------

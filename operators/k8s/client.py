@@ -20,7 +20,6 @@ from operators.k8s.errors import TooManyRequests, TransportError, api_error
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
 
 Params = Mapping[str, str | int]
 
