@@ -31,7 +31,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -43,6 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import kwok
+from bench.metrics import mutating_requests
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
 from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
@@ -271,19 +271,7 @@ class Harness:
 
     async def _writes(self) -> dict[str, int]:
         """The API server's own count of mutating requests so far (apiserver_request_total)."""
-        counts: dict[str, int] = {}
-        for line in (await self.watcher.get_text("/metrics")).splitlines():
-            if not line.startswith("apiserver_request_total{"):
-                continue
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
-            if labels.get("verb") not in ("POST", "PUT", "PATCH", "DELETE"):
-                continue
-            resource = labels.get("resource", "")
-            if labels.get("subresource"):
-                resource += "/" + labels["subresource"]
-            key = f"{labels['verb']} {resource}"
-            counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[1]))
-        return counts
+        return mutating_requests(await self.watcher.get_text("/metrics"))
 
     async def _service_account(self) -> None:
         """Pods need the namespace's default ServiceAccount, made by the controller-manager."""

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +28,9 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.controlplane import RESULTS, rss_mib
+from bench.metrics import mutating_requests
 
 BIN = Path(sys.executable).parent
-MUTATING = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
-_SAMPLE = re.compile(r'^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$')
 
 
 def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
@@ -51,21 +48,9 @@ def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.1) -
     return time.monotonic() - started
 
 
-def writes(kubeconfig: Path) -> Counter[str]:
-    """Mutating requests served so far, by resource/subresource."""
-    counts: Counter[str] = Counter()
-    for line in kubectl(kubeconfig, "get", "--raw", "/metrics").splitlines():
-        match = _SAMPLE.match(line)
-        if not match:
-            continue
-        labels = dict(part.split("=", 1) for part in re.findall(r'\w+="[^"]*"', match.group(1)))
-        labels = {key: value.strip('"') for key, value in labels.items()}
-        if labels.get("verb") in MUTATING:
-            resource = labels.get("resource", "")
-            if labels.get("subresource"):
-                resource += "/" + labels["subresource"]
-            counts[f"{labels['verb']} {resource}"] += int(float(match.group(2)))
-    return counts
+def writes(kubeconfig: Path) -> dict[str, int]:
+    """Mutating requests the member API server served so far."""
+    return mutating_requests(kubectl(kubeconfig, "get", "--raw", "/metrics"))
 
 
 def main() -> None:

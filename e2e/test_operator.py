@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime
 import os
 import signal
 import time
@@ -27,6 +26,7 @@ from e2e.conftest import (
     processes_mentioning,
 )
 from operators.controlplane.substrate import count_etcd_keys, shared_etcd_url
+from operators.k8s.times import parse
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +123,7 @@ def test_heartbeats_keep_nodes_ready_over_several_lease_periods(alpha: Path) -> 
     """The member's node-lifecycle controller (grace period 40s by default) must never see a
     stale node: wait until the oldest node is 70s old and check leases and conditions."""
     nodes = kubectl_json(alpha, "get", "nodes")["items"]
-    oldest = min(_time(n["metadata"]["creationTimestamp"]) for n in nodes)
+    oldest = min(parse(n["metadata"]["creationTimestamp"]) for n in nodes)
     time.sleep(max(0.0, oldest + 70 - time.time()))
     now = time.time()
     for node in kubectl_json(alpha, "get", "nodes")["items"]:
@@ -133,7 +133,7 @@ def test_heartbeats_keep_nodes_ready_over_several_lease_periods(alpha: Path) -> 
         taints = {t["key"] for t in node["spec"].get("taints", [])}
         assert not taints & {"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"}
         lease = kubectl_json(alpha, "-n", "kube-node-lease", "get", "lease", name)
-        age = now - _time(lease["spec"]["renewTime"])
+        age = now - parse(lease["spec"]["renewTime"])
         assert age < lease["spec"]["leaseDurationSeconds"] / 2, f"{name} lease is {age:.0f}s old"
     events = kubectl(alpha, "get", "events", "-A", "--field-selector",
                      "reason=NodeNotReady").stdout
@@ -203,8 +203,3 @@ spec:
     assert ready_nodes(fleet.host, "fakefleet.dev/pool=ext") == []
     kubectl(fleet.host, "delete", "fc", "adopted", "--timeout=60s")
     assert kubectl(fleet.host, "get", "--raw", "/readyz").stdout.strip() == "ok"
-
-
-def _time(stamp: str) -> float:
-    text = stamp.replace("Z", "+00:00")
-    return datetime.datetime.fromisoformat(text).timestamp()

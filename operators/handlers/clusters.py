@@ -43,7 +43,8 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     async with runtime.lock(key):
         observed = await observe(runtime, cluster, key)
         error, stalled, delay = "", False, 5.0
-        for action in planning.plan(cluster, observed):
+        actions = planning.plan(cluster, observed)
+        for action in actions:
             try:
                 await execute(runtime, cluster, key, action)
             except (ControlPlaneError, K8sError) as failure:
@@ -54,7 +55,8 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 delay = 2.0 if isinstance(failure, PortInUseError) else 5.0
                 logger.warning("cluster %s: %s failed: %s", key, type(action).__name__, error)
                 break
-        observed = await observe(runtime, cluster, key, error=error, stalled=stalled)
+        if actions:  # something changed: look again (the timer's no-op ticks do not)
+            observed = await observe(runtime, cluster, key, error=error, stalled=stalled)
         await report(runtime, cluster, observed)
     if error and not stalled:
         raise kopf.TemporaryError(error, delay=delay)
