@@ -130,10 +130,16 @@ class Fleet:
         path.write_text(fakefleet("kubeconfig", "--state-dir", str(self.state), cluster).stdout)
         return path
 
-    def wait_cluster_ready(self, name: str, timeout: float = 120) -> dict[str, Any]:
+    def wait_cluster_ready(self, name: str, timeout: float = 120,
+                           since: str = "") -> dict[str, Any]:
+        """Wait for phase Ready; with ``since`` (RFC 3339), for a Ready that began no earlier,
+        so a status written before an operator restart does not count."""
         def ready() -> dict[str, Any] | None:
             found: dict[str, Any] = self.get("fc", name)
-            return found if found.get("status", {}).get("phase") == "Ready" else None
+            status = found.get("status", {})
+            began = next((c.get("lastTransitionTime") or "" for c in status.get("conditions", [])
+                          if c["type"] == "Ready" and c["status"] == "True"), "")
+            return found if status.get("phase") == "Ready" and began >= since else None
         result: dict[str, Any] = eventually(ready, timeout=timeout, what=f"FakeCluster {name}")
         return result
 

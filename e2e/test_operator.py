@@ -26,7 +26,7 @@ from e2e.conftest import (
     processes_mentioning,
 )
 from operators.controlplane.substrate import count_etcd_keys, shared_etcd_url
-from operators.k8s.times import parse
+from operators.k8s.times import parse, rfc3339
 
 
 @pytest.fixture(scope="module")
@@ -144,10 +144,11 @@ def test_operator_restart_adopts_without_duplicates(fleet: Fleet, alpha: Path) -
     endpoint = fleet.get("fc", "alpha")["status"]["endpoint"]
     nodes_before = ready_nodes(alpha)
     old = fleet.operator_pid()
-    os.kill(old, signal.SIGKILL)
+    killed = rfc3339()
+    os.kill(old, signal.SIGKILL)  # its member control planes die with it
     eventually(lambda: (fleet.state / "operator.json").exists() and fleet.operator_pid() != old,
                timeout=60, what="the daemon to restart the operator")
-    fleet.wait_cluster_ready("alpha")
+    fleet.wait_cluster_ready("alpha", since=killed)
     assert fleet.get("fc", "alpha")["status"]["endpoint"] == endpoint
     apiservers = [pid for pid in processes_mentioning(str(fleet.state))
                   if "kube-apiserver" in Path(f"/proc/{pid}/cmdline").read_text()]

@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from operators.api.clusters import KUBECONFIG_KEY, FakeCluster
+from operators.api.clusters import KUBECONFIG_KEY, FakeCluster, FakeClusterStatus
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import BinaryError, ControlPlaneError, PortInUseError
 from operators.controlplane.substrate import ClusterOptions
@@ -44,6 +44,9 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         observed = await observe(runtime, cluster, key)
         error, stalled, delay = "", False, 5.0
         actions = planning.plan(cluster, observed)
+        reported = cluster.status
+        if actions:  # say what is missing before mending it: a restart shows as not Ready
+            reported = await report(runtime, cluster, observed, reported)
         for action in actions:
             try:
                 await execute(runtime, cluster, key, action)
@@ -57,7 +60,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 break
         if actions:  # something changed: look again (the timer's no-op ticks do not)
             observed = await observe(runtime, cluster, key, error=error, stalled=stalled)
-        await report(runtime, cluster, observed)
+        await report(runtime, cluster, observed, reported)
     if error and not stalled:
         raise kopf.TemporaryError(error, delay=delay)
 
@@ -133,15 +136,17 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
         runtime.external.pop(key, None)
 
 
-async def report(runtime: Runtime, cluster: FakeCluster, observed: planning.Observed) -> None:
-    """Patch the status subresource, unless nothing changed."""
-    status = planning.status(cluster, observed, now=rfc3339(), previous=cluster.status)
-    if status == cluster.status:
-        return
+async def report(runtime: Runtime, cluster: FakeCluster, observed: planning.Observed,
+                 previous: FakeClusterStatus | None) -> FakeClusterStatus:
+    """Patch the status subresource unless it already says this; return what it now says."""
+    status = planning.status(cluster, observed, now=rfc3339(), previous=previous)
+    if status == previous:
+        return status
     path = CLUSTERS.format(namespace=cluster.metadata["namespace"],
                            name=cluster.metadata["name"])
     with contextlib.suppress(NotFound):  # deleted meanwhile
         await runtime.host.patch(f"{path}/status", {"status": status.model_dump(mode="json")})
+    return status
 
 
 def _member_access(runtime: Runtime, cluster: FakeCluster, key: str) -> ClusterAccess:
