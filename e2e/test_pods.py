@@ -129,3 +129,25 @@ def test_deleting_pods_removes_them(beta: Path) -> None:
     names = {p["metadata"]["name"] for p in kubectl_json(beta, "get", "pods")["items"]}
     assert "fails" not in names
     assert "crashes" not in names
+
+
+def test_bad_annotation_is_reported_as_a_warning_event_on_the_pod(beta: Path) -> None:
+    create(beta, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "typo", "annotations": {"fakefleet.dev/run-time": "90 seconds"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+
+    def warnings() -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = kubectl_json(
+            beta, "get", "events", "--field-selector",
+            "involvedObject.name=typo,reason=InvalidAnnotation")["items"]
+        return events
+
+    event = eventually(warnings, what="a Warning event on the pod")[0]
+    assert event["type"] == "Warning"
+    assert "fakefleet.dev/run-time" in event["message"]
+    assert "such as 90s" in event["message"]
+    # The annotation is ignored, nothing else: the pod runs until deleted.
+    eventually(lambda: kubectl_json(beta, "get", "pod", "typo")["status"].get(
+        "phase") == "Running", what="the pod to run")
+    kubectl(beta, "delete", "pod", "typo", "--timeout=60s")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from operators.engine import stages
-from operators.engine.pods import PodFacts, render_status
+from operators.engine.pods import PodFacts, render_status, render_warning
 from operators.engine.stages import Phase, Timing
 
 GOLDEN = Path(__file__).parent / "golden" / "pods"
@@ -124,3 +124,18 @@ def test_backoff_doubles_and_caps_like_the_kubelet() -> None:
         facts.restarts = restarts
         waits.append(stages.delay(restart, facts, Timing(), random.Random(0)))
     assert waits == [10, 20, 40, 300, 300]
+
+
+def test_bad_annotations_are_ignored_with_a_warning_that_names_the_fix() -> None:
+    facts = PodFacts(pod("bad", annotations={"fakefleet.dev/run-time": "ninety",
+                                             "fakefleet.dev/exit-code": "three"}))
+    assert (facts.run_time, facts.exit_code) == (None, 0)
+    assert len(facts.problems) == 2
+    event = render_warning(facts, facts.problems[0], "2026-01-01T00:00:05Z")
+    assert (event["type"], event["reason"]) == ("Warning", "InvalidAnnotation")
+    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "default",
+                                       "name": "bad", "uid": "uid-bad"}
+    assert "fakefleet.dev/run-time" in event["message"]
+    assert "such as 90s" in event["message"]
+    assert "fakefleet.dev/exit-code" in facts.problems[1]
+    assert PodFacts(pod("good", annotations={"fakefleet.dev/run-time": "90s"})).problems == ()

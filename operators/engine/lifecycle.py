@@ -74,12 +74,16 @@ class PodLifecycle:
         self._dispatcher = Dispatcher(self._timers, self._due_step, limit=concurrency,
                                       batch=batch, name=f"engine {cluster}: pods")
         self.addresses = PodAddresses()
+        # Events telling users about annotations we ignored; bounded, and dropped when full
+        # (the engine's log has them too), so a flood of bad pods never holds up the rest.
+        self._warnings: asyncio.Queue[tuple[PodFacts, str]] = asyncio.Queue(maxsize=256)
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
             group.create_task(list_and_watch(self.client, PODS, BOUND, on_list=self._relisted,
                                              on_event=self._changed))
             group.create_task(self._dispatcher.run())
+            group.create_task(self._send_warnings())
 
     # -- events in ------------------------------------------------------------------------
 
@@ -110,6 +114,10 @@ class PodLifecycle:
         facts.host_ip = self._nodes.node_ip(node)
         self._adopt(facts, pod)
         self._pods[uid] = facts
+        if facts.problems and facts.phase == podfacts.PENDING:  # new to us: warn once
+            for problem in facts.problems:
+                with contextlib.suppress(asyncio.QueueFull):
+                    self._warnings.put_nowait((facts, problem))
         self._plan(facts)
 
     def _adopt(self, facts: PodFacts, pod: Any) -> None:
@@ -199,6 +207,16 @@ class PodLifecycle:
             return
         if facts.uid in self._pods and facts.uid not in self._due:
             self._plan(facts)
+
+    async def _send_warnings(self) -> None:
+        while True:
+            facts, problem = await self._warnings.get()
+            event = podfacts.render_warning(facts, problem, rfc3339(self._clock()))
+            try:
+                await self.client.create(f"/api/v1/namespaces/{facts.namespace}/events", event)
+            except K8sError as error:  # e.g. the namespace is going away: the log has it
+                logger.debug("engine %s: event on %s/%s not sent: %s", self.cluster,
+                             facts.namespace, facts.name, error)
 
     def _allocate(self, facts: PodFacts) -> str:
         slot = self._nodes.node_slot(facts.node)

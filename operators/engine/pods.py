@@ -37,14 +37,15 @@ class PodFacts:
     __slots__ = (
         "changed_at", "containers", "created", "deleting", "exit_code", "finalizers", "gates",
         "grace", "host_ip", "init_containers", "init_finished", "ip", "job", "last_exit",
-        "name", "namespace", "node", "phase", "readiness_gates", "ready_since", "restart_policy",
-        "restarts", "run_time", "scheduled_at", "seed", "start_delay", "start_time",
-        "started_at", "uid",
+        "name", "namespace", "node", "phase", "problems", "readiness_gates", "ready_since",
+        "restart_policy", "restarts", "run_time", "scheduled_at", "seed", "start_delay",
+        "start_time", "started_at", "uid",
     )
 
     def __init__(self, pod: Mapping[str, Any]) -> None:
         metadata, spec = pod["metadata"], pod["spec"]
         annotations = metadata.get("annotations") or {}
+        self.problems: tuple[str, ...] = ()  # annotations ignored, and why (for an Event)
         self.uid: str = metadata["uid"]
         self.namespace: str = metadata["namespace"]
         self.name: str = metadata["name"]
@@ -114,8 +115,7 @@ def _duration(annotations: Mapping[str, str], key: str, pod: PodFacts) -> float 
     try:
         return parse_duration(value)
     except ValueError as error:
-        logger.warning("pod %s/%s: annotation %s ignored: %s", pod.namespace, pod.name, key,
-                       error)
+        _ignore(pod, f"annotation {key} ignored: {error}")
         return None
 
 
@@ -126,9 +126,36 @@ def _integer(annotations: Mapping[str, str], key: str, pod: PodFacts) -> int:
     try:
         return int(value)
     except ValueError:
-        logger.warning("pod %s/%s: annotation %s=%r ignored: not an integer exit code",
-                       pod.namespace, pod.name, key, value)
+        _ignore(pod, f"annotation {key} ignored: {value!r} is not an integer exit code such "
+                     f"as \"0\" or \"3\"")
         return 0
+
+
+def _ignore(pod: PodFacts, problem: str) -> None:
+    logger.warning("pod %s/%s: %s", pod.namespace, pod.name, problem)
+    pod.problems += (problem,)
+
+
+def render_warning(pod: PodFacts, problem: str, now: str) -> dict[str, Any]:
+    """A core/v1 Event on the pod, as ``kubectl describe pod`` and ``kubectl events`` show it:
+    the user learns there, not in the engine's log, that an annotation was ignored."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{pod.name}.{_digest(pod.uid, problem)[:16]}",
+                     "namespace": pod.namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace,
+                           "name": pod.name, "uid": pod.uid},
+        "type": "Warning",
+        "reason": "InvalidAnnotation",
+        "message": problem,
+        "source": {"component": "fakefleet-engine", "host": pod.node},
+        "reportingComponent": "fakefleet-engine",
+        "reportingInstance": pod.node,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
 
 
 def _digest(*parts: str) -> str:
