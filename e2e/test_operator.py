@@ -196,11 +196,17 @@ spec:
   controlPlane: {backend: external, kubeconfigSecretRef: {name: host-creds}}
 """)
     fleet.apply(POOL.format(name="ext", cluster="adopted", replicas=2, extra=""))
+    fleet.apply(POOL.format(name="ext-more", cluster="adopted", replicas=1, extra=""))
     cluster = fleet.wait_cluster_ready("adopted")
     fleet.wait_pool("ext", 2)
+    fleet.wait_pool("ext-more", 1)
     assert cluster["status"]["kubeconfigSecret"] == "host-creds"
     assert ready_nodes(fleet.host, "fakefleet.dev/pool=ext") == ["ext-0", "ext-1"]
     kubectl(fleet.host, "delete", "fnp", "ext", "--timeout=60s")
     assert ready_nodes(fleet.host, "fakefleet.dev/pool=ext") == []
+    # The adopted cluster outlives its FakeCluster; the fake nodes still in it do not.
+    assert ready_nodes(fleet.host, "fakefleet.dev/pool=ext-more") == ["ext-more-0"]
     kubectl(fleet.host, "delete", "fc", "adopted", "--timeout=60s")
+    assert kubectl_json(fleet.host, "get", "nodes", "-l", "fakefleet.dev/pool")["items"] == []
     assert kubectl(fleet.host, "get", "--raw", "/readyz").stdout.strip() == "ok"
+    kubectl(fleet.host, "delete", "fnp", "ext-more", "--timeout=60s")  # orphaned: goes at once

@@ -9,6 +9,7 @@ from operators.api.nodepools import FakeNodePool
 from operators.reconciling import clusters as planning
 from operators.reconciling.clusters import (
     ConnectExternal,
+    DrainNodes,
     Observed,
     RemoveControlPlane,
     StartControlPlane,
@@ -51,12 +52,12 @@ def test_external_cluster_is_connected_not_started() -> None:
         ConnectExternal("creds", "kubeconfig"), StartEngine()]
 
 
-def test_deletion_stops_the_engine_then_removes_the_control_plane() -> None:
+def test_deletion_removes_local_control_planes_and_drains_adopted_clusters() -> None:
     assert planning.plan(cluster(), Observed(), deleting=True) == [
         StopEngine(), RemoveControlPlane()]
     external = cluster(controlPlane={"backend": "external",
                                      "kubeconfigSecretRef": {"name": "creds"}})
-    assert planning.plan(external, Observed(), deleting=True) == [StopEngine()]
+    assert planning.plan(external, Observed(), deleting=True) == [DrainNodes(), StopEngine()]
 
 
 def test_ready_status_has_kstatus_conditions() -> None:

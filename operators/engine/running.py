@@ -108,6 +108,7 @@ class ClusterEngine:
         self._clock = clock
         self._rng = rng or random.Random()
         self._pools: dict[str, FakeNodePoolSpec] = {}
+        self._draining = False  # the cluster is going: no pool comes back
         self._timings: dict[str, Timing] = {}
         self._nodes: dict[str, NodeState] = {}
         self._slots_used: set[int] = set()
@@ -132,7 +133,7 @@ class ClusterEngine:
     # -- desired state, from the operator -------------------------------------------------
 
     def set_pool(self, pool: str, spec: FakeNodePoolSpec) -> None:
-        if self._pools.get(pool) != spec:
+        if not self._draining and self._pools.get(pool) != spec:
             self._pools[pool] = spec
             self._timings[pool] = pod_timing(spec)
             self._dirty.set()
@@ -141,6 +142,13 @@ class ClusterEngine:
         if self._pools.pop(pool, None) is not None:
             self._timings.pop(pool, None)
             self._dirty.set()
+
+    def drain(self) -> None:
+        """Delete every node of every pool, and refuse pools from now on."""
+        self._draining = True
+        self._pools.clear()
+        self._timings.clear()
+        self._dirty.set()
 
     def counts(self, pool: str) -> PoolCounts:
         members = [state for state in self._nodes.values() if state.pool == pool]

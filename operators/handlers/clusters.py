@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import time
 from typing import Any
 
 import kopf
@@ -30,6 +31,7 @@ from operators.reconciling import clusters as planning
 
 logger = logging.getLogger(__name__)
 
+DRAIN_TIMEOUT = 120.0
 CLUSTERS = "/apis/fakefleet.dev/v1alpha1/namespaces/{namespace}/fakeclusters/{name}"
 SECRETS = "/api/v1/namespaces/{namespace}/secrets"
 
@@ -129,6 +131,8 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
     elif isinstance(action, planning.StartEngine):
         access = _member_access(runtime, cluster, key)
         runtime.engines.start(key, lambda: ClusterEngine(key, Client(access, connections=32)))
+    elif isinstance(action, planning.DrainNodes):
+        await _drain(runtime, key)
     elif isinstance(action, planning.StopEngine):
         await runtime.engines.stop(key)
     elif isinstance(action, planning.RemoveControlPlane):
@@ -147,6 +151,26 @@ async def report(runtime: Runtime, cluster: FakeCluster, observed: planning.Obse
     with contextlib.suppress(NotFound):  # deleted meanwhile
         await runtime.host.patch(f"{path}/status", {"status": status.model_dump(mode="json")})
     return status
+
+
+async def _drain(runtime: Runtime, key: str) -> None:
+    engine = runtime.engines.get(key)
+    if engine is None:
+        return  # never ran here: it made no nodes
+    engine.drain()
+    try:
+        # Its first listing shows what there is to delete; an adopted cluster that never
+        # answered has nothing of ours we could reach, and must not block the deletion.
+        await asyncio.wait_for(engine.synced.wait(), DRAIN_TIMEOUT)
+    except TimeoutError:
+        logger.warning("cluster %s: unreachable, its fake nodes (if any) stay there", key)
+        return
+    deadline = time.monotonic() + DRAIN_TIMEOUT
+    while engine.totals().replicas and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+    if engine.totals().replicas:
+        raise kopf.TemporaryError(f"{engine.totals().replicas} fake nodes still being deleted "
+                                  f"from the adopted cluster", delay=5)
 
 
 def _member_access(runtime: Runtime, cluster: FakeCluster, key: str) -> ClusterAccess:

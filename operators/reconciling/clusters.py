@@ -70,23 +70,29 @@ class StopEngine:
 
 
 @dataclasses.dataclass(frozen=True)
+class DrainNodes:
+    """Delete every fake node the engine made (an adopted cluster outlives its FakeCluster)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class RemoveControlPlane:
     """Stop the local control plane and delete its data from etcd."""
 
 
 Action = (StartControlPlane | ConnectExternal | WriteKubeconfigSecret | StartEngine
-          | StopEngine | RemoveControlPlane)
+          | DrainNodes | StopEngine | RemoveControlPlane)
 
 
 def plan(cluster: FakeCluster, observed: Observed, *, deleting: bool = False) -> list[Action]:
     """Actions that bring the member cluster to the desired state (or tear it down)."""
     local = cluster.spec.controlPlane.backend == "local"
     if deleting:
-        actions: list[Action] = [StopEngine()]
+        # A local member's nodes go with its etcd data; an adopted cluster stays, so its fake
+        # nodes are deleted first (they would turn NotReady there once the engine stops).
         if local:
-            actions.append(RemoveControlPlane())
-        return actions
-    actions = []
+            return [StopEngine(), RemoveControlPlane()]
+        return [DrainNodes(), StopEngine()]
+    actions: list[Action] = []
     if not observed.control_plane_running:
         if local:
             actions.append(StartControlPlane())
