@@ -50,7 +50,7 @@ from operators.engine.watching import list_and_watch
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig
 from operators.k8s.errors import Conflict, NotFound
-from operators.k8s.times import micro_time
+from operators.k8s.times import micro_time, parse
 
 RESULTS = Path(__file__).parent / "results"
 ENGINES = ("fakefleet", "kwok", "ceiling")
@@ -67,6 +67,9 @@ class Phase:
     seconds: float | None = None  # None: did not complete in time
     #: Mutating requests the API server served during the phase, by "VERB resource".
     writes: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: The longest any node went without a Lease renewal during the phase (seconds); the
+    #: node-lifecycle controller marks a node NotReady past its grace period (40 s).
+    lease_gap: float | None = None
 
     @property
     def rate(self) -> float | None:
@@ -137,6 +140,58 @@ class Tally:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), min(remaining, 1.0))
         return True
+
+
+class LeaseGaps:
+    """The longest time between two renewals of any node Lease, from one watch."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._renewed: dict[str, float] = {}
+        self.worst = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(list_and_watch(
+            self._client, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", {},
+            on_list=self._relisted, on_event=self._event))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def restart(self) -> None:
+        """Start a new phase: count the gaps that end in it (even if they began before)."""
+        self.worst = 0.0
+
+    def phase_worst(self) -> float | None:
+        """The worst gap of the phase so far, counting leases overdue right now (a gap
+        that began in an earlier phase counts in full: it is how stale the Lease got)."""
+        if not self._renewed:
+            return None
+        overdue = time.time() - min(self._renewed.values())
+        return max(self.worst, overdue)
+
+    def _relisted(self, items: list[Any]) -> None:
+        self._renewed = {}
+        for item in items:
+            self._event("ADDED", item)
+
+    def _event(self, kind: str, lease: Any) -> None:
+        name = lease["metadata"]["name"]
+        if kind == "DELETED":
+            self._renewed.pop(name, None)
+            return
+        stamp = (lease.get("spec") or {}).get("renewTime")
+        if not stamp:
+            return
+        renewed = parse(stamp)
+        previous = self._renewed.get(name)
+        if previous is not None and renewed > previous:
+            self.worst = max(self.worst, renewed - previous)
+        self._renewed[name] = max(renewed, previous or renewed)
 
 
 def node_ready(node: Any) -> bool:
@@ -219,6 +274,7 @@ class Harness:
         self.watcher = Client(access, connections=4)
         self.process: asyncio.subprocess.Process | None = None
         self.node_names: list[str] = []
+        self.leases = LeaseGaps(self.watcher)
 
     async def run(self) -> EngineRun:
         result = EngineRun(self.engine)
@@ -226,6 +282,7 @@ class Harness:
         pod_tally = Tally(self.watcher, "/api/v1/pods", {}, pod_running)
         node_tally.start()
         pod_tally.start()
+        self.leases.start()
         try:
             await self._service_account()
             if self.engine == "kwok":
@@ -251,6 +308,7 @@ class Harness:
         finally:
             await node_tally.stop()
             await pod_tally.stop()
+            await self.leases.stop()
             await self._stop_engine()
             await self.client.close()
             await self.watcher.close()
@@ -259,15 +317,18 @@ class Harness:
     async def _phase(self, name: str, objects: int, act: Callable[[], Awaitable[None]],
                      done: Callable[[], Awaitable[bool]]) -> Phase:
         before = await self._writes()
+        self.leases.restart()
         started = time.monotonic()
         waiting = asyncio.create_task(done())
         await act()
         completed = await waiting
         seconds = time.monotonic() - started if completed else None
+        # The ceiling writes each Lease once and never renews it: no gaps to speak of.
+        gap = self.leases.phase_worst() if self.engine != "ceiling" else None
         after = await self._writes()
         delta = {key: after[key] - before.get(key, 0) for key in sorted(after)
                  if after[key] > before.get(key, 0)}
-        return Phase(name, objects, seconds, delta)
+        return Phase(name, objects, seconds, delta, gap)
 
     async def _writes(self) -> dict[str, int]:
         """The API server's own count of mutating requests so far (apiserver_request_total)."""
@@ -464,6 +525,21 @@ def report(runs: dict[str, EngineRun], console: Console, *, nodes: int, pods: in
             row.append("")
         writes.add_row(*row)
     console.print(writes)
+    gaps = Table(title="longest time any node went without a Lease renewal (s; the node "
+                       "lifecycle controller's grace is 40 s)")
+    gaps.add_column("phase")
+    renewing = [engine for engine in runs if engine != "ceiling"]
+    for engine in renewing:
+        gaps.add_column(engine, justify="right")
+    for name in names:
+        row = [name]
+        for engine in renewing:
+            phase = next((p for p in runs[engine].phases if p.name == name), None)
+            row.append(f"{phase.lease_gap:.1f}" if phase and phase.lease_gap is not None
+                       else "-")
+        gaps.add_row(*row)
+    if renewing:
+        console.print(gaps)
 
 
 def main() -> None:
