@@ -68,8 +68,10 @@ class Phase:
     #: Mutating requests the API server served during the phase, by "VERB resource".
     writes: dict[str, int] = dataclasses.field(default_factory=dict)
     #: The longest any node went without a Lease renewal during the phase (seconds); the
-    #: node-lifecycle controller marks a node NotReady past its grace period (40 s).
+    #: node-lifecycle controller marks a node NotReady past its grace period (50 s in v1.36).
     lease_gap: float | None = None
+    #: Times a Ready node turned not Ready during the phase (the benchmark never asks for it).
+    nodes_lost: int = 0
 
     @property
     def rate(self) -> float | None:
@@ -93,6 +95,7 @@ class Tally:
         self._client, self._path, self._params = client, path, params
         self._predicate = predicate
         self._states: dict[str, bool] = {}
+        self.lost = 0  # objects that matched and stopped matching
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -120,10 +123,14 @@ class Tally:
         self._changed.set()
 
     def _event(self, kind: str, obj: Any) -> None:
+        key = self._key(obj)
         if kind == "DELETED":
-            self._states.pop(self._key(obj), None)
+            self._states.pop(key, None)
         else:
-            self._states[self._key(obj)] = self._predicate(obj)
+            matches = self._predicate(obj)
+            if self._states.get(key) and not matches:
+                self.lost += 1
+            self._states[key] = matches
         self._changed.set()
 
     @staticmethod
@@ -275,10 +282,11 @@ class Harness:
         self.process: asyncio.subprocess.Process | None = None
         self.node_names: list[str] = []
         self.leases = LeaseGaps(self.watcher)
+        self.node_tally: Tally
 
     async def run(self) -> EngineRun:
         result = EngineRun(self.engine)
-        node_tally = Tally(self.watcher, "/api/v1/nodes", {}, node_ready)
+        node_tally = self.node_tally = Tally(self.watcher, "/api/v1/nodes", {}, node_ready)
         pod_tally = Tally(self.watcher, "/api/v1/pods", {}, pod_running)
         node_tally.start()
         pod_tally.start()
@@ -317,6 +325,7 @@ class Harness:
     async def _phase(self, name: str, objects: int, act: Callable[[], Awaitable[None]],
                      done: Callable[[], Awaitable[bool]]) -> Phase:
         before = await self._writes()
+        lost = self.node_tally.lost
         self.leases.restart()
         started = time.monotonic()
         waiting = asyncio.create_task(done())
@@ -328,7 +337,7 @@ class Harness:
         after = await self._writes()
         delta = {key: after[key] - before.get(key, 0) for key in sorted(after)
                  if after[key] > before.get(key, 0)}
-        return Phase(name, objects, seconds, delta, gap)
+        return Phase(name, objects, seconds, delta, gap, self.node_tally.lost - lost)
 
     async def _writes(self) -> dict[str, int]:
         """The API server's own count of mutating requests so far (apiserver_request_total)."""
@@ -525,8 +534,9 @@ def report(runs: dict[str, EngineRun], console: Console, *, nodes: int, pods: in
             row.append("")
         writes.add_row(*row)
     console.print(writes)
-    gaps = Table(title="longest time any node went without a Lease renewal (s; the node "
-                       "lifecycle controller's grace is 40 s)")
+    gaps = Table(title="heartbeats: longest time any node went without a Lease renewal (s; "
+                       "the node-lifecycle controller's grace is 50 s) / Ready nodes that "
+                       "turned NotReady")
     gaps.add_column("phase")
     renewing = [engine for engine in runs if engine != "ceiling"]
     for engine in renewing:
@@ -535,8 +545,8 @@ def report(runs: dict[str, EngineRun], console: Console, *, nodes: int, pods: in
         row = [name]
         for engine in renewing:
             phase = next((p for p in runs[engine].phases if p.name == name), None)
-            row.append(f"{phase.lease_gap:.1f}" if phase and phase.lease_gap is not None
-                       else "-")
+            row.append(f"{phase.lease_gap:.1f} / {phase.nodes_lost}"
+                       if phase and phase.lease_gap is not None else "-")
         gaps.add_row(*row)
     if renewing:
         console.print(gaps)
