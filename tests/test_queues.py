@@ -1,7 +1,11 @@
-"""The heap delay queue on a fake clock."""
+"""The heap delay queue on a fake clock, and the dispatcher that fires its keys."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
+from operators.engine.dispatching import Dispatcher
 from operators.engine.queues import DelayQueue
 
 
@@ -55,3 +59,32 @@ def test_limit_bounds_a_batch() -> None:
         queue.schedule(key, 0)
     assert queue.pop_due(4) == [0, 1, 2, 3]
     assert queue.pop_due(100) == [4, 5, 6, 7, 8, 9]
+
+
+async def test_a_throttled_dispatcher_keeps_few_in_flight_and_still_progresses() -> None:
+    queue: DelayQueue[int] = DelayQueue(time.monotonic)
+    for key in range(40):
+        queue.schedule(key, 0)
+    behind = True
+    in_flight, peak, done = 0, 0, []
+
+    async def fire(key: int) -> None:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        done.append(key)
+
+    dispatcher = Dispatcher(queue, fire, limit=16, name="test", throttle=lambda: behind,
+                            throttled_limit=2)
+    running = asyncio.create_task(dispatcher.run())
+    while len(done) < 20:
+        await asyncio.sleep(0.01)
+    assert peak == 2, "held back to the throttled limit"
+    behind = False
+    while len(done) < 40:
+        await asyncio.sleep(0.01)
+    running.cancel()
+    assert peak > 2, "full speed once the throttle lifts"
+    assert sorted(done) == list(range(40))

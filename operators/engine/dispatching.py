@@ -2,8 +2,11 @@
 
 When a slot frees, the next due key goes out at once; when all slots are busy, the loop waits
 (back-pressure: a slow or throttling API server slows the engine down, it does not pile up
-requests). Used by the heartbeats and by the pod lifecycle, each with its own slots, so pod
-churn never delays a Lease renewal.
+requests). Used by the heartbeats and by the pod lifecycle, each with its own slots and
+connections. Slots alone do not keep pod churn from starving Lease renewals: under load the API
+server serves every client in proportion to its requests in flight. So a dispatcher can be
+*throttled*: while its ``throttle`` says so, it keeps at most ``throttled_limit`` in flight
+(the pod lifecycle yields to heartbeats that fall behind, and still makes progress).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from operators.engine.queues import DelayQueue
 logger = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
+THROTTLE_POLL = 0.05
 
 
 class Dispatcher(Generic[K]):
@@ -32,6 +36,8 @@ class Dispatcher(Generic[K]):
         limit: int,
         batch: int = 512,
         name: str,
+        throttle: Callable[[], bool] | None = None,
+        throttled_limit: int = 4,
     ) -> None:
         self._timers = timers
         self._fire = fire
@@ -40,6 +46,10 @@ class Dispatcher(Generic[K]):
         self._name = name
         self._changed = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
+        self._throttle = throttle
+        self._throttled_limit = throttled_limit
+        self._throttled = False
+        self.throttled_seconds = 0.0  # time spent held back
 
     def wake(self) -> None:
         """Tell the loop that the queue changed (a key may be due sooner than it waits)."""
@@ -54,6 +64,7 @@ class Dispatcher(Generic[K]):
                     if call is None:
                         continue
                     await self._slots.acquire()
+                    await self._yield_while_throttled()
                     task = asyncio.create_task(call)
                     self._inflight.add(task)
                     task.add_done_callback(self._finished)
@@ -66,6 +77,19 @@ class Dispatcher(Generic[K]):
         finally:
             for task in list(self._inflight):
                 task.cancel()
+
+    async def _yield_while_throttled(self) -> None:
+        if self._throttle is None:
+            return
+        throttled = self._throttle()
+        if throttled != self._throttled:  # say so when it starts and when it ends
+            self._throttled = throttled
+            logger.info("%s: %s", self._name, f"holding back to {self._throttled_limit} in "
+                        f"flight" if throttled else "back to full speed")
+        while throttled and len(self._inflight) >= self._throttled_limit:
+            await asyncio.sleep(THROTTLE_POLL)
+            self.throttled_seconds += THROTTLE_POLL
+            throttled = self._throttle()
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)

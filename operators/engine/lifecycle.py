@@ -62,6 +62,7 @@ class PodLifecycle:
         concurrency: int = 64,
         batch: int = 512,
         pod_stages: tuple[Stage, ...] = stages.POD_STAGES,
+        throttle: Callable[[], bool] | None = None,
     ) -> None:
         self.cluster = cluster
         self.client = client
@@ -72,7 +73,8 @@ class PodLifecycle:
         self._due: dict[str, Stage] = {}
         self._timers: DelayQueue[str] = DelayQueue(clock)
         self._dispatcher = Dispatcher(self._timers, self._due_step, limit=concurrency,
-                                      batch=batch, name=f"engine {cluster}: pods")
+                                      batch=batch, name=f"engine {cluster}: pods",
+                                      throttle=throttle)
         self.addresses = PodAddresses()
         # Events telling users about annotations we ignored; bounded, and dropped when full
         # (the engine's log has them too), so a flood of bad pods never holds up the rest.

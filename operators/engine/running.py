@@ -63,7 +63,7 @@ def pod_timing(spec: FakeNodePoolSpec) -> Timing:
 class NodeState:
     """What the engine remembers of one node: a few words, not the object."""
 
-    __slots__ = ("lease_duration", "leased", "pool", "ready", "slot", "uid")
+    __slots__ = ("lease_duration", "leased", "pool", "ready", "renew_at", "slot", "uid")
 
     def __init__(self, pool: str, slot: int, uid: str, lease_duration: int) -> None:
         self.pool = pool
@@ -72,6 +72,7 @@ class NodeState:
         self.lease_duration = lease_duration
         self.ready = False
         self.leased = True  # False: the node is new, its Lease does not exist yet
+        self.renew_at = 0.0  # when the next renewal is due (0: unknown)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,10 +85,14 @@ class PoolCounts:
 class EngineSettings:
     concurrency: int = 32
     pod_concurrency: int = 64
-    heartbeat_connections: int = 16
+    heartbeat_connections: int = 48
     resync_interval: float = 30.0
     status_interval: float = STATUS_REPORT_INTERVAL
     heartbeat_batch: int = 256
+    #: Heartbeats this late (seconds past due) hold the pod lifecycle back until they catch
+    #: up: a renewal at twice the kubelet's interval, still far inside the node-lifecycle
+    #: controller's 50 s grace (node-monitor-grace-period).
+    heartbeat_slack: float = 10.0
 
 
 class ClusterEngine:
@@ -127,8 +132,10 @@ class ClusterEngine:
         self._gate = asyncio.Semaphore(self.settings.concurrency)
         self.kubelet_version = ""
         self.synced = asyncio.Event()
+        self.heartbeat_lag = 0.0  # how late the latest renewal went out
         self.pods = PodLifecycle(cluster, client, self, clock=clock,
-                                 concurrency=self.settings.pod_concurrency)
+                                 concurrency=self.settings.pod_concurrency,
+                                 throttle=self.heartbeats_behind)
 
     # -- desired state, from the operator -------------------------------------------------
 
@@ -149,6 +156,10 @@ class ClusterEngine:
         self._pools.clear()
         self._timings.clear()
         self._dirty.set()
+
+    def heartbeats_behind(self) -> bool:
+        """True while Lease renewals go out more than ``heartbeat_slack`` late."""
+        return self.heartbeat_lag > self.settings.heartbeat_slack
 
     def counts(self, pool: str) -> PoolCounts:
         members = [state for state in self._nodes.values() if state.pool == pool]
@@ -283,12 +294,20 @@ class ClusterEngine:
         if fact is not None:  # before the watch reports it: the next plan must not recreate it
             self._observed[name] = fact
         state = NodeState(pool, slot, created["metadata"]["uid"], spec.leaseDurationSeconds)
-        state.ready = True  # created with a Ready condition; its lease follows at once
-        state.leased = False
+        state.ready = True  # created with a Ready condition
         self._remember(name, state)
-        self._schedule(("lease", name), 0.0)
         self._schedule(("status", name), self.settings.status_interval,
                        spread=self.settings.status_interval)
+        # Register, then hold a Lease, as the kubelet does: a node whose Lease waited behind
+        # thousands of others would be marked NotReady before it ever renewed.
+        try:
+            await self._create_lease(self.client, name, state)
+        except K8sError:
+            state.leased = False  # the heartbeats create it
+            state.renew_at = self._clock()
+            self._schedule(("lease", name), 0.0)
+            return
+        self._schedule_renewal(name, state)
 
     async def _reshape(self, pool: str, index: int) -> None:
         spec = self._pools.get(pool)
@@ -332,33 +351,43 @@ class ClusterEngine:
 
     async def _renew_lease(self, name: str, state: NodeState) -> None:
         """Renew (or create) the node's Lease, then schedule the next renewal."""
-        now = micro_time(self._clock())
+        started = self._clock()
+        if state.renew_at:
+            self.heartbeat_lag = max(0.0, started - state.renew_at)
         renewed = False
-        if state.leased:  # a new node's Lease is created straight away, no PATCH to fail first
+        if state.leased:  # a missing Lease is created straight away, no PATCH to fail first
             try:
                 await self.heartbeat_client.patch(
-                    f"{LEASES}/{name}", {"spec": {"renewTime": now}}, decode=False)
+                    f"{LEASES}/{name}", {"spec": {"renewTime": micro_time(started)}},
+                    decode=False)
                 renewed = True
             except NotFound:
                 pass
         if not renewed:
-            lease = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {
-                    "name": name, "namespace": LEASE_NAMESPACE,
-                    "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
-                                         "uid": state.uid}],
-                },
-                "spec": {"holderIdentity": name, "leaseDurationSeconds": state.lease_duration,
-                         "renewTime": now},
-            }
-            with contextlib.suppress(Conflict):
-                await self.heartbeat_client.create(LEASES, lease)
-            state.leased = True
-        interval = state.lease_duration * RENEW_FRACTION
+            await self._create_lease(self.heartbeat_client, name, state)
+        self._schedule_renewal(name, state)
+
+    async def _create_lease(self, client: Client, name: str, state: NodeState) -> None:
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name, "namespace": LEASE_NAMESPACE,
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
+                                     "uid": state.uid}],
+            },
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": state.lease_duration,
+                     "renewTime": micro_time(self._clock())},
+        }
+        with contextlib.suppress(Conflict):  # there already: the next renewal patches it
+            await client.create(LEASES, lease, decode=False)
+        state.leased = True
+
+    def _schedule_renewal(self, name: str, state: NodeState) -> None:
         # +-4% jitter keeps renewals from bunching up again over time.
-        self._schedule(("lease", name), interval * self._rng.uniform(0.96, 1.04))
+        interval = state.lease_duration * RENEW_FRACTION * self._rng.uniform(0.96, 1.04)
+        state.renew_at = self._clock() + interval
+        self._schedule(("lease", name), interval)
 
     async def _report_status(self, name: str) -> None:
         now = rfc3339(self._clock())

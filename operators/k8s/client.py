@@ -121,8 +121,8 @@ class Client:
         except (aiohttp.ClientError, TimeoutError) as cause:
             raise TransportError(f"GET {self.server}{path}: {cause!r}") from cause
 
-    async def create(self, path: str, body: Any) -> Any:
-        return await self.request("POST", path, body=body)
+    async def create(self, path: str, body: Any, *, decode: bool = True) -> Any:
+        return await self.request("POST", path, body=body, decode=decode)
 
     async def replace(self, path: str, body: Any) -> Any:
         return await self.request("PUT", path, body=body)
