@@ -87,16 +87,11 @@ class EngineRun:
     error: str = ""
 
 
-class Tally:
-    """Counts objects of one kind by a predicate, from one list+watch (no polling lists)."""
+class Watched:
+    """One list+watch in the background (no polling lists); subclasses digest what it sees."""
 
-    def __init__(self, client: Client, path: str, params: dict[str, str],
-                 predicate: Callable[[Any], bool]) -> None:
+    def __init__(self, client: Client, path: str, params: dict[str, str]) -> None:
         self._client, self._path, self._params = client, path, params
-        self._predicate = predicate
-        self._states: dict[str, bool] = {}
-        self.lost = 0  # objects that matched and stopped matching
-        self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -109,6 +104,24 @@ class Tally:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+    def _relisted(self, items: list[Any]) -> None:
+        raise NotImplementedError
+
+    def _event(self, kind: str, obj: Any) -> None:
+        raise NotImplementedError
+
+
+class Tally(Watched):
+    """Counts objects of one kind by a predicate."""
+
+    def __init__(self, client: Client, path: str, params: dict[str, str],
+                 predicate: Callable[[Any], bool]) -> None:
+        super().__init__(client, path, params)
+        self._predicate = predicate
+        self._states: dict[str, bool] = {}
+        self.lost = 0  # objects that matched and stopped matching
+        self._changed = asyncio.Event()
 
     @property
     def present(self) -> int:
@@ -149,25 +162,14 @@ class Tally:
         return True
 
 
-class LeaseGaps:
-    """The longest time between two renewals of any node Lease, from one watch."""
+class LeaseGaps(Watched):
+    """The longest time between two renewals of any node Lease."""
 
     def __init__(self, client: Client) -> None:
-        self._client = client
+        super().__init__(client, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                         {})
         self._renewed: dict[str, float] = {}
         self.worst = 0.0
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(list_and_watch(
-            self._client, "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", {},
-            on_list=self._relisted, on_event=self._event))
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
 
     def restart(self) -> None:
         """Start a new phase: count the gaps that end in it (even if they began before)."""
