@@ -49,7 +49,6 @@ class Dispatcher(Generic[K]):
         self._throttle = throttle
         self._throttled_limit = throttled_limit
         self._throttled = False
-        self.throttled_seconds = 0.0  # time spent held back
 
     def wake(self) -> None:
         """Tell the loop that the queue changed (a key may be due sooner than it waits)."""
@@ -88,7 +87,6 @@ class Dispatcher(Generic[K]):
                         f"flight" if throttled else "back to full speed")
         while throttled and len(self._inflight) >= self._throttled_limit:
             await asyncio.sleep(THROTTLE_POLL)
-            self.throttled_seconds += THROTTLE_POLL
             throttled = self._throttle()
 
     def _finished(self, task: asyncio.Task[None]) -> None:

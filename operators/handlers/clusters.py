@@ -11,7 +11,6 @@ import asyncio
 import base64
 import contextlib
 import logging
-import time
 from typing import Any
 
 import kopf
@@ -21,7 +20,7 @@ from operators.controlplane.components import Profile
 from operators.controlplane.errors import BinaryError, ControlPlaneError, PortInUseError
 from operators.controlplane.substrate import ClusterOptions
 from operators.engine.running import ClusterEngine
-from operators.handlers.runtime import Runtime
+from operators.handlers.runtime import Runtime, wait_until_none
 from operators.k8s.applying import apply
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess, load_kubeconfig
@@ -165,12 +164,10 @@ async def _drain(runtime: Runtime, key: str) -> None:
     except TimeoutError:
         logger.warning("cluster %s: unreachable, its fake nodes (if any) stay there", key)
         return
-    deadline = time.monotonic() + DRAIN_TIMEOUT
-    while engine.totals().replicas and time.monotonic() < deadline:
-        await asyncio.sleep(0.5)
-    if engine.totals().replicas:
-        raise kopf.TemporaryError(f"{engine.totals().replicas} fake nodes still being deleted "
-                                  f"from the adopted cluster", delay=5)
+    left = await wait_until_none(lambda: engine.totals().replicas, DRAIN_TIMEOUT)
+    if left:
+        raise kopf.TemporaryError(f"{left} fake nodes still being deleted from the adopted "
+                                  f"cluster", delay=5)
 
 
 def _member_access(runtime: Runtime, cluster: FakeCluster, key: str) -> ClusterAccess:

@@ -7,16 +7,14 @@ and ``kubectl get fnp`` see progress.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import time
 from typing import Any
 
 import kopf
 
 from operators.api.nodepools import FakeNodePool
-from operators.handlers.runtime import Runtime
+from operators.handlers.runtime import Runtime, wait_until_none
 from operators.k8s.errors import NotFound
 from operators.k8s.times import rfc3339
 from operators.reconciling.clusters import cluster_key
@@ -61,12 +59,9 @@ async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if engine is None:
         return  # the cluster (and its nodes) are gone already
     engine.remove_pool(name)
-    deadline = time.monotonic() + DELETE_TIMEOUT
-    while engine.counts(name).replicas and time.monotonic() < deadline:
-        await asyncio.sleep(0.5)
-    if engine.counts(name).replicas:
-        raise kopf.TemporaryError(f"{engine.counts(name).replicas} nodes still being deleted",
-                                  delay=5)
+    left = await wait_until_none(lambda: engine.counts(name).replicas, DELETE_TIMEOUT)
+    if left:
+        raise kopf.TemporaryError(f"{left} nodes still being deleted", delay=5)
 
 
 async def report(runtime: Runtime, pool: FakeNodePool) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,3 +30,12 @@ class Runtime:
     def lock(self, key: str) -> asyncio.Lock:
         """One reconciliation at a time per object (change handlers and timers overlap)."""
         return self.locks.setdefault(key, asyncio.Lock())
+
+
+async def wait_until_none(count: Callable[[], int], timeout: float) -> int:
+    """Poll ``count`` (say, an engine's nodes still being deleted) until it is 0 or ``timeout``
+    seconds passed; what is left."""
+    deadline = time.monotonic() + timeout
+    while (left := count()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+    return left
