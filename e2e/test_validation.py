@@ -21,14 +21,19 @@ def submit(fleet: Fleet, manifest: str, *, dry_run: bool = True) -> subprocess.C
                           check=False)
 
 
-def cluster(spec: str) -> str:
-    return f"apiVersion: fakefleet.dev/v1alpha1\nkind: FakeCluster\nmetadata: {{name: bad}}\n" \
+def cluster(spec: str, *, name: str = "bad") -> str:
+    return f"apiVersion: fakefleet.dev/v1alpha1\nkind: FakeCluster\nmetadata: {{name: {name}}}\n" \
            f"spec:\n{spec}"
 
 
-def pool(spec: str) -> str:
-    return f"apiVersion: fakefleet.dev/v1alpha1\nkind: FakeNodePool\nmetadata: {{name: bad}}\n" \
-           f"spec:\n  clusterRef: somewhere\n{spec}"
+def pool(spec: str, *, name: str = "bad", cluster_ref: str = "somewhere") -> str:
+    return f"apiVersion: fakefleet.dev/v1alpha1\nkind: FakeNodePool\nmetadata: {{name: {name}}}\n" \
+           f"spec:\n  clusterRef: {cluster_ref}\n{spec}"
+
+
+#: How the messages that say what would be accepted begin.
+LABEL_VALUE = "must be a label value: at most 63 characters"
+QUALIFIED_NAME = "a qualified name such as example.com/role"
 
 
 INVALID = {
@@ -68,6 +73,58 @@ INVALID = {
     "misspelt field": (
         pool("  replica: 3\n"),
         ['unknown field "spec.replica"']),
+    "negative capacity quantity": (
+        pool("  template:\n    capacity: {cpu: '-4'}\n"),
+        ["spec.template.capacity[cpu]", '"-4"', "quantity must not be negative: use 0 or more"]),
+    "negative capacity integer": (
+        pool("  template:\n    capacity: {pods: -1}\n"),
+        ["spec.template.capacity[pods]", "quantity must not be negative"]),
+    "capacity key not a resource name": (
+        pool("  template:\n    capacity: {'bad key': 1}\n"),
+        ["spec.template.capacity", "'bad key' is not a valid resource name", QUALIFIED_NAME]),
+    "label key not a qualified name": (
+        pool("  template:\n    labels: {'bad key': x}\n"),
+        ["spec.template.labels", "'bad key' is not a valid label key", QUALIFIED_NAME,
+         "a name of at most 63 characters"]),
+    "label key name part too long": (
+        pool(f"  template:\n    labels: {{example.com/{'n' * 64}: x}}\n"),
+        ["spec.template.labels", f"'example.com/{'n' * 64}' is not a valid label key",
+         "a name of at most 63 characters"]),
+    "label key prefix too long": (
+        pool(f"  template:\n    labels: {{{'d' * 250}.com/role: x}}\n"),
+        ["spec.template.labels", "is not a valid label key",
+         "DNS-subdomain prefix (at most 253 characters)"]),
+    "label value with a space": (
+        pool("  template:\n    labels: {role: 'a b'}\n"),
+        ["spec.template.labels[role]", '"a b"', f"value {LABEL_VALUE}"]),
+    "label value too long": (
+        pool(f"  template:\n    labels: {{role: {'v' * 64}}}\n"),
+        ["spec.template.labels.role", "may not be more than 63"]),
+    "too many labels": (
+        pool("  template:\n    labels: {"
+             + ", ".join(f"k{i}: v" for i in range(65)) + "}\n"),
+        ["spec.template.labels", "must have at most 64 items"]),
+    "cluster label key": (
+        cluster("  labels: {a/b/c: x}\n"),
+        ["spec.labels", "'a/b/c' is not a valid label key", QUALIFIED_NAME]),
+    "cluster label value": (
+        cluster("  labels: {region: 'eu west'}\n"),
+        ["spec.labels[region]", f"value {LABEL_VALUE}"]),
+    "annotation key": (
+        pool("  template:\n    annotations: {'-x': note}\n"),
+        ["spec.template.annotations", "'-x' is not a valid annotation key", QUALIFIED_NAME]),
+    "taint key": (
+        pool("  template:\n    taints: [{key: 'a b', effect: NoSchedule}]\n"),
+        ["spec.template.taints[0].key", '"a b"', f"taint key must be {QUALIFIED_NAME}"]),
+    "taint value": (
+        pool("  template:\n    taints: [{key: a, value: 'c d', effect: NoSchedule}]\n"),
+        ["spec.template.taints[0].value", f"taint value {LABEL_VALUE}"]),
+    "zone": (
+        pool("  topology: {zones: [a, 'z z']}\n"),
+        ["spec.topology.zones[1]", '"z z"', f"zone {LABEL_VALUE}"]),
+    "region": (
+        pool("  topology: {region: 'r r'}\n"),
+        ["spec.topology.region", f"region {LABEL_VALUE}"]),
     "missing clusterRef": (
         "apiVersion: fakefleet.dev/v1alpha1\nkind: FakeNodePool\nmetadata: {name: bad}\n"
         "spec: {replicas: 1}\n",
@@ -93,9 +150,23 @@ def test_invalid_manifest_is_rejected_naming_the_field(
         assert fragment in result.stderr, f"{case}: {fragment!r} not in {result.stderr!r}"
 
 
-def test_valid_manifests_pass_the_same_checks(fleet: Fleet, namespace: str) -> None:
-    assert submit(fleet, cluster("  labels: {region: x}\n")).returncode == 0
-    assert submit(fleet, pool("  replicas: 0\n  gpu: {preset: GB200}\n")).returncode == 0
+VALID = {
+    "cluster labels": cluster("  labels: {region: x, example.com/tier: '', a.b/c_d: A-1.b_2}\n"),
+    "gpu pool": pool("  replicas: 0\n  gpu: {preset: GB200}\n"),
+    "zero capacity, prefixed keys": pool(
+        "  template:\n"
+        "    capacity: {cpu: 0, memory: '0', example.com/widget: '+2', pods: '1e3'}\n"
+        f"    labels: {{example.com/role: worker, {'d' * 240}.com/{'n' * 63}: {'v' * 63}}}\n"
+        "    annotations: {example.com/note: 'any text at all, even with spaces'}\n"
+        "    taints: [{key: example.com/dedicated, value: '', effect: NoExecute}]\n"
+        "  topology: {region: eu-west-1, zones: [eu-west-1a, EU_West.1b]}\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VALID))
+def test_valid_manifests_pass_the_same_checks(fleet: Fleet, namespace: str, case: str) -> None:
+    result = submit(fleet, VALID[case])
+    assert result.returncode == 0, f"{case}: {result.stderr}"
 
 
 def test_immutable_fields_cannot_change(fleet: Fleet, namespace: str) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from operators.api import RESOURCES
+from operators.api import RESOURCES, CustomResource
 from operators.api.crdgen import crd, file_name, render
 
 CRDS = Path(__file__).parent.parent / "crds"
@@ -56,3 +57,36 @@ def test_status_has_no_defaults() -> None:
         status = crd(model)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
             "status"]
         assert not any("default" in node for node in walk(status))
+
+
+def schema_of(model: type[CustomResource]) -> dict[str, Any]:
+    schema: dict[str, Any] = crd(model)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def bounded_paths(schema: Any, path: str = "", bounded: bool = True) -> Iterator[tuple[str, bool]]:
+    """Every schema node with a CEL rule, and whether it and every list or map it sits in is
+    bounded (what the API server's cost estimate needs)."""
+    if not isinstance(schema, dict):
+        return
+    kind = schema.get("type")
+    if kind == "string" or "x-kubernetes-int-or-string" in schema:
+        bounded = bounded and "maxLength" in schema
+    elif kind == "array":
+        bounded = bounded and "maxItems" in schema
+    elif kind == "object" and "additionalProperties" in schema:
+        bounded = bounded and "maxProperties" in schema
+    rules = schema.get("x-kubernetes-validations", [])
+    if any(rule["rule"] != "self == oldSelf" for rule in rules) and path:
+        yield path, bounded
+    for name, child in schema.get("properties", {}).items():
+        yield from bounded_paths(child, f"{path}.{name}", bounded)
+    yield from bounded_paths(schema.get("items"), f"{path}[]", bounded)
+    yield from bounded_paths(schema.get("additionalProperties"), f"{path}{{}}", bounded)
+
+
+def test_every_string_list_and_map_under_a_rule_is_bounded() -> None:
+    for model in RESOURCES:
+        spec = schema_of(model)["properties"]["spec"]
+        unbounded = [path for path, bounded in bounded_paths(spec, "spec") if not bounded]
+        assert not unbounded, f"{model.__name__}: give these maxLength/maxItems/maxProperties"

@@ -14,23 +14,30 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from operators.api.names import rule, validations
+
 GROUP = "fakefleet.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
-#: A Kubernetes resource quantity ("32", "256Gi", "500m") or a plain integer.
+#: A Kubernetes resource quantity ("32", "256Gi", "500m") or a plain integer. Quantities here are
+#: amounts a node has, so never negative: the pattern (Kubernetes' quantity syntax) admits a
+#: sign, and the rule, which the API server only evaluates on values that match it, refuses a
+#: negative amount with a message a person can act on. The length bounds the rule's cost.
 Quantity = Annotated[
     int | str,
     WithJsonSchema({
         "anyOf": [{"type": "integer"}, {"type": "string"}],
         "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
                    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
+        "maxLength": 64,
         "x-kubernetes-int-or-string": True,
+        **validations(rule(
+            "type(self) == int ? self >= 0 : sign(quantity(self)) >= 0",
+            "quantity must not be negative: use 0 or more, e.g. 0, 32, 256Gi or 500m",
+        )),
     }),
 ]
-
-#: Qualified name of a label key or annotation key, e.g. ``example.com/role``.
-LabelMap = dict[str, str]
 
 
 class Model(BaseModel):
@@ -94,6 +101,6 @@ class CustomResource(Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-def immutable(message: str) -> dict[str, Any]:
-    """Schema fragment: the field may be set on create but never changed afterwards."""
-    return {"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": message}]}
+def immutable(message: str) -> dict[str, str]:
+    """CEL rule: the field may be set on create but never changed afterwards."""
+    return rule("self == oldSelf", message)

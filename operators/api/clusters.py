@@ -9,12 +9,12 @@ from pydantic import Field
 from operators.api.base import (
     Condition,
     CustomResource,
-    LabelMap,
     Model,
     PrinterColumn,
     ResourceInfo,
     immutable,
 )
+from operators.api.names import Labels, validations
 
 DEFAULT_KUBERNETES_VERSION = "v1.36.3"
 KUBECONFIG_KEY = "kubeconfig"
@@ -67,22 +67,23 @@ class FakeClusterSpec(Model):
     kubernetesVersion: str = Field(
         default=DEFAULT_KUBERNETES_VERSION,
         pattern=r"^v1\.[0-9]+\.[0-9]+$",
-        json_schema_extra=immutable(
+        json_schema_extra=validations(immutable(
             "kubernetesVersion is immutable: create a new FakeCluster for another version"
-        ),
+        )),
     )
     """Kubernetes release of the control plane, e.g. v1.36.3 (backend 'local')."""
     controlPlane: ControlPlaneSpec = Field(
         default_factory=ControlPlaneSpec,
         json_schema_extra={"default": ControlPlaneSpec().model_dump(mode="json",
                                                                     exclude_none=True),
-                           **immutable(
+                           **validations(immutable(
             "controlPlane is immutable: delete and recreate the FakeCluster to change it"
-        )},
+        ))},
     )
     """The control plane: a local one or an adopted external cluster."""
-    labels: LabelMap = Field(default_factory=dict)
-    """Labels for fleet selection (region, zone, provider), used by fault plans and the hub."""
+    labels: Labels = Field(default_factory=dict)
+    """Labels for fleet selection (region, zone, provider), used by fault plans and the hub; at
+    most 64, keys and values as Kubernetes labels."""
 
 
 class FakeClusterStatus(Model):

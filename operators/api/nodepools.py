@@ -9,7 +9,6 @@ from pydantic import Field
 from operators.api.base import (
     Condition,
     CustomResource,
-    LabelMap,
     Model,
     PrinterColumn,
     Quantity,
@@ -18,10 +17,22 @@ from operators.api.base import (
 )
 from operators.api.durations import DURATION_PATTERN
 from operators.api.gpus import GPUPresetName
+from operators.api.names import (
+    MAX_ENTRIES,
+    Annotations,
+    Labels,
+    keys_are_qualified_names,
+    label_value,
+    qualified_name,
+    validations,
+)
 
 MAX_REPLICAS = 100_000
 #: Every fake node carries the name of its pool here; the pool's scale selector uses it.
 POOL_LABEL = "fakefleet.dev/pool"
+#: Extended resources and taints one pool may declare; bounds the cost of their rules.
+MAX_CAPACITY_ENTRIES = 32
+MAX_TAINTS = 32
 
 
 def pool_selector(pool: str) -> str:
@@ -36,10 +47,10 @@ DEFAULT_CAPACITY: dict[str, Any] = {
 class Taint(Model):
     """A node taint, as in core/v1."""
 
-    key: str = Field(min_length=1, max_length=316)
-    """Taint key, e.g. nvidia.com/gpu."""
-    value: str = Field(default="", max_length=63)
-    """Taint value."""
+    key: Annotated[str, qualified_name("taint key")]
+    """Taint key, a qualified name, e.g. nvidia.com/gpu."""
+    value: Annotated[str, label_value("taint value")] = ""
+    """Taint value, a label value (at most 63 characters)."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
     """What happens to pods that do not tolerate the taint."""
 
@@ -47,17 +58,20 @@ class Taint(Model):
 class NodeTemplate(Model):
     """What every node of the pool looks like."""
 
-    labels: LabelMap = Field(default_factory=dict)
-    """Extra labels on every node."""
-    annotations: LabelMap = Field(default_factory=dict)
-    """Extra annotations on every node."""
-    taints: list[Taint] = Field(default_factory=list)
-    """Taints on every node."""
+    labels: Labels = Field(default_factory=dict)
+    """Extra labels on every node (at most 64; keys and values as Kubernetes labels)."""
+    annotations: Annotations = Field(default_factory=dict)
+    """Extra annotations on every node (at most 64; keys are qualified names)."""
+    taints: list[Taint] = Field(default_factory=list, max_length=MAX_TAINTS)
+    """Taints on every node (at most 32)."""
     capacity: dict[str, Quantity] = Field(
         default_factory=lambda: dict(DEFAULT_CAPACITY),
-        json_schema_extra={"default": DEFAULT_CAPACITY},
+        max_length=MAX_CAPACITY_ENTRIES,
+        json_schema_extra={"default": DEFAULT_CAPACITY,
+                           **keys_are_qualified_names("resource name")},
     )
-    """Node capacity (allocatable is the same). GPU presets add nvidia.com/gpu."""
+    """Node capacity (allocatable is the same), at most 32 resources, none negative. GPU presets
+    add nvidia.com/gpu."""
 
 
 class GPUSpec(Model):
@@ -76,11 +90,13 @@ class GPUSpec(Model):
 class TopologySpec(Model):
     """How nodes spread over failure domains (topology.kubernetes.io labels)."""
 
-    region: str = ""
+    region: Annotated[str, label_value("region")] = ""
     """Value of topology.kubernetes.io/region on every node (empty: no label)."""
-    zones: list[str] = Field(default_factory=list, json_schema_extra={
-        "x-kubernetes-list-type": "set"})
-    """Zones to spread the nodes over, round-robin (empty: no zone label)."""
+    zones: list[Annotated[str, label_value("zone")]] = Field(
+        default_factory=list, max_length=MAX_ENTRIES,
+        json_schema_extra={"x-kubernetes-list-type": "set"})
+    """Zones to spread the nodes over, round-robin (empty: no zone label); at most 64, each a
+    label value."""
     racks: int = Field(default=0, ge=0, le=10_000)
     """Racks per zone to spread nodes over (label fakefleet.dev/rack; 0: no rack label)."""
 
@@ -112,9 +128,8 @@ class PodBehaviour(Model):
 class FakeNodePoolSpec(Model):
     """Desired state of a FakeNodePool."""
 
-    clusterRef: str = Field(min_length=1, max_length=253, json_schema_extra=immutable(
-        "clusterRef is immutable: create a new pool in the other cluster instead"
-    ))
+    clusterRef: str = Field(min_length=1, max_length=253, json_schema_extra=validations(
+        immutable("clusterRef is immutable: create a new pool in the other cluster instead")))
     """Name of the FakeCluster (same namespace) the nodes belong to."""
     replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
     """Number of nodes."""
