@@ -82,6 +82,9 @@ INVALID = {
     "capacity key not a resource name": (
         pool("  template:\n    capacity: {'bad key': 1}\n"),
         ["spec.template.capacity", "'bad key' is not a valid resource name", QUALIFIED_NAME]),
+    "more replicas than pod CIDRs": (
+        pool("  replicas: 32769\n"),
+        ["spec.replicas", "less than or equal to 32768"]),
     "label key not a qualified name": (
         pool("  template:\n    labels: {'bad key': x}\n"),
         ["spec.template.labels", "'bad key' is not a valid label key", QUALIFIED_NAME,
@@ -153,6 +156,7 @@ def test_invalid_manifest_is_rejected_naming_the_field(
 VALID = {
     "cluster labels": cluster("  labels: {region: x, example.com/tier: '', a.b/c_d: A-1.b_2}\n"),
     "gpu pool": pool("  replicas: 0\n  gpu: {preset: GB200}\n"),
+    "as many nodes as pod CIDRs": pool("  replicas: 32768\n"),
     "zero capacity, prefixed keys": pool(
         "  template:\n"
         "    capacity: {cpu: 0, memory: '0', example.com/widget: '+2', pods: '1e3'}\n"

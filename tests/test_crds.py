@@ -8,8 +8,9 @@ from typing import Any
 
 import yaml
 
-from operators.api import RESOURCES, CustomResource
+from operators.api import RESOURCES, CustomResource, FakeNodePool
 from operators.api.crdgen import crd, file_name, render
+from operators.api.nodepools import MAX_NODES_PER_CLUSTER
 
 CRDS = Path(__file__).parent.parent / "crds"
 
@@ -62,6 +63,13 @@ def test_status_has_no_defaults() -> None:
 def schema_of(model: type[CustomResource]) -> dict[str, Any]:
     schema: dict[str, Any] = crd(model)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return schema
+
+
+def test_replicas_fit_the_pod_cidrs() -> None:
+    assert MAX_NODES_PER_CLUSTER == 2 ** (24 - 9)  # /24 slices of 10.128.0.0/9
+    replicas = schema_of(FakeNodePool)["properties"]["spec"]["properties"]["replicas"]
+    assert replicas["maximum"] == MAX_NODES_PER_CLUSTER
+    assert str(MAX_NODES_PER_CLUSTER) in replicas["description"]
 
 
 def bounded_paths(schema: Any, path: str = "", bounded: bool = True) -> Iterator[tuple[str, bool]]:

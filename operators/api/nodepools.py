@@ -27,7 +27,9 @@ from operators.api.names import (
     validations,
 )
 
-MAX_REPLICAS = 100_000
+#: Every node gets a /24 pod CIDR of 10.128.0.0/9 (2**(24-9) of them), so no cluster can
+#: address more nodes than this, whatever its pools ask for.
+MAX_NODES_PER_CLUSTER = 32768
 #: Every fake node carries the name of its pool here; the pool's scale selector uses it.
 POOL_LABEL = "fakefleet.dev/pool"
 #: Extended resources and taints one pool may declare; bounds the cost of their rules.
@@ -131,8 +133,9 @@ class FakeNodePoolSpec(Model):
     clusterRef: str = Field(min_length=1, max_length=253, json_schema_extra=validations(
         immutable("clusterRef is immutable: create a new pool in the other cluster instead")))
     """Name of the FakeCluster (same namespace) the nodes belong to."""
-    replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
-    """Number of nodes."""
+    replicas: int = Field(default=1, ge=0, le=MAX_NODES_PER_CLUSTER)
+    """Number of nodes, at most 32768: each node gets a /24 pod CIDR of 10.128.0.0/9, which
+    holds 32768 of them; the pools of one cluster share that limit."""
     template: NodeTemplate = Field(
         default_factory=NodeTemplate,
         json_schema_extra={"default": NodeTemplate().model_dump(mode="json")})
