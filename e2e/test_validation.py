@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.conftest import KUBECTL, Fleet, kubectl
+from operators.api.clusters import MAX_CLUSTER_NAME_LENGTH
+from operators.api.nodepools import MAX_POOL_NAME_LENGTH
 
 NAMESPACE = "validation"
 
@@ -31,6 +33,8 @@ def pool(spec: str, *, name: str = "bad", cluster_ref: str = "somewhere") -> str
            f"spec:\n  clusterRef: {cluster_ref}\n{spec}"
 
 
+LONGEST_CLUSTER_NAME = "c" * MAX_CLUSTER_NAME_LENGTH
+LONGEST_POOL_NAME = "p" * MAX_POOL_NAME_LENGTH
 #: How the messages that say what would be accepted begin.
 LABEL_VALUE = "must be a label value: at most 63 characters"
 QUALIFIED_NAME = "a qualified name such as example.com/role"
@@ -73,6 +77,15 @@ INVALID = {
     "misspelt field": (
         pool("  replica: 3\n"),
         ['unknown field "spec.replica"']),
+    "cluster name too long": (
+        cluster("  labels: {}\n", name="c" * 64),
+        ["metadata.name", "a FakeCluster name has at most 63 characters",
+         "label fakefleet.dev/cluster"]),
+    "pool name too long": (
+        pool("  replicas: 0\n", name="p" * 54),
+        ["metadata.name", "a FakeNodePool name has at most 53 characters",
+         "kubernetes.io/hostname=<pool>-<index> (index up to 32767)",
+         "node.kubernetes.io/instance-type=fakefleet.<pool>"]),
     "negative capacity quantity": (
         pool("  template:\n    capacity: {cpu: '-4'}\n"),
         ["spec.template.capacity[cpu]", '"-4"', "quantity must not be negative: use 0 or more"]),
@@ -128,6 +141,12 @@ INVALID = {
     "region": (
         pool("  topology: {region: 'r r'}\n"),
         ["spec.topology.region", f"region {LABEL_VALUE}"]),
+    "clusterRef not a cluster name": (
+        pool("  replicas: 0\n", cluster_ref="West"),
+        ["spec.clusterRef", "must be the name of a FakeCluster"]),
+    "clusterRef too long": (
+        pool("  replicas: 0\n", cluster_ref="c" * 64),
+        ["spec.clusterRef", "may not be more than 63"]),
     "missing clusterRef": (
         "apiVersion: fakefleet.dev/v1alpha1\nkind: FakeNodePool\nmetadata: {name: bad}\n"
         "spec: {replicas: 1}\n",
@@ -155,6 +174,9 @@ def test_invalid_manifest_is_rejected_naming_the_field(
 
 VALID = {
     "cluster labels": cluster("  labels: {region: x, example.com/tier: '', a.b/c_d: A-1.b_2}\n"),
+    "longest cluster name": cluster("  labels: {}\n", name=LONGEST_CLUSTER_NAME),
+    "longest pool name, in the cluster with the longest name": pool(
+        "  replicas: 0\n", name=LONGEST_POOL_NAME, cluster_ref=LONGEST_CLUSTER_NAME),
     "gpu pool": pool("  replicas: 0\n  gpu: {preset: GB200}\n"),
     "as many nodes as pod CIDRs": pool("  replicas: 32768\n"),
     "zero capacity, prefixed keys": pool(

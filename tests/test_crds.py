@@ -8,9 +8,15 @@ from typing import Any
 
 import yaml
 
-from operators.api import RESOURCES, CustomResource, FakeNodePool
+from operators.api import RESOURCES, CustomResource, FakeCluster, FakeNodePool
+from operators.api.clusters import MAX_CLUSTER_NAME_LENGTH
 from operators.api.crdgen import crd, file_name, render
-from operators.api.nodepools import MAX_NODES_PER_CLUSTER
+from operators.api.nodepools import (
+    INSTANCE_TYPE_PREFIX,
+    MAX_NODES_PER_CLUSTER,
+    MAX_POOL_NAME_LENGTH,
+    node_name,
+)
 
 CRDS = Path(__file__).parent.parent / "crds"
 
@@ -63,6 +69,21 @@ def test_status_has_no_defaults() -> None:
 def schema_of(model: type[CustomResource]) -> dict[str, Any]:
     schema: dict[str, Any] = crd(model)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return schema
+
+
+def test_names_are_bounded_at_the_root_so_derived_names_stay_valid() -> None:
+    assert MAX_CLUSTER_NAME_LENGTH == 63  # the cluster's name is a label value
+    # The longest pool name still makes label values of its longest node name and instance type.
+    pool = "p" * MAX_POOL_NAME_LENGTH
+    assert len(node_name(pool, MAX_NODES_PER_CLUSTER - 1)) <= 63
+    assert len(INSTANCE_TYPE_PREFIX + pool) <= 63
+    assert MAX_POOL_NAME_LENGTH == 53
+    for model, limit in ((FakeCluster, MAX_CLUSTER_NAME_LENGTH),
+                         (FakeNodePool, MAX_POOL_NAME_LENGTH)):
+        (rule,) = schema_of(model)["x-kubernetes-validations"]
+        assert rule["rule"] == f"size(self.metadata.name) <= {limit}"
+        assert f"at most {limit} characters" in rule["message"]
+        assert rule["fieldPath"] == ".metadata.name"
 
 
 def test_replicas_fit_the_pod_cidrs() -> None:

@@ -74,7 +74,8 @@ class PrinterColumn:
 
 @dataclasses.dataclass(frozen=True)
 class ResourceInfo:
-    """What a CRD needs besides the schema: names, columns, subresources."""
+    """What a CRD needs besides the schema: names, columns, subresources and the rules on the
+    whole object (the only place a CEL rule can read ``self.metadata.name``)."""
 
     kind: str
     plural: str
@@ -82,6 +83,7 @@ class ResourceInfo:
     printer_columns: tuple[PrinterColumn, ...]
     scale: bool = False
     categories: tuple[str, ...] = ("fakefleet",)
+    rules: tuple[dict[str, str], ...] = ()
 
     @property
     def singular(self) -> str:

@@ -14,10 +14,24 @@ from operators.api.base import (
     ResourceInfo,
     immutable,
 )
-from operators.api.names import Labels, validations
+from operators.api.names import LABEL_VALUE_MAX_LENGTH, Labels, rule, validations
 
 DEFAULT_KUBERNETES_VERSION = "v1.36.3"
 KUBECONFIG_KEY = "kubeconfig"
+#: Objects made for a FakeCluster (its kubeconfig Secret) carry the cluster's name here.
+CLUSTER_LABEL = "fakefleet.dev/cluster"
+#: A FakeCluster's name is a label value (:data:`CLUSTER_LABEL`); the other names made from it
+#: (the Secret ``<name>-kubeconfig``, directories, the etcd prefix) allow more.
+MAX_CLUSTER_NAME_LENGTH = LABEL_VALUE_MAX_LENGTH
+
+NAME_RULE = rule(
+    f"size(self.metadata.name) <= {MAX_CLUSTER_NAME_LENGTH}",
+    f"a FakeCluster name has at most {MAX_CLUSTER_NAME_LENGTH} characters: it is the value of "
+    f"the label {CLUSTER_LABEL} (label values hold at most {LABEL_VALUE_MAX_LENGTH}) and names "
+    "the cluster's kubeconfig Secret, directories, etcd prefix and certificates; choose a "
+    "shorter name",
+    field_path=".metadata.name",
+)
 
 
 class SecretKeyRef(Model):
@@ -122,6 +136,7 @@ class FakeCluster(CustomResource):
             PrinterColumn("Endpoint", ".status.endpoint"),
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
+        rules=(NAME_RULE,),
     )
     kind: str = "FakeCluster"
     spec: FakeClusterSpec = Field(default_factory=FakeClusterSpec)

@@ -15,15 +15,18 @@ from operators.api.base import (
     ResourceInfo,
     immutable,
 )
+from operators.api.clusters import MAX_CLUSTER_NAME_LENGTH
 from operators.api.durations import DURATION_PATTERN
 from operators.api.gpus import GPUPresetName
 from operators.api.names import (
+    LABEL_VALUE_MAX_LENGTH,
     MAX_ENTRIES,
     Annotations,
     Labels,
     keys_are_qualified_names,
     label_value,
     qualified_name,
+    rule,
     validations,
 )
 
@@ -32,13 +35,45 @@ from operators.api.names import (
 MAX_NODES_PER_CLUSTER = 32768
 #: Every fake node carries the name of its pool here; the pool's scale selector uses it.
 POOL_LABEL = "fakefleet.dev/pool"
+#: Every fake node is labelled node.kubernetes.io/instance-type=<this><pool>.
+INSTANCE_TYPE_PREFIX = "fakefleet."
 #: Extended resources and taints one pool may declare; bounds the cost of their rules.
 MAX_CAPACITY_ENTRIES = 32
 MAX_TAINTS = 32
+#: clusterRef names a FakeCluster: a DNS subdomain, as every object name, of at most
+#: MAX_CLUSTER_NAME_LENGTH characters; a pool naming anything else could never get nodes.
+CLUSTER_REF_RULE = rule(
+    "!format.dns1123Subdomain().validate(self).hasValue()",
+    "clusterRef must be the name of a FakeCluster: lower-case letters, digits, '-' and '.', "
+    "alphanumeric at both ends",
+)
 
 
 def pool_selector(pool: str) -> str:
     return f"{POOL_LABEL}={pool}"
+
+
+def node_name(pool: str, index: int) -> str:
+    """Nodes are ``<pool>-<index>``, so scale-down removes the highest indices first."""
+    return f"{pool}-{index}"
+
+
+#: The pool's name is in three label values on each of its nodes (kubernetes.io/hostname is the
+#: node name), so the tightest of them bounds it. Node names themselves are DNS subdomains of up
+#: to 253 characters: a pool name, a DNS subdomain as every object name, with '-' and digits
+#: appended is still one, and every label value made of it matches the label-value syntax.
+MAX_POOL_NAME_LENGTH = min(
+    LABEL_VALUE_MAX_LENGTH - len(node_name("", MAX_NODES_PER_CLUSTER - 1)),
+    LABEL_VALUE_MAX_LENGTH - len(INSTANCE_TYPE_PREFIX),
+)
+NAME_RULE = rule(
+    f"size(self.metadata.name) <= {MAX_POOL_NAME_LENGTH}",
+    f"a FakeNodePool name has at most {MAX_POOL_NAME_LENGTH} characters: its nodes are labelled "
+    f"kubernetes.io/hostname=<pool>-<index> (index up to {MAX_NODES_PER_CLUSTER - 1}), "
+    f"{POOL_LABEL}=<pool> and node.kubernetes.io/instance-type={INSTANCE_TYPE_PREFIX}<pool>, and "
+    f"label values hold at most {LABEL_VALUE_MAX_LENGTH} characters; choose a shorter name",
+    field_path=".metadata.name",
+)
 
 
 DEFAULT_CAPACITY: dict[str, Any] = {
@@ -130,8 +165,11 @@ class PodBehaviour(Model):
 class FakeNodePoolSpec(Model):
     """Desired state of a FakeNodePool."""
 
-    clusterRef: str = Field(min_length=1, max_length=253, json_schema_extra=validations(
-        immutable("clusterRef is immutable: create a new pool in the other cluster instead")))
+    clusterRef: str = Field(
+        min_length=1, max_length=MAX_CLUSTER_NAME_LENGTH, json_schema_extra=validations(
+            CLUSTER_REF_RULE,
+            immutable("clusterRef is immutable: create a new pool in the other cluster instead"),
+        ))
     """Name of the FakeCluster (same namespace) the nodes belong to."""
     replicas: int = Field(default=1, ge=0, le=MAX_NODES_PER_CLUSTER)
     """Number of nodes, at most 32768: each node gets a /24 pod CIDR of 10.128.0.0/9, which
@@ -185,6 +223,7 @@ class FakeNodePool(CustomResource):
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
         scale=True,
+        rules=(NAME_RULE,),
     )
     kind: str = "FakeNodePool"
     spec: FakeNodePoolSpec
