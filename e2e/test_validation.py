@@ -195,6 +195,33 @@ def test_valid_manifests_pass_the_same_checks(fleet: Fleet, namespace: str, case
     assert result.returncode == 0, f"{case}: {result.stderr}"
 
 
+def test_engines_select_their_pools_by_cluster(fleet: Fleet, namespace: str) -> None:
+    """spec.clusterRef is a selectable field: a per-cluster engine lists and watches only the
+    pools of its cluster, filtered by the API server."""
+    for name, ref in (("west-a", "west"), ("west-b", "west"), ("east-a", "east")):
+        created = submit(fleet, pool("  replicas: 0\n", name=name, cluster_ref=ref),
+                         dry_run=False)
+        assert created.returncode == 0, created.stderr
+    try:
+        def names(selector: str) -> list[str]:
+            found = kubectl(fleet.host, "-n", NAMESPACE, "get", "fnp", "--field-selector",
+                            selector, "-o", "jsonpath={.items[*].metadata.name}")
+            return sorted(found.stdout.split())
+
+        assert names("spec.clusterRef=west") == ["west-a", "west-b"]
+        assert names("spec.clusterRef=east") == ["east-a"]
+        assert names("spec.clusterRef!=west") == ["east-a"]
+        # The scale subresource goes through the same schema: the pod CIDR bound holds there too.
+        scaled = kubectl(fleet.host, "-n", NAMESPACE, "scale", "fnp/east-a", "--replicas=32769",
+                         check=False)
+        assert scaled.returncode != 0
+        assert "spec.replicas" in scaled.stderr
+        assert "less than or equal to 32768" in scaled.stderr
+    finally:
+        kubectl(fleet.host, "-n", NAMESPACE, "delete", "fnp", "west-a", "west-b", "east-a",
+                "--timeout=60s")
+
+
 def test_immutable_fields_cannot_change(fleet: Fleet, namespace: str) -> None:
     created = submit(fleet, pool("  replicas: 0\n"), dry_run=False)
     assert created.returncode == 0, created.stderr

@@ -93,6 +93,12 @@ def test_replicas_fit_the_pod_cidrs() -> None:
     assert str(MAX_NODES_PER_CLUSTER) in replicas["description"]
 
 
+def test_cluster_ref_is_selectable() -> None:
+    version = crd(FakeNodePool)["spec"]["versions"][0]
+    assert version["selectableFields"] == [{"jsonPath": ".spec.clusterRef"}]
+    assert "selectableFields" not in crd(FakeCluster)["spec"]["versions"][0]
+
+
 def bounded_paths(schema: Any, path: str = "", bounded: bool = True) -> Iterator[tuple[str, bool]]:
     """Every schema node with a CEL rule, and whether it and every list or map it sits in is
     bounded (what the API server's cost estimate needs)."""

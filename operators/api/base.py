@@ -74,8 +74,9 @@ class PrinterColumn:
 
 @dataclasses.dataclass(frozen=True)
 class ResourceInfo:
-    """What a CRD needs besides the schema: names, columns, subresources and the rules on the
-    whole object (the only place a CEL rule can read ``self.metadata.name``)."""
+    """What a CRD needs besides the schema: names, columns, subresources, the rules on the whole
+    object (the only place a CEL rule can read ``self.metadata.name``) and the fields that
+    list and watch requests can select on (``fieldSelector=spec.clusterRef=west``)."""
 
     kind: str
     plural: str
@@ -84,6 +85,7 @@ class ResourceInfo:
     scale: bool = False
     categories: tuple[str, ...] = ("fakefleet",)
     rules: tuple[dict[str, str], ...] = ()
+    selectable_fields: tuple[str, ...] = ()
 
     @property
     def singular(self) -> str:

@@ -116,6 +116,16 @@ def crd(model: type[CustomResource]) -> dict[str, Any]:
         if column.priority:
             entry["priority"] = column.priority
         columns.append(entry)
+    version: dict[str, Any] = {
+        "name": VERSION,
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": openapi_schema(model)},
+        "subresources": subresources,
+        "additionalPrinterColumns": columns,
+    }
+    if info.selectable_fields:
+        version["selectableFields"] = [{"jsonPath": path} for path in info.selectable_fields]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -131,14 +141,7 @@ def crd(model: type[CustomResource]) -> dict[str, Any]:
                 "categories": list(info.categories),
             },
             "scope": "Namespaced",
-            "versions": [{
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "schema": {"openAPIV3Schema": openapi_schema(model)},
-                "subresources": subresources,
-                "additionalPrinterColumns": columns,
-            }],
+            "versions": [version],
         },
     }
 

@@ -170,7 +170,8 @@ class FakeNodePoolSpec(Model):
             CLUSTER_REF_RULE,
             immutable("clusterRef is immutable: create a new pool in the other cluster instead"),
         ))
-    """Name of the FakeCluster (same namespace) the nodes belong to."""
+    """Name of the FakeCluster (same namespace) the nodes belong to; engines list their pools
+    with fieldSelector=spec.clusterRef=<name>."""
     replicas: int = Field(default=1, ge=0, le=MAX_NODES_PER_CLUSTER)
     """Number of nodes, at most 32768: each node gets a /24 pod CIDR of 10.128.0.0/9, which
     holds 32768 of them; the pools of one cluster share that limit."""
@@ -224,6 +225,7 @@ class FakeNodePool(CustomResource):
         ),
         scale=True,
         rules=(NAME_RULE,),
+        selectable_fields=(".spec.clusterRef",),
     )
     kind: str = "FakeNodePool"
     spec: FakeNodePoolSpec
