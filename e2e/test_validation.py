@@ -92,6 +92,13 @@ INVALID = {
     "negative capacity integer": (
         pool("  template:\n    capacity: {pods: -1}\n"),
         ["spec.template.capacity[pods]", "quantity must not be negative"]),
+    "extended resource in fractions": (
+        pool("  template:\n    capacity: {cpu: 500m, example.com/widget: 500m}\n"),
+        ["spec.template.capacity", "'example.com/widget' needs a whole number",
+         "use an integer such as 8"]),
+    "pods in fractions": (
+        pool("  template:\n    capacity: {pods: '1.5'}\n"),
+        ["spec.template.capacity", "'pods' needs a whole number"]),
     "capacity key not a resource name": (
         pool("  template:\n    capacity: {'bad key': 1}\n"),
         ["spec.template.capacity", "'bad key' is not a valid resource name", QUALIFIED_NAME]),

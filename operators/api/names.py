@@ -74,31 +74,33 @@ def qualified_name(what: str) -> Any:
              f"{what} must be a qualified name {QUALIFIED_NAME_SYNTAX}")))
 
 
-def keys_are_qualified_names(what: str) -> dict[str, Any]:
-    """Schema fragment for a map whose keys become label, annotation or resource names.
+def keys_are_qualified_names(what: str) -> dict[str, str]:
+    """CEL rule for a map whose keys become label, annotation or resource names.
 
     The keys have no schema of their own, so the rule sits on the map, and its message names
     the first key it refuses (the API server would show the whole map). Kubernetes' own wording
     (``validate(k).value()``) is not used: its size is unbounded in the cost estimate.
     """
     check = "format.qualifiedName().validate(k)"
-    return validations(rule(
+    return rule(
         f"self.all(k, !{check}.hasValue())",
         f"every {what} must be a qualified name {QUALIFIED_NAME_SYNTAX}",
         message_expression=(f"\"'\" + self.filter(k, {check}.hasValue())[0] + "
                             f"\"' is not a valid {what}: use a qualified name "
                             f"{QUALIFIED_NAME_SYNTAX}\""),
-    ))
+    )
 
 
 #: Labels: qualified-name keys, label values, at most :data:`MAX_ENTRIES`.
 Labels = Annotated[
     dict[str, Annotated[str, label_value("value")]],
-    Field(max_length=MAX_ENTRIES, json_schema_extra=keys_are_qualified_names("label key")),
+    Field(max_length=MAX_ENTRIES, json_schema_extra=validations(
+        keys_are_qualified_names("label key"))),
 ]
 
 #: Annotations: qualified-name keys, free values, at most :data:`MAX_ENTRIES`.
 Annotations = Annotated[
     dict[str, str],
-    Field(max_length=MAX_ENTRIES, json_schema_extra=keys_are_qualified_names("annotation key")),
+    Field(max_length=MAX_ENTRIES, json_schema_extra=validations(
+        keys_are_qualified_names("annotation key"))),
 ]

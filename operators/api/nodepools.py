@@ -76,6 +76,21 @@ NAME_RULE = rule(
 )
 
 
+#: Node validation wants whole units of pods and of extended resources (those with a domain
+#: prefix other than kubernetes.io, such as nvidia.com/gpu): a node with 1.5 of them is refused.
+_COUNTED = ("(k == 'pods' || (k.contains('/') && !k.contains('kubernetes.io/') "
+            "&& !k.startsWith('requests.')))")
+_WHOLE = "(type(self[k]) == int || quantity(self[k]).isInteger())"
+WHOLE_UNITS_RULE = rule(
+    f"self.all(k, !{_COUNTED} || {_WHOLE})",
+    "pods and extended resources such as nvidia.com/gpu are counted in whole units: use an "
+    "integer such as 8, not 500m or 1.5",
+    message_expression=(f"\"'\" + self.filter(k, {_COUNTED} && !{_WHOLE})[0] + \"' needs a "
+                        "whole number: pods and extended resources such as nvidia.com/gpu are "
+                        "counted in whole units; use an integer such as 8, not 500m or 1.5\""),
+)
+
+
 DEFAULT_CAPACITY: dict[str, Any] = {
     "cpu": "32", "memory": "256Gi", "pods": "110", "ephemeral-storage": "1Ti",
 }
@@ -104,11 +119,11 @@ class NodeTemplate(Model):
     capacity: dict[str, Quantity] = Field(
         default_factory=lambda: dict(DEFAULT_CAPACITY),
         max_length=MAX_CAPACITY_ENTRIES,
-        json_schema_extra={"default": DEFAULT_CAPACITY,
-                           **keys_are_qualified_names("resource name")},
+        json_schema_extra={"default": DEFAULT_CAPACITY, **validations(
+            keys_are_qualified_names("resource name"), WHOLE_UNITS_RULE)},
     )
-    """Node capacity (allocatable is the same), at most 32 resources, none negative. GPU presets
-    add nvidia.com/gpu."""
+    """Node capacity (allocatable is the same), at most 32 resources, none negative; pods and
+    extended resources in whole units. GPU presets add nvidia.com/gpu."""
 
 
 class GPUSpec(Model):
