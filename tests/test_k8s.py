@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from operators.controlplane import kubeconfigs
 from operators.controlplane.pki import ensure_pki
 from operators.k8s import errors
-from operators.k8s.config import load_kubeconfig
+from operators.k8s.config import load_kubeconfig, load_kubeconfig_file
 
 
 def status_body(reason: str, message: str) -> str:
@@ -47,9 +48,92 @@ def test_our_kubeconfigs_load(tmp_path: Path) -> None:
                               client_key=pki.client_key("admin"))
     access = load_kubeconfig(text)
     assert access.server == "https://127.0.0.1:6443"
-    assert access.token is None
+    assert access.authorization() is None
+    assert access.client_cert == pki.client_cert("admin").read_bytes()
 
 
 def test_broken_kubeconfig_is_a_clear_error() -> None:
-    with pytest.raises(errors.K8sError, match="incomplete or malformed"):
+    with pytest.raises(errors.ConfigError, match="cannot be used"):
         load_kubeconfig("apiVersion: v1\nkind: Config\n")
+    with pytest.raises(errors.ConfigError, match="not a kubeconfig"):
+        load_kubeconfig("just text")
+
+
+def _files_kubeconfig(tmp_path: Path) -> Path:
+    """A kubeconfig that names its certificates and token by paths relative to itself."""
+    pki = ensure_pki(tmp_path / "pki", "a")
+    (tmp_path / "token").write_text("s3cret\n")
+    config = tmp_path / "conf" / "kubeconfig"
+    config.parent.mkdir()
+    config.write_text(f"""
+apiVersion: v1
+kind: Config
+current-context: c
+contexts: [{{name: c, context: {{cluster: k, user: u}}}}]
+clusters: [{{name: k, cluster: {{server: "https://127.0.0.1:6443",
+             certificate-authority: ../pki/{pki.ca_cert.name}}}}}]
+users: [{{name: u, user: {{client-certificate: ../pki/admin.crt, client-key: ../pki/admin.key,
+          tokenFile: ../token}}}}]
+""")
+    return config
+
+
+def test_paths_resolve_against_the_kubeconfig_and_token_files_are_read(tmp_path: Path) -> None:
+    config = _files_kubeconfig(tmp_path)
+    access = load_kubeconfig_file(config)
+    assert access.ca == (tmp_path / "pki" / "ca.crt").read_bytes()
+    assert access.client_key == (tmp_path / "pki" / "admin.key").read_bytes()
+    assert access.bearer_token() == "s3cret"
+    access.tls()  # the certificate and key load into a TLS context
+
+
+def test_exec_plugin_supplies_the_token(tmp_path: Path) -> None:
+    plugin = tmp_path / "plugin.sh"
+    plugin.write_text('#!/bin/sh\necho \'{"apiVersion": "client.authentication.k8s.io/v1", '
+                      '"kind": "ExecCredential", "status": {"token": "from-exec", '
+                      '"expirationTimestamp": "2099-01-01T00:00:00Z"}}\'\n')
+    plugin.chmod(0o755)
+    text = """
+apiVersion: v1
+kind: Config
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://eks.example:443",
+            insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1,
+        command: ./plugin.sh, interactiveMode: Never}}}]
+"""
+    access = load_kubeconfig(text, base_dir=tmp_path)
+    assert access.bearer_token() == "from-exec"
+    assert access.expires is not None
+    assert access.expires.year == 2099
+    assert access.insecure
+
+
+def test_failing_exec_plugin_says_why(tmp_path: Path) -> None:
+    text = """
+apiVersion: v1
+kind: Config
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://eks.example:443"}}]
+users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1,
+        command: sh, args: ["-c", "echo no credentials for you >&2; exit 3"]}}}]
+"""
+    with pytest.raises(errors.ConfigError, match="no credentials for you"):
+        load_kubeconfig(text, base_dir=tmp_path)
+
+
+@pytest.mark.parametrize(("section", "field"), [
+    ("users", "client-key"), ("users", "tokenFile"), ("users", "exec"),
+    ("clusters", "certificate-authority"),
+])
+def test_a_kubeconfig_from_a_secret_may_not_name_files_or_commands(
+        tmp_path: Path, section: str, field: str) -> None:
+    config = yaml.safe_load(_files_kubeconfig(tmp_path).read_text())
+    config["clusters"][0]["cluster"] = {"server": "https://x:443"}
+    config["users"][0]["user"] = {"token": "t"}
+    body = config[section][0]["user" if section == "users" else "cluster"]
+    body[field] = {"command": "cat"} if field == "exec" else "/etc/passwd"
+    with pytest.raises(errors.ConfigError, match=rf"{section}\[0\]\.\w+\.{field}.*must embed"):
+        load_kubeconfig(yaml.safe_dump(config), untrusted=True, source="Secret ns/creds")

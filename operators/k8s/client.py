@@ -1,54 +1,50 @@
-"""Raw JSON over aiohttp: the one place where fakefleet talks to Kubernetes API servers.
+"""The client of one API server: sends :mod:`~operators.k8s.requests` through a
+:class:`~operators.k8s.transport.Transport` and turns answers into JSON or into the error tree
+of :mod:`operators.k8s.errors`, in this one place.
 
-Hot paths (thousands of nodes, leases and pods) need no object model: requests are paths and
-dicts, responses are dicts. One client holds one bounded connection pool per API server; a 429
-is answered by waiting ``Retry-After`` and trying again (back-pressure instead of a pile-up).
+Hot paths (thousands of nodes, leases and pods) need no object model: paths and dicts in, dicts
+out. Two answers are handled here for every caller: a 429 is waited out (``Retry-After``) and
+sent again, so a throttling server slows fakefleet down instead of piling up failures; a 401
+asks the transport for fresh credentials once (tokens from exec plugins and files expire).
+Everything else is the caller's to decide: only it knows whether a write may be repeated.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
 
-import aiohttp
-
+from operators.k8s import requests
+from operators.k8s.clock import SYSTEM_CLOCK, Clock
 from operators.k8s.config import ClusterAccess
-from operators.k8s.errors import TooManyRequests, TransportError, api_error
+from operators.k8s.errors import TooManyRequests, TransportError, Unauthorized, api_error
+from operators.k8s.requests import MERGE_PATCH, Params, Request
+from operators.k8s.transport import AiohttpTransport, Transport
 
-MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_PATCH = "application/strategic-merge-patch+json"
-
-Params = Mapping[str, str | int]
+#: Watches: the server ends each after this long (we resume from the last resourceVersion);
+#: a watch silent for ``WATCH_TIMEOUT + WATCH_GRACE`` is taken as a dead connection.
+WATCH_TIMEOUT = 300
+WATCH_GRACE = 30.0
 
 
 class Client:
     """An async client of one API server."""
 
-    def __init__(
-        self,
-        access: ClusterAccess,
-        *,
-        connections: int = 16,
-        timeout: float = 30.0,
-        max_throttle_retries: int = 10,
-    ) -> None:
-        self.server = access.server
-        self._access = access
-        self._connections = connections
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+    def __init__(self, transport: Transport, *, clock: Clock = SYSTEM_CLOCK,
+                 max_throttle_retries: int = 10, server: str = "") -> None:
+        self.transport = transport
+        self.server = server
+        self._clock = clock
         self._max_throttle_retries = max_throttle_retries
-        self._session: aiohttp.ClientSession | None = None
-        self._headers = {"Accept": "application/json"}
-        if access.token:
-            self._headers["Authorization"] = f"Bearer {access.token}"
 
-    def clone(self, *, connections: int) -> Client:
-        """Another client of the same server with a connection pool of its own."""
-        return Client(self._access, connections=connections, timeout=self._timeout.total or 30.0,
-                      max_throttle_retries=self._max_throttle_retries)
+    @classmethod
+    def connect(cls, access: ClusterAccess, *, connections: int = 16, timeout: float = 30.0,
+                clock: Clock = SYSTEM_CLOCK) -> Client:
+        """A client over its own aiohttp connection pool of ``connections``."""
+        return cls(AiohttpTransport(access, connections=connections, timeout=timeout),
+                   clock=clock, server=access.server)
 
     async def __aenter__(self) -> Client:
         return self
@@ -60,94 +56,75 @@ class Client:
         await self.close()
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.transport.close()
 
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._connections, ssl=self._access.tls)
-            self._session = aiohttp.ClientSession(
-                connector=connector, headers=self._headers, timeout=self._timeout
-            )
-        return self._session
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Params | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        decode: bool = True,
-    ) -> Any:
-        """Send one request; return the decoded JSON body (None for an empty one, or when
-        ``decode`` is off: hot-path writes need no copy of the object they wrote)."""
-        data = None if body is None else json.dumps(body, separators=(",", ":"))
-        headers = {"Content-Type": content_type} if data is not None else None
-        for attempt in range(self._max_throttle_retries + 1):
-            try:
-                async with self.session.request(
-                    method, self.server + path, params=params, data=data, headers=headers
-                ) as response:
-                    if response.status < 400 and not decode:
-                        await response.read()
-                        return None
-                    text = await response.text()
-                    if response.status < 400:
-                        return json.loads(text) if text else None
-                    error = api_error(response.status, text, response.headers)
-            except (aiohttp.ClientError, TimeoutError) as cause:
-                raise TransportError(f"{method} {self.server}{path}: {cause!r}") from cause
-            if isinstance(error, TooManyRequests) and attempt < self._max_throttle_retries:
-                await asyncio.sleep(error.retry_after)
+    async def send(self, request: Request) -> Any:
+        """Send ``request``; the decoded JSON answer (None if empty or not asked for)."""
+        refreshed = False
+        throttled = 0
+        while True:
+            response = await self.transport.send(request)
+            if response.status < 400:
+                if not request.decode or not response.body:
+                    return None
+                return json.loads(response.body)
+            error = api_error(response.status, response.body.decode(errors="replace"),
+                              response.headers)
+            if isinstance(error, Unauthorized) and response.status == 401 and not refreshed:
+                refreshed = True
+                self.transport.refresh_credentials()
+                continue
+            if isinstance(error, TooManyRequests) and throttled < self._max_throttle_retries:
+                throttled += 1
+                await self._clock.sleep(error.retry_after)
                 continue
             raise error
-        raise AssertionError("unreachable")
+
+    async def stream(self, request: Request) -> AsyncIterator[Any]:
+        """Decoded lines of a streaming answer (watch events) until the server ends it."""
+        async with self.transport.stream(request) as response:
+            if response.status >= 400:
+                if response.status == 401:
+                    self.transport.refresh_credentials()
+                body = (await response.read()).decode(errors="replace")
+                raise api_error(response.status, body, response.headers)
+            async for line in response.lines():
+                try:
+                    yield json.loads(line)
+                except ValueError as error:
+                    raise TransportError(f"watch {request.path}: a line that is not JSON "
+                                         f"({len(line)} bytes): {error}") from error
+
+    # -- the verbs ---------------------------------------------------------------------------
 
     async def get(self, path: str, params: Params | None = None) -> Any:
-        return await self.request("GET", path, params=params)
+        return await self.send(requests.get(path, params))
 
     async def get_text(self, path: str) -> str:
         """A non-JSON document, such as ``/metrics``."""
-        try:
-            async with self.session.get(self.server + path) as response:
-                text = await response.text()
-                if response.status >= 400:
-                    raise api_error(response.status, text, response.headers)
-                return text
-        except (aiohttp.ClientError, TimeoutError) as cause:
-            raise TransportError(f"GET {self.server}{path}: {cause!r}") from cause
+        response = await self.transport.send(requests.get(path))
+        text = response.body.decode(errors="replace")
+        if response.status >= 400:
+            raise api_error(response.status, text, response.headers)
+        return text
 
     async def create(self, path: str, body: Any, *, decode: bool = True) -> Any:
-        return await self.request("POST", path, body=body, decode=decode)
+        return await self.send(requests.create(path, body, decode=decode))
 
     async def replace(self, path: str, body: Any) -> Any:
-        return await self.request("PUT", path, body=body)
+        return await self.send(requests.replace(path, body))
 
     async def patch(self, path: str, body: Any, *, content_type: str = MERGE_PATCH,
                     decode: bool = True) -> Any:
-        return await self.request("PATCH", path, body=body, content_type=content_type,
-                                  decode=decode)
+        return await self.send(requests.patch(path, body, content_type=content_type,
+                                              decode=decode))
 
     async def delete(self, path: str, *, params: Params | None = None, body: Any = None,
                      decode: bool = True) -> Any:
-        return await self.request("DELETE", path, params=params, body=body, decode=decode)
+        return await self.send(requests.delete(path, body=body, params=params, decode=decode))
 
-    async def watch(self, path: str, params: Params | None = None) -> AsyncIterator[Any]:
-        """Stream watch events (dicts with ``type`` and ``object``) until the server ends it."""
-        query = {**(params or {}), "watch": "1", "allowWatchBookmarks": "true"}
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=None)
-        try:
-            async with self.session.get(
-                self.server + path, params=query, timeout=timeout
-            ) as response:
-                if response.status >= 400:
-                    raise api_error(response.status, await response.text(), response.headers)
-                async for line in response.content:
-                    if line.strip():
-                        yield json.loads(line)
-        except (aiohttp.ClientError, TimeoutError) as cause:
-            raise TransportError(f"watch {self.server}{path}: {cause!r}") from cause
+    def watch(self, path: str, params: Params | None = None, *,
+              timeout_seconds: int = WATCH_TIMEOUT) -> AsyncIterator[Any]:
+        """Watch events (dicts with ``type`` and ``object``) until the server ends the watch."""
+        return self.stream(requests.watch(path, params, timeout_seconds=timeout_seconds,
+                                          read_timeout=timeout_seconds + WATCH_GRACE))

@@ -1,7 +1,8 @@
 """Errors of the Kubernetes API boundary, translated from HTTP in one place (:func:`api_error`).
 
     K8sError
-    ├── TransportError       no answer: connection refused/reset, timeout
+    ├── ConfigError          a kubeconfig that cannot be used (the message says which field)
+    ├── TransportError       no answer: connection refused/reset, timeout, a broken stream
     └── ApiError             the API server answered with a Status (status, reason, message)
         ├── BadRequest       400
         ├── Unauthorized     401 / 403
@@ -24,8 +25,12 @@ class K8sError(Exception):
     """Base of every error raised by :mod:`operators.k8s`."""
 
 
+class ConfigError(K8sError):
+    """A kubeconfig is malformed, incomplete, or asks for what fakefleet refuses to do."""
+
+
 class TransportError(K8sError):
-    """The API server could not be reached or did not answer in time."""
+    """The API server could not be reached, did not answer in time, or broke off a stream."""
 
 
 class ApiError(K8sError):
@@ -102,3 +107,8 @@ def api_error(status: int, text: str, headers: Mapping[str, str]) -> ApiError:
     if status >= 500:
         return ServerError(status, reason or "InternalError", message, body)
     return _BY_STATUS.get(status, ApiError)(status, reason, message, body)
+
+
+def transient(error: K8sError) -> bool:
+    """Worth sending again unchanged: no answer, throttled, or an error of the server's own."""
+    return isinstance(error, TransportError | TooManyRequests | ServerError)

@@ -1,0 +1,163 @@
+"""The one seam between fakefleet and the network: a :class:`Transport` sends a
+:class:`~operators.k8s.requests.Request` and returns the raw answer, status and bytes.
+
+:class:`AiohttpTransport` is the production one: one bounded connection pool per API server,
+TLS and credentials from a :class:`~operators.k8s.config.ClusterAccess`. Unit tests replace it
+with :class:`~operators.k8s.memory.MemoryTransport`. A transport never interprets statuses:
+:mod:`operators.k8s.client` does, in one place. Failures to get an answer at all (refused,
+reset, timed out) are :class:`~operators.k8s.errors.TransportError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Protocol
+
+import aiohttp
+
+from operators.k8s.config import ClusterAccess
+from operators.k8s.errors import TransportError
+from operators.k8s.requests import Request
+
+#: How long an Authorization header is reused before asking the credentials again (tokens from
+#: files and exec plugins rotate; asking on every request would cost a lock and a clock read).
+CREDENTIALS_TTL = 30.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+class StreamResponse(Protocol):
+    """An answer read line by line (a watch)."""
+
+    status: int
+    headers: Mapping[str, str]
+
+    async def read(self) -> bytes:
+        """The whole body (for an error status)."""
+        ...
+
+    def lines(self) -> AsyncIterator[bytes]:
+        """Each newline-delimited line, however long, without the newline."""
+        ...
+
+
+class Transport(Protocol):
+    async def send(self, request: Request) -> Response: ...
+
+    def stream(self, request: Request) -> contextlib.AbstractAsyncContextManager[
+        StreamResponse]: ...
+
+    def refresh_credentials(self) -> None:
+        """Forget cached credentials (after a 401): the next request asks for fresh ones."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Lines of a byte stream, with no length limit (a watch event is one line, and an object
+    may be as large as the API server stores: aiohttp's line reader stops at 128 KiB)."""
+    buffer = bytearray()
+    async for chunk in chunks:
+        buffer += chunk
+        start = 0
+        while (end := buffer.find(b"\n", start)) >= 0:
+            if end > start:
+                yield bytes(buffer[start:end])
+            start = end + 1
+        del buffer[:start]
+    if buffer.strip():
+        yield bytes(buffer)
+
+
+class _AiohttpStream:
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status = response.status
+        self.headers: Mapping[str, str] = response.headers
+
+    async def read(self) -> bytes:
+        return await self._response.read()
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        async for line in split_lines(self._response.content.iter_any()):
+            yield line
+
+
+class AiohttpTransport:
+    """Requests over one aiohttp connection pool (``connections`` at most at once)."""
+
+    def __init__(self, access: ClusterAccess, *, connections: int = 16,
+                 timeout: float = 30.0) -> None:
+        self.server = access.server
+        self._access = access
+        self._connections = connections
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+        self._authorization: str | None = None
+        self._asked_at = -CREDENTIALS_TTL
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self._connections, ssl=self._access.tls())
+            self._session = aiohttp.ClientSession(
+                connector=connector, headers={"Accept": "application/json"},
+                timeout=self._timeout)
+        return self._session
+
+    def refresh_credentials(self) -> None:
+        self._asked_at = -CREDENTIALS_TTL
+
+    def _headers(self, request: Request) -> dict[str, str]:
+        now = time.monotonic()
+        if now - self._asked_at >= CREDENTIALS_TTL:
+            self._authorization = self._access.authorization()
+            self._asked_at = now
+        headers = {}
+        if self._authorization:
+            headers["Authorization"] = self._authorization
+        if request.content_type is not None:
+            headers["Content-Type"] = request.content_type
+        return headers
+
+    def _describe(self, request: Request) -> str:
+        return f"{request.method} {self.server}{request.path}"
+
+    async def send(self, request: Request) -> Response:
+        try:
+            async with self.session.request(
+                request.method, self.server + request.path, params=request.params or None,
+                data=request.body, headers=self._headers(request),
+                server_hostname=self._access.tls_server_name,
+            ) as response:
+                body = await response.read()
+                return Response(response.status, response.headers, body)
+        except (aiohttp.ClientError, TimeoutError) as cause:
+            raise TransportError(f"{self._describe(request)}: {cause!r}") from cause
+
+    @contextlib.asynccontextmanager
+    async def stream(self, request: Request) -> AsyncIterator[StreamResponse]:
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=request.read_timeout)
+        try:
+            async with self.session.request(
+                request.method, self.server + request.path, params=request.params or None,
+                headers=self._headers(request), timeout=timeout,
+                server_hostname=self._access.tls_server_name,
+            ) as response:
+                yield _AiohttpStream(response)
+        except (aiohttp.ClientError, TimeoutError) as cause:
+            raise TransportError(f"{self._describe(request)}: {cause!r}") from cause
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
