@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.engine import nodes
-from operators.engine.nodes import Create, Delete, ObservedNode, Reshape
+from operators.engine.nodes import Create, Delete, NodeFacts, Reshape
 
 
 def spec(**fields: object) -> FakeNodePoolSpec:
@@ -12,9 +12,9 @@ def spec(**fields: object) -> FakeNodePoolSpec:
 
 
 def observed(pool: str, *indices: int, spec_: FakeNodePoolSpec | None = None) -> list[
-        ObservedNode]:
+        NodeFacts]:
     template = nodes.template_hash(spec_) if spec_ else ""
-    return [ObservedNode(nodes.node_name(pool, i), pool, template, i) for i in indices]
+    return [NodeFacts(nodes.node_name(pool, i), pool, template, i) for i in indices]
 
 
 def test_empty_cluster_creates_every_replica() -> None:
@@ -65,10 +65,13 @@ def test_node_index_parses_only_its_own_pool() -> None:
     assert nodes.node_index("cpu", "gpu-1") is None
 
 
+LIFE = nodes.healthy_life("2026-01-01T00:00:00Z")
+
+
 def test_cpu_node_object() -> None:
     node = nodes.render_node("c", "cpu", spec(topology={"region": "r", "zones": ["a", "b"],
                                                       "racks": 2}),
-                             3, 5, now="2026-01-01T00:00:00Z", kubelet_version="v1.36.3")
+                             3, 5, life=LIFE, kubelet_version="v1.36.3")
     labels = node["metadata"]["labels"]
     assert node["metadata"]["name"] == "cpu-3"
     assert labels["fakefleet.dev/pool"] == "cpu"
@@ -85,7 +88,7 @@ def test_cpu_node_object() -> None:
 
 def test_gpu_preset_fills_labels_capacity_and_taint() -> None:
     node = nodes.render_node("c", "h100", spec(gpu={"preset": "H100-SXM5-80GB"}), 0, 0,
-                             now="t", kubelet_version="v")
+                             life=LIFE, kubelet_version="v")
     labels = node["metadata"]["labels"]
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert labels["nvidia.com/gpu.count"] == "8"
@@ -99,7 +102,7 @@ def test_gpu_preset_fills_labels_capacity_and_taint() -> None:
 
 def test_gb200_has_four_gpus_and_a_clique() -> None:
     node = nodes.render_node("c", "gb", spec(gpu={"preset": "GB200", "taint": False}), 0, 0,
-                             now="t", kubelet_version="v")
+                             life=LIFE, kubelet_version="v")
     assert node["status"]["capacity"]["nvidia.com/gpu"] == "4"
     assert node["metadata"]["labels"]["nvidia.com/gpu.clique"] == "c.0"
     assert node["spec"]["taints"] == []
@@ -107,8 +110,45 @@ def test_gb200_has_four_gpus_and_a_clique() -> None:
 
 def test_observe_reads_back_what_render_wrote() -> None:
     wanted = spec()
-    node = nodes.render_node("c", "cpu", wanted, 7, 300, now="t", kubelet_version="v")
+    node = nodes.render_node("c", "cpu", wanted, 7, 300, life=LIFE, kubelet_version="v")
     node["metadata"]["uid"] = "u"
-    fact = nodes.observe(node)
-    assert fact == ObservedNode("cpu-7", "cpu", nodes.template_hash(wanted), 300, "u")
-    assert nodes.observe({"metadata": {"name": "other", "labels": {}}}) is None
+    fact = nodes.observe(node, "c")
+    assert fact is not None
+    assert (fact.name, fact.pool, fact.template_hash, fact.slot, fact.uid, fact.ready) == (
+        "cpu-7", "cpu", nodes.template_hash(wanted), 300, "u", "True")
+    assert not fact.foreign
+    assert fact.problem == ""
+    assert nodes.observe({"metadata": {"name": "other", "labels": {}}}, "c") is None
+    assert nodes.life_from_node(node) == LIFE
+
+
+def test_a_node_of_another_engine_or_without_a_usable_cidr_is_not_ours_to_use() -> None:
+    node = nodes.render_node("c", "cpu", spec(), 1, 4, life=LIFE, kubelet_version="v")
+    other = nodes.observe(node, "elsewhere")
+    assert other is not None
+    assert other.foreign
+    assert "not made by this engine" in other.problem
+    node["spec"]["podCIDR"] = "fd00::/64"
+    ipv6 = nodes.observe(node, "c")
+    assert ipv6 is not None
+    assert not ipv6.foreign
+    assert ipv6.slot is None
+    assert "replaces it" in ipv6.problem
+    assert nodes.plan({"cpu": spec(replicas=3)}, [other]) == [Create("cpu", 0), Create("cpu", 2)]
+    assert nodes.plan({"cpu": spec(replicas=3)}, [ipv6]) == [
+        Delete("cpu-1"), Create("cpu", 0), Create("cpu", 2)]
+
+
+def test_pod_cidrs_address_exactly_the_nodes_a_cluster_may_have() -> None:
+    assert 2 ** (24 - nodes.POD_NETWORK.prefixlen) == nodes.MAX_NODES_PER_CLUSTER
+    assert nodes.pod_cidr(nodes.MAX_NODES_PER_CLUSTER - 1) == "10.255.255.0/24"
+
+
+def test_a_long_cluster_name_still_gives_a_valid_clique_label() -> None:
+    key = "n" * 63 + "." + "c" * 63
+    node = nodes.render_node(key, "gb", spec(gpu={"preset": "GB200"}), 0, 0, life=LIFE,
+                             kubelet_version="v")
+    clique = node["metadata"]["labels"]["nvidia.com/gpu.clique"]
+    assert len(clique) <= 63
+    assert clique[0].isalnum()
+    assert clique[-1].isalnum()

@@ -3,48 +3,39 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 from operators.engine.dispatching import Dispatcher
 from operators.engine.queues import DelayQueue
+from operators.k8s.clock import SYSTEM_CLOCK, FakeClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_keys_come_out_when_due_in_order() -> None:
-    clock = Clock()
+async def test_keys_come_out_when_due_in_order() -> None:
+    clock = FakeClock()
     queue: DelayQueue[str] = DelayQueue(clock)
     queue.schedule("b", 2)
     queue.schedule("a", 1)
     queue.schedule("c", 3)
     assert queue.pop_due(10) == []
     assert queue.next_delay() == 1
-    clock.now += 2.5
+    await clock.advance(2.5)
     assert queue.pop_due(10) == ["a", "b"]
     assert len(queue) == 1
 
 
-def test_rescheduling_replaces_the_earlier_time() -> None:
-    clock = Clock()
+async def test_rescheduling_replaces_the_earlier_time() -> None:
+    clock = FakeClock()
     queue: DelayQueue[str] = DelayQueue(clock)
     queue.schedule("a", 1)
     queue.schedule("a", 5)
-    clock.now += 2
+    await clock.advance(2)
     assert queue.pop_due(10) == []
     assert queue.next_delay() == 3
-    clock.now += 3
+    await clock.advance(3)
     assert queue.pop_due(10) == ["a"]
 
 
 def test_cancelled_keys_never_come_out() -> None:
-    clock = Clock()
-    queue: DelayQueue[str] = DelayQueue(clock)
+    queue: DelayQueue[str] = DelayQueue(FakeClock())
     queue.schedule("a", 0)
     queue.cancel("a")
     assert "a" not in queue
@@ -53,16 +44,42 @@ def test_cancelled_keys_never_come_out() -> None:
 
 
 def test_limit_bounds_a_batch() -> None:
-    clock = Clock()
-    queue: DelayQueue[int] = DelayQueue(clock)
+    queue: DelayQueue[int] = DelayQueue(FakeClock())
     for key in range(10):
         queue.schedule(key, 0)
     assert queue.pop_due(4) == [0, 1, 2, 3]
     assert queue.pop_due(100) == [4, 5, 6, 7, 8, 9]
 
 
+def test_a_time_in_the_past_is_due_now() -> None:
+    clock = FakeClock()
+    queue: DelayQueue[str] = DelayQueue(clock)
+    queue.schedule_at("late", clock.now() - 60)
+    assert queue.due_at("late") == clock.now() - 60
+    assert queue.pop_due(1) == ["late"]
+
+
+async def test_the_dispatcher_fires_on_the_fake_clock_in_time_order() -> None:
+    clock = FakeClock()
+    queue: DelayQueue[str] = DelayQueue(clock)
+    fired: list[tuple[float, str]] = []
+
+    async def fire(key: str) -> None:
+        fired.append((clock.now(), key))
+
+    dispatcher = Dispatcher(queue, fire, clock=clock, limit=4, name="test")
+    running = asyncio.create_task(dispatcher.run())
+    queue.schedule("later", 30)
+    queue.schedule("soon", 10)
+    dispatcher.wake()
+    await clock.advance(60)
+    running.cancel()
+    start = clock.now() - 60
+    assert fired == [(start + 10, "soon"), (start + 30, "later")]
+
+
 async def test_a_throttled_dispatcher_keeps_few_in_flight_and_still_progresses() -> None:
-    queue: DelayQueue[int] = DelayQueue(time.monotonic)
+    queue: DelayQueue[int] = DelayQueue(SYSTEM_CLOCK)
     for key in range(40):
         queue.schedule(key, 0)
     behind = True
@@ -76,8 +93,8 @@ async def test_a_throttled_dispatcher_keeps_few_in_flight_and_still_progresses()
         in_flight -= 1
         done.append(key)
 
-    dispatcher = Dispatcher(queue, fire, limit=16, name="test", throttle=lambda: behind,
-                            throttled_limit=2)
+    dispatcher = Dispatcher(queue, fire, clock=SYSTEM_CLOCK, limit=16, name="test",
+                            throttle=lambda: behind, throttled_limit=2)
     running = asyncio.create_task(dispatcher.run())
     while len(done) < 20:
         await asyncio.sleep(0.01)

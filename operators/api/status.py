@@ -1,15 +1,24 @@
-"""kstatus conditions: a condition keeps its lastTransitionTime while its status holds."""
+"""Status as kstatus reads it (Ready, Reconciling, Stalled, observedGeneration), and the
+status of a FakeNodePool. Pure: the writers (the engine, the operator) decide when to write.
+
+A FakeNodePool's status has two writers that never overlap: its cluster's engine while that
+runs (it counts the nodes it observes), and the operator while no engine runs (it says why).
+Both build it here, so they describe the same pool the same way.
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Literal
 
 from operators.api.base import Condition
+from operators.api.nodepools import FakeNodePool, FakeNodePoolStatus, pool_selector
 
 
 def condition(kind: str, holds: bool, *, reason: str, message: str, generation: int, now: str,
               previous: Iterable[Condition]) -> Condition:
+    """A condition that keeps its lastTransitionTime while its status holds."""
     status: Literal["True", "False"] = "True" if holds else "False"
     transition = now
     for old in previous:
@@ -17,3 +26,32 @@ def condition(kind: str, holds: bool, *, reason: str, message: str, generation: 
             transition = old.lastTransitionTime
     return Condition(type=kind, status=status, reason=reason, message=message,
                      lastTransitionTime=transition, observedGeneration=generation)
+
+
+def pool_status(pool: FakeNodePool, *, replicas: int, ready: int, generation: int, now: str,
+                waiting: str = "", problem: str = "") -> FakeNodePoolStatus:
+    """The status of a pool with ``replicas`` nodes of which ``ready`` are Ready, as its engine
+    last acted on ``generation``. ``waiting``: no engine serves the pool, and why;
+    ``problem``: what stops the engine from reaching the desired state (Stalled)."""
+    desired = pool.spec.replicas
+    current = generation == int(pool.metadata.get("generation", 0))
+    settled = not waiting and not problem and current and replicas == ready == desired
+    if waiting:
+        reason, message = "ClusterNotReady", waiting
+    elif problem:
+        reason, message = "Stalled", problem
+    elif settled:
+        reason, message = "NodesReady", f"{ready}/{desired} nodes Ready"
+    else:
+        reason, message = "Scaling", f"{ready}/{desired} nodes Ready ({replicas} exist)"
+    described = functools.partial(
+        condition, reason=reason, message=message, generation=generation, now=now,
+        previous=pool.status.conditions if pool.status else [])
+    return FakeNodePoolStatus(
+        replicas=replicas, readyReplicas=ready,
+        selector=pool_selector(pool.metadata["name"]),
+        observedGeneration=generation,
+        conditions=[described("Ready", settled), described("Reconciling", not settled
+                                                           and not problem),
+                    described("Stalled", bool(problem))],
+    )

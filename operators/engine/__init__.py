@@ -1,5 +1,10 @@
-"""The fake kubelet: nodes Ready, leases renewed (and, later, pods through their lifecycle).
+"""The fake kubelet of one member cluster: nodes Ready, Leases renewed, pods through their
+lifecycle, all driven by stages (data) and run as one process per cluster
+(``python -m operators.engine``).
 
-Pure planning (:mod:`~operators.engine.nodes`) is kept apart from the loops that apply it
-(:mod:`~operators.engine.running`); :mod:`~operators.engine.fleet` isolates clusters.
+Pure planning and rendering (:mod:`~operators.engine.nodes`, :mod:`~operators.engine.pods`,
+:mod:`~operators.engine.stages`) is kept apart from the loops that write
+(:mod:`~operators.engine.registering`, :mod:`~operators.engine.heartbeating`,
+:mod:`~operators.engine.lifecycle`, :mod:`~operators.engine.pooling`), wired together in
+:mod:`~operators.engine.running`.
 """

@@ -1,10 +1,17 @@
-"""``python -m operators.engine``: one engine against any cluster, without the operator.
+"""``python -m operators.engine``: the engine of one member cluster, as a process.
 
-    python -m operators.engine --kubeconfig member.kubeconfig --pool cpu=100 \
+Served by the operator, it takes its pools from the host cluster and writes their status::
+
+    python -m operators.engine --kubeconfig MEMBER --host-kubeconfig HOST \\
+        --cluster default/west
+
+Alone, it simulates the pools of its command line in any cluster (what the benchmark runs)::
+
+    python -m operators.engine --kubeconfig member.kubeconfig --pool cpu=100 \\
         --pool gpu=8:H100-SXM5-80GB
 
-Useful to simulate nodes in a cluster that fakefleet did not create, and what the benchmark
-runs (so its memory and CPU are the engine's alone).
+``--stages FILE`` replaces the default lifecycles of pods and nodes (``kind: Lifecycle``).
+SIGTERM or SIGINT stop it; whatever it made stays in the cluster for the next one to adopt.
 """
 
 from __future__ import annotations
@@ -18,9 +25,15 @@ import sys
 from pathlib import Path
 
 from operators.api.nodepools import FakeNodePoolSpec
+from operators.api.stages import StageError, load_lifecycle
+from operators.engine.pooling import ClusterRef
 from operators.engine.running import ClusterEngine, EngineSettings
+from operators.engine.stages import Rules, compile_lifecycle, default_rules
 from operators.k8s.client import Client
-from operators.k8s.config import load_kubeconfig
+from operators.k8s.config import load_kubeconfig_file
+from operators.k8s.errors import K8sError
+
+logger = logging.getLogger("operators.engine")
 
 
 def parse_pool(text: str, grace_cap: str) -> tuple[str, FakeNodePoolSpec]:
@@ -37,44 +50,87 @@ def parse_pool(text: str, grace_cap: str) -> tuple[str, FakeNodePoolSpec]:
     return name, FakeNodePoolSpec.model_validate(spec)
 
 
-async def serve(kubeconfig: Path, pools: list[tuple[str, FakeNodePoolSpec]],
-                settings: EngineSettings) -> None:
-    # Requests in flight plus the two long watches (nodes, pods).
-    client = Client(load_kubeconfig(kubeconfig.read_text()),
-                    connections=settings.pod_concurrency + 2)
-    engine = ClusterEngine(kubeconfig.stem, client, settings=settings)
-    for name, spec in pools:
-        engine.set_pool(name, spec)
+def parse_cluster(text: str) -> ClusterRef:
+    namespace, _, name = text.rpartition("/")
+    if not name:
+        raise argparse.ArgumentTypeError(f"--cluster {text!r}: expected NAMESPACE/NAME")
+    return ClusterRef(namespace or "default", name)
+
+
+async def serve(args: argparse.Namespace, rules: Rules,
+                pools: list[tuple[str, FakeNodePoolSpec]]) -> None:
+    settings = EngineSettings(concurrency=args.concurrency, pod_concurrency=args.concurrency)
+    member = load_kubeconfig_file(args.kubeconfig)
+    # Requests in flight plus the long watches (nodes, pods) and the events.
+    client = Client.connect(member, connections=settings.pod_concurrency + 4)
+    heartbeats = Client.connect(member, connections=settings.heartbeat_connections)
+    host = Client.connect(load_kubeconfig_file(args.host_kubeconfig), connections=4) \
+        if args.host_kubeconfig else None
+    serves: ClusterRef | None = args.cluster
+    name = f"{serves.namespace}.{serves.name}" if serves else args.name or args.kubeconfig.stem
+    engine = ClusterEngine(name, client, heartbeat_client=heartbeats, host=host, serves=serves,
+                           pools=dict(pools) if not serves else None, settings=settings,
+                           rules=rules)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    logger.info("engine %s: starting (%s)", name,
+                f"pools of FakeCluster {serves.namespace}/{serves.name}" if serves else
+                ", ".join(f"{pool}={spec.replicas}" for pool, spec in pools) or "no pools")
     task = asyncio.create_task(engine.run())
-    await stop.wait()
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    await engine.close()
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await engine.close()
+        if host is not None:
+            await host.close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m operators.engine", description=__doc__)
-    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser = argparse.ArgumentParser(prog="python -m operators.engine", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kubeconfig", type=Path, required=True,
+                        help="the member cluster whose nodes and pods to simulate")
+    parser.add_argument("--host-kubeconfig", type=Path, default=None,
+                        help="the host cluster that holds the FakeNodePools (with --cluster)")
+    parser.add_argument("--cluster", type=parse_cluster, default=None,
+                        metavar="NAMESPACE/NAME", help="serve the pools of this FakeCluster")
+    parser.add_argument("--name", default="",
+                        help="the engine's name in node providerIDs (alone; default: the "
+                             "kubeconfig's file name)")
     parser.add_argument("--pool", action="append", default=[], metavar="NAME=REPLICAS[:GPU]")
+    parser.add_argument("--stages", type=Path, default=None,
+                        help="a kind: Lifecycle YAML file replacing the default stages")
     parser.add_argument("--grace-cap", default="1s",
                         help="longest a deleted pod waits before it is finalised")
     parser.add_argument("--concurrency", type=int, default=64,
                         help="requests in flight at once (one connection each)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if (args.cluster is None) != (args.host_kubeconfig is None):
+        parser.error("--cluster and --host-kubeconfig go together")
+    if args.cluster is not None and args.pool:
+        parser.error("--pool is for an engine without a host cluster; its pools come from "
+                     "the FakeNodePools of --cluster")
     try:
         pools = [parse_pool(text, args.grace_cap) for text in args.pool]
-    except (argparse.ArgumentTypeError, ValueError) as error:
+        rules = default_rules() if args.stages is None else compile_lifecycle(
+            load_lifecycle(args.stages.read_text(), source=str(args.stages)))
+    except (argparse.ArgumentTypeError, ValueError, OSError) as error:
         parser.error(str(error))
-    settings = EngineSettings(concurrency=args.concurrency, pod_concurrency=args.concurrency)
-    asyncio.run(serve(args.kubeconfig, pools, settings))
+    try:
+        asyncio.run(serve(args, rules, pools))
+    except (K8sError, StageError) as error:
+        logger.error("%s", error)
+        return 1
     return 0
 
 

@@ -12,12 +12,12 @@ server serves every client in proportion to its requests in flight. So a dispatc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Hashable
 from typing import Any, Generic, TypeVar
 
 from operators.engine.queues import DelayQueue
+from operators.k8s.clock import Clock
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,7 @@ class Dispatcher(Generic[K]):
         timers: DelayQueue[K],
         fire: Callable[[K], Coroutine[Any, Any, None] | None],
         *,
+        clock: Clock,
         limit: int,
         batch: int = 512,
         name: str,
@@ -41,6 +42,7 @@ class Dispatcher(Generic[K]):
     ) -> None:
         self._timers = timers
         self._fire = fire
+        self._clock = clock
         self._slots = asyncio.Semaphore(limit)
         self._batch = batch
         self._name = name
@@ -59,11 +61,12 @@ class Dispatcher(Generic[K]):
             while True:
                 due = self._timers.pop_due(self._batch)
                 for key in due:
-                    call = self._fire(key)
-                    if call is None:
-                        continue
                     await self._slots.acquire()
                     await self._yield_while_throttled()
+                    call = self._fire(key)  # created only once it can run: never left unawaited
+                    if call is None:
+                        self._slots.release()
+                        continue
                     task = asyncio.create_task(call)
                     self._inflight.add(task)
                     task.add_done_callback(self._finished)
@@ -71,11 +74,14 @@ class Dispatcher(Generic[K]):
                     continue
                 wait = self._timers.next_delay()
                 self._changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), wait)
+                await self._clock.wait(self._changed, wait)
         finally:
             for task in list(self._inflight):
                 task.cancel()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
 
     async def _yield_while_throttled(self) -> None:
         if self._throttle is None:
@@ -86,7 +92,7 @@ class Dispatcher(Generic[K]):
             logger.info("%s: %s", self._name, f"holding back to {self._throttled_limit} in "
                         f"flight" if throttled else "back to full speed")
         while throttled and len(self._inflight) >= self._throttled_limit:
-            await asyncio.sleep(THROTTLE_POLL)
+            await self._clock.sleep(THROTTLE_POLL)
             throttled = self._throttle()
 
     def _finished(self, task: asyncio.Task[None]) -> None:

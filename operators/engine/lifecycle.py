@@ -1,13 +1,17 @@
-"""The pod half of the fake kubelet: pods bound to the engine's nodes live through the stages
-of :mod:`operators.engine.stages`.
+"""The pod half of the fake kubelet: pods bound to the engine's nodes live through the pod
+stages (:mod:`operators.engine.stages`).
 
-One watch for all pods (``spec.nodeName!=``, i.e. bound pods) instead of one per node: a field
-selector per node would mean thousands of watches, and the API server offers no "nodeName in
-set" selector; filtering bound pods by our node names on our side costs one dict lookup per
-event. Every pod is a small :class:`~operators.engine.pods.PodFacts`; every timer sits in one
-heap; a bounded number of requests run at once (a full pool waits, so a throttling API server
-slows us down instead of piling requests up); each transition is one merge patch of the status
-subresource, and an unchanged status is not sent.
+One watch for all bound pods (``spec.nodeName!=``) instead of one per node: a field selector per
+node would mean thousands of watches, and the API server offers no "nodeName in set" selector;
+filtering by our node names costs one dict lookup per event. Every pod is a small
+:class:`~operators.engine.pods.PodFacts` and an immutable
+:class:`~operators.engine.pods.PodLife`; every timer sits in one heap; a bounded number of
+requests run at once (a throttling API server slows us down instead of piling requests up).
+
+Each stage is one merge patch of the status subresource. The new life is computed, written,
+and committed only when the write succeeded: a retried step is computed again from the life
+the API shows, never applied twice. A pod adopted after a restart resumes from its status: a
+Job pod that started 40 s before the restart with a run time of 60 s exits 20 s after it.
 """
 
 from __future__ import annotations
@@ -16,27 +20,29 @@ import asyncio
 import contextlib
 import logging
 import random
-import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
-from operators.engine import pods as podfacts
+from operators.engine import pods as podlife
 from operators.engine import stages
 from operators.engine.addresses import PodAddresses
 from operators.engine.dispatching import Dispatcher
-from operators.engine.pods import PodFacts, render_status
+from operators.engine.pods import PodFacts, PodLife, life_from_status, render_status
 from operators.engine.queues import DelayQueue
-from operators.engine.stages import Phase, Stage, Step, Timing
-from operators.engine.watching import list_and_watch
+from operators.engine.recording import EventRecorder
+from operators.engine.stages import PodRule, Timing
+from operators.k8s import requests
 from operators.k8s.client import Client
+from operators.k8s.clock import Clock
 from operators.k8s.errors import Conflict, K8sError, NotFound
-from operators.k8s.times import parse, rfc3339
+from operators.k8s.times import rfc3339
+from operators.k8s.watching import list_and_watch
 
 logger = logging.getLogger(__name__)
 
 PODS = "/api/v1/pods"
 BOUND = {"fieldSelector": "spec.nodeName!="}
-RETRY_DELAY = 1.0
+RETRY_BASE, RETRY_MAX = 1.0, 30.0
 
 
 class NodeDirectory(Protocol):
@@ -49,6 +55,19 @@ class NodeDirectory(Protocol):
     def pod_timing(self, node: str) -> tuple[Timing, int]: ...
 
 
+class _Pod:
+    """A pod the engine runs: its facts, its committed life, its pending stage."""
+
+    __slots__ = ("due", "facts", "failures", "life", "stage")
+
+    def __init__(self, facts: PodFacts, life: PodLife) -> None:
+        self.facts = facts
+        self.life = life
+        self.stage: PodRule | None = None  # the stage its timer is for
+        self.due = 0.0  # when that stage fires
+        self.failures = 0
+
+
 class PodLifecycle:
     """Runs the lifecycle of every pod bound to one cluster's fake nodes."""
 
@@ -57,37 +76,42 @@ class PodLifecycle:
         cluster: str,
         client: Client,
         nodes: NodeDirectory,
+        recorder: EventRecorder,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Clock,
+        rules: Sequence[PodRule],
         concurrency: int = 64,
         batch: int = 512,
-        pod_stages: tuple[Stage, ...] = stages.POD_STAGES,
         throttle: Callable[[], bool] | None = None,
     ) -> None:
         self.cluster = cluster
         self.client = client
         self._nodes = nodes
+        self._recorder = recorder
         self._clock = clock
-        self._stages = pod_stages
-        self._pods: dict[str, PodFacts] = {}
-        self._due: dict[str, Stage] = {}
+        self._rules = rules
+        self._pods: dict[str, _Pod] = {}
         self._timers: DelayQueue[str] = DelayQueue(clock)
-        self._dispatcher = Dispatcher(self._timers, self._due_step, limit=concurrency,
+        self._refresh: set[str] = set()  # pods whose Ready must be re-reported (gates flipped)
+        self._dispatcher = Dispatcher(self._timers, self._due, clock=clock, limit=concurrency,
                                       batch=batch, name=f"engine {cluster}: pods",
                                       throttle=throttle)
         self.addresses = PodAddresses()
-        # Events telling users about annotations we ignored; bounded, and dropped when full
-        # (the engine's log has them too), so a flood of bad pods never holds up the rest.
-        self._warnings: asyncio.Queue[tuple[PodFacts, str]] = asyncio.Queue(maxsize=256)
+
+    def __len__(self) -> int:
+        return len(self._pods)
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
             group.create_task(list_and_watch(self.client, PODS, BOUND, on_list=self._relisted,
-                                             on_event=self._changed))
+                                             on_event=self._changed, clock=self._clock))
             group.create_task(self._dispatcher.run())
-            group.create_task(self._send_warnings())
 
-    # -- events in ------------------------------------------------------------------------
+    def life(self, uid: str) -> PodLife | None:
+        pod = self._pods.get(uid)
+        return pod.life if pod is not None else None
+
+    # -- events in ------------------------------------------------------------------------------
 
     def _relisted(self, items: list[Any]) -> None:
         present = {item["metadata"]["uid"] for item in items}
@@ -96,143 +120,133 @@ class PodLifecycle:
         for item in items:
             self._changed("ADDED", item)
 
-    def _changed(self, kind: str, pod: Any) -> None:
-        uid = pod["metadata"]["uid"]
+    def _changed(self, kind: str, obj: Any) -> None:
+        uid = obj["metadata"]["uid"]
         if kind == "DELETED":
             self._forget(uid)
             return
         known = self._pods.get(uid)
         if known is not None:
-            ready_before = known.gates_ready()
-            if known.observe(pod):
+            ready_before = known.facts.gates_ready()
+            if known.facts.observe(obj):
                 self._plan(known)
-                if known.phase == podfacts.RUNNING and known.gates_ready() != ready_before:
-                    self._schedule(known, None, 0.0)  # readiness gate flipped: re-report Ready
+                if known.life.phase == podlife.RUNNING and \
+                        known.facts.gates_ready() != ready_before:
+                    self._refresh.add(uid)  # a readiness gate flipped: re-report Ready
+                    self._timers.schedule(uid, 0.0)
+                    self._dispatcher.wake()
             return
-        node = pod["spec"].get("nodeName")
+        node = obj["spec"].get("nodeName")
         if node is None or self._nodes.node_slot(node) is None:
             return  # not on one of our nodes
-        facts = PodFacts(pod)
+        facts = PodFacts(obj)
         facts.host_ip = self._nodes.node_ip(node)
-        self._adopt(facts, pod)
-        self._pods[uid] = facts
-        if facts.problems and facts.phase == podfacts.PENDING:  # new to us: warn once
-            for problem in facts.problems:
-                with contextlib.suppress(asyncio.QueueFull):
-                    self._warnings.put_nowait((facts, problem))
-        self._plan(facts)
+        life = life_from_status(facts, obj.get("status") or {})
+        if life.ip is not None:
+            self.addresses.claim(life.ip)
+        pod = _Pod(facts, life)
+        self._pods[uid] = pod
+        if facts.problems and life.phase == podlife.PENDING and not life.start_time:
+            for problem in facts.problems:  # new to us: warn once
+                self._recorder.emit(kind="Pod", namespace=facts.namespace, name=facts.name,
+                                    uid=uid, event_type="Warning", reason="InvalidAnnotation",
+                                    message=problem, host=facts.node)
+        self._plan(pod)
 
-    def _adopt(self, facts: PodFacts, pod: Any) -> None:
-        """A pod that already went through stages (engine restart): carry on where it is."""
-        status = pod.get("status") or {}
-        phase = status.get("phase")
-        if phase not in ("Running", "Succeeded", "Failed"):
+    # -- planning -------------------------------------------------------------------------------
+
+    def _plan(self, pod: _Pod) -> None:
+        rule = stages.match_pod(self._rules, pod.facts, pod.life)
+        pod.stage = rule
+        if rule is None:
+            if pod.facts.uid not in self._refresh:
+                self._timers.cancel(pod.facts.uid)
             return
-        facts.start_time = status.get("startTime")
-        facts.changed_at = facts.start_time or ""
-        containers = status.get("containerStatuses") or []
-        if containers:
-            state = containers[0].get("state") or {}
-            facts.restarts = int(containers[0].get("restartCount", 0))
-            facts.started_at = (state.get("running") or state.get("terminated") or {}).get(
-                "startedAt", "") or ""
-            facts.ready_since = facts.started_at
-            if "waiting" in state and phase == "Running":
-                facts.phase = podfacts.BACKOFF
-                return
-        if phase == "Running":
-            facts.phase = podfacts.RUNNING
-            if status.get("podIP"):
-                facts.ip = status["podIP"]
-                self.addresses.claim(facts.ip)
-        else:
-            facts.phase = phase
-
-    # -- planning ---------------------------------------------------------------------------
-
-    def _plan(self, facts: PodFacts) -> None:
-        stage = stages.match(facts, Phase(facts.phase), self._stages)
-        if stage is None:
-            self._timers.cancel(facts.uid)
-            self._due.pop(facts.uid, None)
-            return
-        timing, seed = self._nodes.pod_timing(facts.node)
+        timing, seed = self._nodes.pod_timing(pod.facts.node)
+        facts = pod.facts
         rng = random.Random(f"{seed}:{facts.seed or facts.namespace + '/' + facts.name}")
-        wait = stages.delay(stage, facts, timing, rng)
-        if stage.step is Step.EXIT and facts.started_at:
-            wait -= max(0.0, self._clock() - parse(facts.started_at))  # adopted mid-run
-        self._schedule(facts, stage, max(0.0, wait))
-
-    def _schedule(self, facts: PodFacts, stage: Stage | None, wait: float) -> None:
-        if stage is None:
-            self._due.setdefault(facts.uid, _REFRESH)
-        else:
-            self._due[facts.uid] = stage
-        self._timers.schedule(facts.uid, wait)
+        pod.due = stages.pod_due(rule, facts, pod.life, timing, rng)
+        self._timers.schedule_at(facts.uid, pod.due)
         self._dispatcher.wake()
 
     def _forget(self, uid: str) -> None:
-        facts = self._pods.pop(uid, None)
+        pod = self._pods.pop(uid, None)
         self._timers.cancel(uid)
-        self._due.pop(uid, None)
-        if facts is not None and facts.ip is not None:
-            self.addresses.release(facts.ip)
+        self._refresh.discard(uid)
+        if pod is not None and pod.life.ip is not None:
+            self.addresses.release(pod.life.ip)
 
-    # -- steps out --------------------------------------------------------------------------
+    # -- steps out ------------------------------------------------------------------------------
 
-    def _due_step(self, uid: str) -> Coroutine[Any, Any, None] | None:
-        stage = self._due.pop(uid, None)
-        facts = self._pods.get(uid)
-        if stage is None or facts is None:
+    def _due(self, uid: str) -> Coroutine[Any, Any, None] | None:
+        pod = self._pods.get(uid)
+        if pod is None:
             return None
-        return self._fire(facts, stage)
+        if pod.stage is None and uid not in self._refresh:
+            return None
+        return self._step(pod)
 
-    async def _fire(self, facts: PodFacts, stage: Stage) -> None:
+    async def _step(self, pod: _Pod) -> None:
+        facts = pod.facts
         path = f"/api/v1/namespaces/{facts.namespace}/pods/{facts.name}"
+        rule = pod.stage
+        refresh = facts.uid in self._refresh
+        self._refresh.discard(facts.uid)
+        before = pod.life
+        after = before
         try:
-            if stage.step is Step.DELETE:
+            if rule is not None and rule.stage.effect.delete:
                 await self._delete(path, facts)
                 return
-            now = rfc3339(self._clock())
-            if stage is not _REFRESH:  # a refresh is scheduled only when Ready really flips
-                stages.advance(facts, stage.step, now, allocate=self._allocate)
-            await self.client.patch(f"{path}/status", {"status": render_status(facts, now)},
-                                    decode=False)
+            now = rfc3339(self._clock.now())
+            if rule is not None and pod.due <= self._clock.now():
+                after = stages.apply_pod(rule.stage.effect, facts, before, now,
+                                         allocate=self._allocate)
+            await self.client.send(requests.patch(
+                f"{path}/status", {"status": render_status(facts, after, now)}, decode=False))
         except NotFound:
+            self._release_unwritten(before, after)
             self._forget(facts.uid)
             return
         except K8sError as error:
-            logger.debug("engine %s: %s on %s/%s failed: %s", self.cluster, stage.name,
-                         facts.namespace, facts.name, error)
+            self._release_unwritten(before, after)
+            pod.failures += 1
+            delay = min(RETRY_BASE * 2 ** (pod.failures - 1), RETRY_MAX)
+            logger.debug("engine %s: %s on %s/%s failed (retry in %.0fs): %s", self.cluster,
+                         rule.name if rule else "refresh", facts.namespace, facts.name, delay,
+                         error)
+            if refresh:
+                self._refresh.add(facts.uid)
             if facts.uid in self._pods:
-                self._schedule(facts, stage, RETRY_DELAY)
+                self._timers.schedule(facts.uid, delay)
+                self._dispatcher.wake()
             return
-        if facts.uid in self._pods and facts.uid not in self._due:
-            self._plan(facts)
+        pod.failures = 0
+        if after is not before:
+            pod.life = after  # committed: the status says so now
+            if rule is not None:
+                for event in rule.stage.effect.events:
+                    self._recorder.emit(kind="Pod", namespace=facts.namespace, name=facts.name,
+                                        uid=facts.uid, event_type=event.type,
+                                        reason=event.reason, message=event.message,
+                                        host=facts.node)
+        if facts.uid in self._pods:
+            self._plan(pod)
 
-    async def _send_warnings(self) -> None:
-        while True:
-            facts, problem = await self._warnings.get()
-            event = podfacts.render_warning(facts, problem, rfc3339(self._clock()))
-            try:
-                await self.client.create(f"/api/v1/namespaces/{facts.namespace}/events", event)
-            except K8sError as error:  # e.g. the namespace is going away: the log has it
-                logger.debug("engine %s: event on %s/%s not sent: %s", self.cluster,
-                             facts.namespace, facts.name, error)
+    def _release_unwritten(self, before: PodLife, after: PodLife) -> None:
+        if after.ip is not None and after.ip != before.ip:
+            self.addresses.release(after.ip)  # allocated for a write that did not happen
 
     def _allocate(self, facts: PodFacts) -> str:
         slot = self._nodes.node_slot(facts.node)
         return self.addresses.allocate(slot if slot is not None else 0)
 
     async def _delete(self, path: str, facts: PodFacts) -> None:
-        options = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
-                   "preconditions": {"uid": facts.uid}}
+        options = requests.delete_options(grace_period=0, uid=facts.uid)
         # NotFound: gone already; Conflict: replaced by a new pod of the same name.
         with contextlib.suppress(NotFound, Conflict):
-            await self.client.delete(path, body=options, decode=False)
+            await self.client.send(requests.delete(path, body=options, decode=False))
         # Finalizers may keep the object a while; its DELETED event makes us forget it.
-        self._due.pop(facts.uid, None)
-
-
-#: Marker stage: re-render and send the status if it changed (readiness gates), no step.
-_REFRESH = Stage("refresh", frozenset(), frozenset(), stages.Timer.NONE, Step.START)
+        pod = self._pods.get(facts.uid)
+        if pod is not None:
+            pod.stage = None

@@ -1,8 +1,11 @@
-"""Fake nodes as data: names, addresses, the Node object of a pool member, and the plan that
-turns desired pools and observed nodes into creations, updates and deletions.
+"""Fake nodes as data: names, addresses, the Node object of a pool member, what the engine
+reads back from one, and the plan that turns desired pools and observed nodes into creations,
+updates and deletions. Pure: no I/O, no clock of its own (``now`` is passed in).
 
-Pure: no I/O, no clock of its own (``now`` is passed in). Names are ``<pool>-<index>``, so
-scale-down is deterministic: the highest indices go first, as with a StatefulSet.
+Names are ``<pool>-<index>``, so scale-down is deterministic: the highest indices go first, as
+with a StatefulSet. A node is the engine's own when its ``spec.providerID`` says so
+(``fakefleet://<cluster>/<node>``); a node that carries the pool label without it (a real node
+someone labelled, a copy from elsewhere) is *foreign*: never adopted, never deleted, reported.
 """
 
 from __future__ import annotations
@@ -11,26 +14,27 @@ import dataclasses
 import hashlib
 import ipaddress
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from operators.api import stages as stage_api
 from operators.api.gpus import PRESETS, gfd_labels
-from operators.api.nodepools import POOL_LABEL, FakeNodePoolSpec
+from operators.api.names import LABEL_VALUE_MAX_LENGTH
+from operators.api.nodepools import INSTANCE_TYPE_PREFIX, POOL_LABEL, FakeNodePoolSpec
+
+# The API defines these (its limits come from them); the engine speaks of nodes through here.
+from operators.api.nodepools import MAX_NODES_PER_CLUSTER as MAX_NODES_PER_CLUSTER
+from operators.api.nodepools import node_name as node_name
 
 RACK_LABEL = "fakefleet.dev/rack"
 TEMPLATE_HASH = "fakefleet.dev/template-hash"
 MANAGED_SELECTOR = POOL_LABEL  # every node we own carries the pool label
 
-#: Pod CIDRs are /24 slices of 10.128.0.0/9 (32768 nodes per cluster); node InternalIPs come
-#: from 172.16.0.0/12. Neither overlaps the service range 10.96.0.0/12.
+#: Pod CIDRs are /24 slices of 10.128.0.0/9 (MAX_NODES_PER_CLUSTER of them); node InternalIPs
+#: come from 172.16.0.0/12. Neither overlaps the service range 10.96.0.0/12.
 POD_NETWORK = ipaddress.ip_network("10.128.0.0/9")
 NODE_NETWORK = ipaddress.ip_network("172.16.0.0/12")
-MAX_NODES_PER_CLUSTER = 2 ** (24 - POD_NETWORK.prefixlen)
 KUBELET_PORT = 10250
-
-
-def node_name(pool: str, index: int) -> str:
-    return f"{pool}-{index}"
 
 
 def node_index(pool: str, name: str) -> int | None:
@@ -38,6 +42,10 @@ def node_index(pool: str, name: str) -> int | None:
     prefix = f"{pool}-"
     suffix = name[len(prefix):] if name.startswith(prefix) else ""
     return int(suffix) if suffix.isdigit() else None
+
+
+def provider_id(cluster: str, name: str) -> str:
+    return f"fakefleet://{cluster}/{name}"
 
 
 def pod_cidr(slot: int) -> str:
@@ -68,7 +76,7 @@ def node_shape(cluster: str, pool: str, spec: FakeNodePoolSpec, index: int) -> d
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
-        "node.kubernetes.io/instance-type": f"fakefleet.{pool}",
+        "node.kubernetes.io/instance-type": f"{INSTANCE_TYPE_PREFIX}{pool}",
         "type": "fakefleet",
     }
     topology = spec.topology
@@ -85,7 +93,7 @@ def node_shape(cluster: str, pool: str, spec: FakeNodePoolSpec, index: int) -> d
               for taint in spec.template.taints]
     if spec.gpu is not None:
         count = gpu_count(spec)
-        clique = f"{cluster}.{rack if rack is not None else 0}"
+        clique = _label_value(f"{cluster}.{rack if rack is not None else 0}")
         labels.update(gfd_labels(spec.gpu.preset, count,
                                  driver_version=spec.gpu.driverVersion, clique=clique))
         capacity["nvidia.com/gpu"] = str(count)
@@ -99,26 +107,88 @@ def node_shape(cluster: str, pool: str, spec: FakeNodePoolSpec, index: int) -> d
             "capacity": capacity}
 
 
-def node_conditions(now: str) -> list[dict[str, str]]:
-    """The conditions of a healthy kubelet's node, all heartbeating at ``now``."""
-    def condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
-        return {"type": kind, "status": status, "reason": reason, "message": message,
-                "lastHeartbeatTime": now, "lastTransitionTime": now}
+def _label_value(text: str) -> str:
+    """``text`` if it fits a label value, else a prefix of it and a digest (still unique)."""
+    if len(text) <= LABEL_VALUE_MAX_LENGTH:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    return f"{text[:LABEL_VALUE_MAX_LENGTH - 11].rstrip('-_.')}-{digest}"
 
-    return [
-        condition("MemoryPressure", "False", "KubeletHasSufficientMemory",
-                  "kubelet has sufficient memory available"),
-        condition("DiskPressure", "False", "KubeletHasNoDiskPressure",
-                  "kubelet has no disk pressure"),
-        condition("PIDPressure", "False", "KubeletHasSufficientPID",
-                  "kubelet has sufficient PID available"),
-        condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-    ]
+
+# -- conditions and the node's life -----------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeCondition:
+    type: str
+    status: str
+    reason: str
+    message: str
+    heartbeat: str  # lastHeartbeatTime
+    since: str  # lastTransitionTime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeLife:
+    """The node as the engine plays it: its conditions, and whether it heartbeats."""
+
+    conditions: tuple[NodeCondition, ...] = ()
+    heartbeat: bool = True
+    changed_at: str = ""  # the last status write: the stages' delays count from here
+
+    def status(self, kind: str) -> str | None:
+        return next((c.status for c in self.conditions if c.type == kind), None)
+
+
+def healthy_life(now: str) -> NodeLife:
+    """A new node: the conditions of a healthy kubelet, all heartbeating at ``now``."""
+    return NodeLife(conditions=set_conditions((), [
+        stage_api.Condition(type="MemoryPressure", status="False",
+                            reason="KubeletHasSufficientMemory",
+                            message="kubelet has sufficient memory available"),
+        stage_api.Condition(type="DiskPressure", status="False",
+                            reason="KubeletHasNoDiskPressure",
+                            message="kubelet has no disk pressure"),
+        stage_api.Condition(type="PIDPressure", status="False",
+                            reason="KubeletHasSufficientPID",
+                            message="kubelet has sufficient PID available"),
+        stage_api.Condition(type="Ready", status="True", reason="KubeletReady",
+                            message="kubelet is posting ready status"),
+    ], now), changed_at=now)
+
+
+def set_conditions(current: tuple[NodeCondition, ...], changes: Sequence[stage_api.Condition],
+                   now: str) -> tuple[NodeCondition, ...]:
+    """``current`` with ``changes`` applied by type (new types appended, in order)."""
+    by_type = {condition.type: condition for condition in current}
+    for change in changes:
+        old = by_type.get(change.type)
+        since = old.since if old is not None and old.status == change.status else now
+        by_type[change.type] = NodeCondition(change.type, change.status, change.reason,
+                                             change.message, now, since)
+    return tuple(by_type.values())
+
+
+def life_from_node(node: Mapping[str, Any]) -> NodeLife:
+    """The life a Node object shows (after an engine restart): its conditions as they are,
+    its last report when the newest heartbeat was."""
+    conditions = tuple(
+        NodeCondition(c["type"], c.get("status", "Unknown"), c.get("reason", ""),
+                      c.get("message", ""), c.get("lastHeartbeatTime", ""),
+                      c.get("lastTransitionTime", ""))
+        for c in (node.get("status") or {}).get("conditions") or ())
+    return NodeLife(conditions=conditions,
+                    changed_at=max((c.heartbeat for c in conditions), default=""))
+
+
+def render_conditions(life: NodeLife) -> list[dict[str, str]]:
+    return [{"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+             "lastHeartbeatTime": c.heartbeat, "lastTransitionTime": c.since}
+            for c in life.conditions]
 
 
 def render_node(
     cluster: str, pool: str, spec: FakeNodePoolSpec, index: int, slot: int, *,
-    now: str, kubelet_version: str,
+    life: NodeLife, kubelet_version: str,
 ) -> dict[str, Any]:
     """The whole Node object, status included (nodes accept status on create)."""
     name = node_name(pool, index)
@@ -130,11 +200,11 @@ def render_node(
         "metadata": {"name": name, "labels": shape["labels"],
                      "annotations": shape["annotations"]},
         "spec": {"podCIDR": cidr, "podCIDRs": [cidr], "taints": shape["taints"],
-                 "providerID": f"fakefleet://{cluster}/{name}"},
+                 "providerID": provider_id(cluster, name)},
         "status": {
             "capacity": shape["capacity"],
             "allocatable": shape["capacity"],
-            "conditions": node_conditions(now),
+            "conditions": render_conditions(life),
             "addresses": [{"type": "InternalIP", "address": node_ip(slot)},
                           {"type": "Hostname", "address": name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
@@ -166,14 +236,72 @@ def reshape_patches(
     return meta, status
 
 
+# -- what the engine reads of a node ----------------------------------------------------------
+
 @dataclasses.dataclass(frozen=True)
-class ObservedNode:
+class NodeFacts:
+    """A node carrying the pool label, as last observed."""
+
     name: str
     pool: str
     template_hash: str
     slot: int | None
     uid: str = ""
+    ready: str = ""  # the Ready condition's status as the API shows it
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: Not made by this engine: never adopted, never deleted, its name never created.
+    foreign: bool = False
+    #: Why the engine cannot use this node as it is (empty: it can), for a Warning Event.
+    problem: str = ""
 
+
+def observe(node: Mapping[str, Any], cluster: str) -> NodeFacts | None:
+    """The facts the engine needs of a Node object (None if it carries no pool label)."""
+    metadata = node.get("metadata", {})
+    labels = metadata.get("labels") or {}
+    pool = labels.get(POOL_LABEL)
+    if pool is None:
+        return None
+    name = metadata["name"]
+    spec = node.get("spec") or {}
+    slot, problem = None, ""
+    foreign = spec.get("providerID") != provider_id(cluster, name)
+    if foreign:
+        problem = (f"node {name} carries the label {POOL_LABEL}={pool} but was not made by this "
+                   f"engine (providerID {spec.get('providerID') or 'unset'}, expected "
+                   f"{provider_id(cluster, name)}): it is left alone; remove the label, or "
+                   f"delete the node to let the pool use its name")
+    else:
+        slot = _slot(spec.get("podCIDR"))
+        if slot is None:
+            problem = (f"node {name} has pod CIDR {spec.get('podCIDR') or 'unset'}, not a /24 "
+                       f"of {POD_NETWORK}, so its pods could get no addresses: the engine "
+                       f"replaces it")
+    ready = next((c.get("status", "") for c in (node.get("status") or {}).get("conditions") or ()
+                  if c.get("type") == "Ready"), "")
+    return NodeFacts(
+        name=name, pool=pool,
+        template_hash=(metadata.get("annotations") or {}).get(TEMPLATE_HASH, ""), slot=slot,
+        uid=metadata.get("uid", ""), ready=ready, labels=labels,
+        annotations=metadata.get("annotations") or {}, foreign=foreign, problem=problem,
+    )
+
+
+def _slot(cidr: str | None) -> int | None:
+    if not cidr:
+        return None
+    try:
+        network = ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return None
+    if not isinstance(network, ipaddress.IPv4Network) or network.prefixlen != 24 or \
+            not network.subnet_of(POD_NETWORK):  # type: ignore[arg-type]
+        return None
+    return (int(network.network_address) - int(POD_NETWORK.network_address)) >> 8
+
+
+# -- planning ---------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class Create:
@@ -195,18 +323,23 @@ class Delete:
 Action = Create | Reshape | Delete
 
 
-def plan(desired: Mapping[str, FakeNodePoolSpec], observed: Iterable[ObservedNode]) -> list[
+def plan(desired: Mapping[str, FakeNodePoolSpec], observed: Iterable[NodeFacts]) -> list[
         Action]:
     """What to do so the nodes match the pools: deletions first (they free pod CIDRs), then
-    reshapes, then creations, each in a stable order."""
+    reshapes, then creations, each in a stable order. Foreign nodes are never touched, and
+    their names never created; the engine's own nodes without a usable pod CIDR are replaced."""
     deletions: list[Action] = []
     reshapes: list[Action] = []
     present: dict[str, set[int]] = {pool: set() for pool in desired}
+    taken: set[str] = set()
     hashes = {pool: template_hash(spec) for pool, spec in desired.items()}
     for node in sorted(observed, key=lambda n: n.name):
+        taken.add(node.name)
+        if node.foreign:
+            continue
         spec = desired.get(node.pool)
         index = node_index(node.pool, node.name)
-        if spec is None or index is None or index >= spec.replicas:
+        if spec is None or index is None or index >= spec.replicas or node.slot is None:
             deletions.append(Delete(node.name))
             continue
         present[node.pool].add(index)
@@ -216,25 +349,6 @@ def plan(desired: Mapping[str, FakeNodePoolSpec], observed: Iterable[ObservedNod
         Create(pool, index)
         for pool, spec in sorted(desired.items())
         for index in range(spec.replicas)
-        if index not in present[pool]
+        if index not in present[pool] and node_name(pool, index) not in taken
     ]
     return deletions + reshapes + creations
-
-
-def observe(node: Mapping[str, Any]) -> ObservedNode | None:
-    """The compact facts the planner needs of a Node object (None if not one of ours)."""
-    metadata = node.get("metadata", {})
-    pool = (metadata.get("labels") or {}).get(POOL_LABEL)
-    if pool is None:
-        return None
-    cidr = (node.get("spec") or {}).get("podCIDR")
-    slot = None
-    if cidr:
-        network = ipaddress.ip_network(cidr, strict=False)
-        if network.subnet_of(POD_NETWORK):  # type: ignore[arg-type]
-            slot = (int(network.network_address) - int(POD_NETWORK.network_address)) >> 8
-    return ObservedNode(
-        name=metadata["name"], pool=pool,
-        template_hash=(metadata.get("annotations") or {}).get(TEMPLATE_HASH, ""), slot=slot,
-        uid=metadata.get("uid", ""),
-    )

@@ -1,5 +1,13 @@
-"""Pods as the engine keeps them (a few slots each, never whole objects) and the status a real
-kubelet would report for them. Pure: no I/O, no clock of its own.
+"""Pods as the engine keeps them, and the status a real kubelet would report. Pure: no I/O, no
+clock of its own.
+
+A pod is two things here: :class:`PodFacts`, what the engine reads from the object (spec,
+annotations, deletion, readiness gates), and :class:`PodLife`, where the pod is in its life
+(phase, IP, start and exit times, restarts). A life is immutable: a stage computes the next one,
+the engine writes its status, and only when the write succeeded does the new life replace the
+old (a failed write retried never applies a step twice). A life can also be read back from a
+status the engine wrote (:func:`life_from_status`), so a restarted engine carries on where the
+API says each pod is.
 
 Annotations a pod can carry to shape its life:
 
@@ -11,12 +19,14 @@ Annotations a pod can carry to shape its life:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from operators.api.durations import parse_duration
+from operators.k8s.times import parse
 
 logger = logging.getLogger(__name__)
 
@@ -25,21 +35,65 @@ EXIT_CODE = "fakefleet.dev/exit-code"
 START_DELAY = "fakefleet.dev/start-delay"
 SEED = "fakefleet.dev/seed"
 
-# Phases as stored in PodFacts.phase (the names of operators.engine.stages.Phase).
+# Phases of a pod's life as the engine sees them (the stages' PodPhase values).
 PENDING, INITIALIZING, RUNNING, BACKOFF = "Pending", "Initializing", "Running", "BackOff"
 SUCCEEDED, FAILED = "Succeeded", "Failed"
 TERMINAL = frozenset({SUCCEEDED, FAILED})
+BACKOFF_BASE, BACKOFF_MAX = 10.0, 300.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Exit:
+    """How the containers ended: code, reason, message, and when they started and finished."""
+
+    code: int
+    reason: str
+    message: str
+    started: str
+    finished: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExtraCondition:
+    """A pod condition a stage set (DisruptionTarget, ...)."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+    since: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PodLife:
+    """Where a pod is in its life; every field is what its status shows."""
+
+    phase: str = PENDING
+    changed_at: str = ""  # the last transition: the stages' delays count from here
+    ip: str | None = None
+    start_time: str | None = None
+    started_at: str = ""  # the containers' current (or last) start
+    ready_since: str = ""
+    init_finished: tuple[str, ...] = ()  # completion time of each init container done
+    restarts: int = 0
+    exit: Exit | None = None  # the current termination (Succeeded, Failed)
+    last_exit: Exit | None = None  # the previous run's, while crash-looping
+    waiting: tuple[str, str] | None = None  # (reason, message) set by a stage
+    conditions: tuple[ExtraCondition, ...] = ()
+
+    @property
+    def init_done(self) -> int:
+        return len(self.init_finished)
 
 
 class PodFacts:
-    """What the engine remembers of one pod."""
+    """What the engine reads of one pod: a few slots, never the whole object."""
 
     __slots__ = (
-        "changed_at", "containers", "created", "deleting", "exit_code", "finalizers", "gates",
-        "grace", "host_ip", "init_containers", "init_finished", "ip", "job", "last_exit",
-        "name", "namespace", "node", "phase", "problems", "readiness_gates", "ready_since",
-        "restart_policy", "restarts", "run_time", "scheduled_at", "seed", "start_delay",
-        "start_time", "started_at", "uid",
+        "annotations", "containers", "created", "deleting", "deletion_asked", "exit_code",
+        "finalizers", "gates", "grace", "host_ip", "init_containers", "job", "labels", "name",
+        "namespace", "node", "owner_kind", "problems", "readiness_gates", "restart_policy",
+        "run_time", "scheduled_at", "seed", "start_delay", "uid",
     )
 
     def __init__(self, pod: Mapping[str, Any]) -> None:
@@ -50,6 +104,9 @@ class PodFacts:
         self.namespace: str = metadata["namespace"]
         self.name: str = metadata["name"]
         self.node: str = spec["nodeName"]
+        self.host_ip = ""
+        self.labels: Mapping[str, str] = metadata.get("labels") or {}
+        self.annotations: Mapping[str, str] = annotations
         self.created: str = metadata.get("creationTimestamp", "")
         self.containers = tuple((c["name"], c.get("image", "")) for c in spec["containers"])
         self.init_containers = tuple(
@@ -57,35 +114,29 @@ class PodFacts:
             for c in spec.get("initContainers") or ())
         self.readiness_gates = tuple(g["conditionType"] for g in spec.get("readinessGates") or ())
         self.restart_policy: str = spec.get("restartPolicy", "Always")
+        owner = next((ref for ref in metadata.get("ownerReferences") or ()
+                      if ref.get("controller")), None) or next(
+            iter(metadata.get("ownerReferences") or ()), None)
+        self.owner_kind: str | None = owner.get("kind") if owner else None
         self.job = any(ref.get("kind") == "Job" for ref in metadata.get("ownerReferences") or ())
         self.run_time = _duration(annotations, RUN_TIME, self)
         self.start_delay = _duration(annotations, START_DELAY, self)
         self.exit_code = _integer(annotations, EXIT_CODE, self)
         self.seed: str = annotations.get(SEED, "")
-        self.deleting = False
-        self.grace: float | None = None
-        self.finalizers = False
-        self.gates: dict[str, str] = {}
         self.scheduled_at = self.created
         for condition in (pod.get("status") or {}).get("conditions") or ():
             if condition.get("type") == "PodScheduled" and condition.get("lastTransitionTime"):
                 self.scheduled_at = condition["lastTransitionTime"]
+        self.deleting = False
+        self.deletion_asked = 0.0
+        self.grace: float | None = None
+        self.finalizers = False
+        self.gates: dict[str, str] = {}
         self.observe(pod)
-        # The life the engine gives it:
-        self.phase = PENDING
-        self.ip: str | None = None
-        self.host_ip = ""
-        self.start_time: str | None = None
-        self.started_at = ""
-        self.ready_since = ""
-        self.changed_at = ""
-        self.init_finished: list[str] = []
-        self.restarts = 0
-        self.last_exit: tuple[int, str, str] | None = None  # exit code, started, finished
 
     @property
-    def init_done(self) -> int:
-        return len(self.init_finished)
+    def finite(self) -> bool:
+        return self.run_time is not None or self.job
 
     def observe(self, pod: Mapping[str, Any]) -> bool:
         """Take in what others changed (deletion, finalizers, readiness gates); True if any of
@@ -102,10 +153,80 @@ class PodFacts:
         changed = (deleting, finalizers, gates) != (self.deleting, self.finalizers, self.gates)
         self.deleting, self.finalizers, self.gates = deleting, finalizers, gates
         self.grace = float(grace) if grace is not None else None
+        if deleting:
+            # deletionTimestamp is when the grace period ends: the request came that much before.
+            self.deletion_asked = parse(metadata["deletionTimestamp"]) - (self.grace or 0.0)
         return changed
 
     def gates_ready(self) -> bool:
         return all(self.gates.get(gate) == "True" for gate in self.readiness_gates)
+
+
+def backoff(restarts: int) -> float:
+    """The kubelet's crash-loop back-off after ``restarts`` restarts: 10 s doubling, 300 s max."""
+    return min(BACKOFF_BASE * 2.0 ** max(restarts - 1, 0), BACKOFF_MAX)
+
+
+def life_from_status(facts: PodFacts, status: Mapping[str, Any]) -> PodLife:
+    """The life a status shows (one the engine wrote before a restart, or nothing yet)."""
+    phase = status.get("phase")
+    containers = status.get("containerStatuses") or []
+    first: Mapping[str, Any] = containers[0] if containers else {}
+    state: Mapping[str, Any] = first.get("state") or {}
+    restarts = int(first.get("restartCount", 0))
+    init_finished = _init_progress(facts, status.get("initContainerStatuses") or [])
+    extra = tuple(ExtraCondition(c["type"], c.get("status", "True"), c.get("reason", ""),
+                                 c.get("message", ""), c.get("lastTransitionTime", ""))
+                  for c in status.get("conditions") or () if c.get("type") not in _OWN
+                  and c.get("type") not in facts.readiness_gates)
+    base = PodLife(ip=status.get("podIP"), start_time=status.get("startTime"),
+                   init_finished=init_finished, restarts=restarts, conditions=extra)
+    ready_since = next((c.get("lastTransitionTime", "") for c in status.get("conditions") or ()
+                        if c.get("type") == "Ready" and c.get("status") == "True"), "")
+    if phase == "Running":
+        last = _exit(first.get("lastState", {}).get("terminated"))
+        if "waiting" in state:
+            return dataclasses.replace(base, phase=BACKOFF, last_exit=last,
+                                       changed_at=last.finished if last else "",
+                                       started_at=last.started if last else "")
+        started = (state.get("running") or {}).get("startedAt", "")
+        return dataclasses.replace(base, phase=RUNNING, started_at=started, changed_at=started,
+                                   ready_since=ready_since or started, last_exit=last)
+    if phase in TERMINAL:
+        ended = _exit(state.get("terminated"))
+        return dataclasses.replace(base, phase=str(phase), exit=ended,
+                                   started_at=ended.started if ended else "",
+                                   changed_at=ended.finished if ended else "")
+    waiting = state.get("waiting") or {}
+    stage_wait = None
+    if waiting.get("reason") not in (None, "PodInitializing", "ContainerCreating"):
+        stage_wait = (waiting["reason"], waiting.get("message", ""))
+    if init_finished:
+        return dataclasses.replace(base, phase=INITIALIZING, changed_at=init_finished[-1],
+                                   waiting=stage_wait)
+    return dataclasses.replace(base, changed_at=facts.scheduled_at, waiting=stage_wait)
+
+
+def _init_progress(facts: PodFacts, statuses: list[Mapping[str, Any]]) -> tuple[str, ...]:
+    done = []
+    by_name = {status.get("name"): status for status in statuses}
+    for name, _, sidecar in facts.init_containers:
+        state = (by_name.get(name) or {}).get("state") or {}
+        if "terminated" in state and not sidecar:
+            done.append(state["terminated"].get("finishedAt", ""))
+        elif sidecar and "running" in state and (by_name.get(name) or {}).get("started"):
+            done.append(state["running"].get("startedAt", ""))
+        else:
+            break
+    return tuple(done)
+
+
+def _exit(terminated: Mapping[str, Any] | None) -> Exit | None:
+    if not terminated:
+        return None
+    return Exit(int(terminated.get("exitCode", 0)), terminated.get("reason", ""),
+                terminated.get("message", ""), terminated.get("startedAt", ""),
+                terminated.get("finishedAt", ""))
 
 
 def _duration(annotations: Mapping[str, str], key: str, pod: PodFacts) -> float | None:
@@ -124,38 +245,19 @@ def _integer(annotations: Mapping[str, str], key: str, pod: PodFacts) -> int:
     if value is None:
         return 0
     try:
-        return int(value)
+        code = int(value)
     except ValueError:
-        _ignore(pod, f"annotation {key} ignored: {value!r} is not an integer exit code such "
-                     f"as \"0\" or \"3\"")
+        code = -1
+    if not 0 <= code <= 255:
+        _ignore(pod, f"annotation {key} ignored: {value!r} is not an exit code from 0 to 255 "
+                     f"such as \"0\" or \"3\"")
         return 0
+    return code
 
 
 def _ignore(pod: PodFacts, problem: str) -> None:
     logger.warning("pod %s/%s: %s", pod.namespace, pod.name, problem)
     pod.problems += (problem,)
-
-
-def render_warning(pod: PodFacts, problem: str, now: str) -> dict[str, Any]:
-    """A core/v1 Event on the pod, as ``kubectl describe pod`` and ``kubectl events`` show it:
-    the user learns there, not in the engine's log, that an annotation was ignored."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{pod.name}.{_digest(pod.uid, problem)[:16]}",
-                     "namespace": pod.namespace},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace,
-                           "name": pod.name, "uid": pod.uid},
-        "type": "Warning",
-        "reason": "InvalidAnnotation",
-        "message": problem,
-        "source": {"component": "fakefleet-engine", "host": pod.node},
-        "reportingComponent": "fakefleet-engine",
-        "reportingInstance": pod.node,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
 
 
 def _digest(*parts: str) -> str:
@@ -170,6 +272,11 @@ def _image_id(image: str) -> str:
     return f"{image.split(':')[0]}@sha256:{_digest(image)}"
 
 
+#: The conditions the engine renders itself; others (readiness gates, stages') are carried.
+_OWN = frozenset({"PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                  "PodScheduled"})
+
+
 def _condition(kind: str, holds: bool, since: str, reason: str = "") -> dict[str, Any]:
     condition: dict[str, Any] = {"type": kind, "status": "True" if holds else "False",
                                  "lastProbeTime": None, "lastTransitionTime": since}
@@ -178,21 +285,25 @@ def _condition(kind: str, holds: bool, since: str, reason: str = "") -> dict[str
     return condition
 
 
-def _terminated(pod: PodFacts, name: str, code: int, started: str, finished: str,
-                restarts: int) -> dict[str, Any]:
-    return {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                           "startedAt": started, "finishedAt": finished,
-                           "containerID": _container_id(pod, name, restarts)}}
+def _terminated(pod: PodFacts, name: str, ended: Exit, restarts: int) -> dict[str, Any]:
+    terminated: dict[str, Any] = {
+        "exitCode": ended.code, "reason": ended.reason or (
+            "Completed" if ended.code == 0 else "Error"),
+        "startedAt": ended.started, "finishedAt": ended.finished,
+        "containerID": _container_id(pod, name, restarts)}
+    if ended.message:
+        terminated["message"] = ended.message
+    return {"terminated": terminated}
 
 
-def render_status(pod: PodFacts, now: str) -> dict[str, Any]:
-    """The whole pod status for ``pod.phase`` (merge patches replace lists, so send it all)."""
-    phase = pod.phase
+def render_status(pod: PodFacts, life: PodLife, now: str) -> dict[str, Any]:
+    """The whole pod status for ``life`` (merge patches replace lists, so send it all)."""
+    phase = life.phase
     terminal = phase in TERMINAL
     running = phase == RUNNING
-    initialized = pod.init_done >= len(pod.init_containers)
-    since = pod.changed_at or now
-    containers_ready = _condition("ContainersReady", running, pod.ready_since if running
+    initialized = life.init_done >= len(pod.init_containers)
+    since = life.changed_at or now
+    containers_ready = _condition("ContainersReady", running, life.ready_since if running
                                   else since, "PodCompleted" if terminal else "ContainersNotReady")
     ready = running and pod.gates_ready()
     ready_reason = ("ReadinessGatesNotReady" if running else
@@ -200,81 +311,85 @@ def render_status(pod: PodFacts, now: str) -> dict[str, Any]:
     conditions = [
         _condition("PodReadyToStartContainers", not terminal, since),
         _condition("Initialized", initialized,
-                   pod.init_finished[-1] if pod.init_finished else pod.start_time or since,
+                   life.init_finished[-1] if life.init_finished else life.start_time or since,
                    "ContainersNotInitialized"),
-        _condition("Ready", ready, pod.ready_since if ready else since, ready_reason),
+        _condition("Ready", ready, life.ready_since if ready else since, ready_reason),
         containers_ready,
         _condition("PodScheduled", True, pod.scheduled_at or since),
     ]
     for gate in pod.readiness_gates:  # others own these: carry them through unchanged
         if gate in pod.gates:
             conditions.append({"type": gate, "status": pod.gates[gate]})
+    for extra in life.conditions:
+        conditions.append({"type": extra.type, "status": extra.status, "reason": extra.reason,
+                           "message": extra.message, "lastTransitionTime": extra.since})
     status: dict[str, Any] = {
         "phase": ("Pending" if phase in (PENDING, INITIALIZING) else
                   "Running" if phase in (RUNNING, BACKOFF) else phase),
         "conditions": conditions,
         "hostIP": pod.host_ip,
         "hostIPs": [{"ip": pod.host_ip}],
-        "startTime": pod.start_time or now,
-        "containerStatuses": [_main_status(pod, name, image, now)
+        "startTime": life.start_time or now,
+        "containerStatuses": [_main_status(pod, life, name, image)
                               for name, image in pod.containers],
     }
-    if pod.ip is not None:
-        status["podIP"] = pod.ip
-        status["podIPs"] = [{"ip": pod.ip}]
+    if life.ip is not None:
+        status["podIP"] = life.ip
+        status["podIPs"] = [{"ip": life.ip}]
     if pod.init_containers:
         status["initContainerStatuses"] = [
-            _init_status(pod, index, name, image, sidecar, now)
+            _init_status(pod, life, index, name, image, sidecar, now)
             for index, (name, image, sidecar) in enumerate(pod.init_containers)
         ]
     return status
 
 
-def _main_status(pod: PodFacts, name: str, image: str, now: str) -> dict[str, Any]:
-    phase = pod.phase
+def _main_status(pod: PodFacts, life: PodLife, name: str, image: str) -> dict[str, Any]:
+    phase = life.phase
     entry: dict[str, Any] = {
         "name": name, "image": image, "imageID": _image_id(image),
-        "containerID": _container_id(pod, name, pod.restarts),
+        "containerID": _container_id(pod, name, life.restarts),
         "ready": phase == RUNNING, "started": phase == RUNNING,
-        "restartCount": pod.restarts,
+        "restartCount": life.restarts,
     }
     if phase in (PENDING, INITIALIZING):
-        entry["state"] = {"waiting": {"reason": "PodInitializing"}}
+        reason, message = life.waiting or ("PodInitializing", "")
+        entry["state"] = {"waiting": {"reason": reason, **({"message": message}
+                                                            if message else {})}}
         del entry["containerID"]
         del entry["imageID"]
     elif phase == RUNNING:
-        entry["state"] = {"running": {"startedAt": pod.started_at}}
+        entry["state"] = {"running": {"startedAt": life.started_at}}
     elif phase == BACKOFF:
-        wait = min(10 * 2 ** max(pod.restarts - 1, 0), 300)
+        wait = int(backoff(life.restarts))
         entry["state"] = {"waiting": {
             "reason": "CrashLoopBackOff",
             "message": f"back-off {wait}s restarting failed container={name} "
                        f"pod={pod.name}_{pod.namespace}({pod.uid})"}}
-    else:
-        code = pod.exit_code if phase == FAILED else 0
-        entry["state"] = _terminated(pod, name, code, pod.started_at, pod.changed_at or now,
-                                     pod.restarts)
-    if pod.last_exit is not None and phase in (RUNNING, BACKOFF):
-        code, started, finished = pod.last_exit
-        entry["lastState"] = _terminated(pod, name, code, started, finished, pod.restarts - 1)
+    elif life.exit is not None:
+        entry["state"] = _terminated(pod, name, life.exit, life.restarts)
+    if life.last_exit is not None and phase in (RUNNING, BACKOFF):
+        entry["lastState"] = _terminated(pod, name, life.last_exit, life.restarts - 1)
     return entry
 
 
-def _init_status(pod: PodFacts, index: int, name: str, image: str, sidecar: bool,
-                 now: str) -> dict[str, Any]:
+def _init_status(pod: PodFacts, life: PodLife, index: int, name: str, image: str,
+                 sidecar: bool, now: str) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": name, "image": image, "restartCount": 0,
                              "ready": False, "started": False}
-    done = index < pod.init_done
-    current = index == pod.init_done and pod.phase == INITIALIZING
-    if done and sidecar and pod.phase not in TERMINAL:
-        started = pod.init_finished[index]
+    done = index < life.init_done
+    current = index == life.init_done and life.phase == INITIALIZING
+    if done and sidecar and life.phase not in TERMINAL:
+        started = life.init_finished[index]
         entry.update(ready=True, started=True, state={"running": {"startedAt": started}})
     elif done:
-        started = pod.init_finished[index - 1] if index else (pod.start_time or now)
-        entry["state"] = _terminated(pod, name, 0, started, pod.init_finished[index], 0)
+        started = life.init_finished[index - 1] if index else (life.start_time or now)
+        entry["state"] = _terminated(pod, name, Exit(0, "Completed", "", started,
+                                                     life.init_finished[index]), 0)
     elif current:
         entry.update(started=True, state={"running": {
-            "startedAt": pod.init_finished[-1] if pod.init_finished else pod.start_time or now}})
+            "startedAt": life.init_finished[-1] if life.init_finished else
+            life.start_time or now}})
     else:
         entry["state"] = {"waiting": {"reason": "PodInitializing"}}
     if "waiting" not in entry["state"]:

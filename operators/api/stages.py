@@ -1,0 +1,308 @@
+"""Stages: how fake pods and nodes live, as data, in the spirit of KWOK's Stage kind.
+
+A stage is *selector* (which objects, in which phase) + *delay* (fixed, jitter, or a named
+timer such as the pod's run time) + *effect* (next phase, container exit with code, reason and
+message, conditions, Events, heartbeat on or off). The engine keeps, for every object, the first
+stage whose selector matches; when its delay has passed, the effect is written to the API, and
+the next stage is chosen from the new state. A stage that still matches after its effect fires
+again (the node status report every 5 minutes)::
+
+    - name: pod-complete
+      resource: Pod
+      selector:
+        phases: [Running]
+        matchExpressions:
+        - {key: deleting, operator: In, values: ["false"]}
+        - {key: finite, operator: In, values: ["true"]}
+      delay: {source: runTime}
+      effect: {exit: {}}          # the pod's own exit code; restartPolicy decides the phase
+
+The default lifecycles are ``operators/engine/stages.yaml``; ``python -m operators.engine
+--stages FILE`` runs others. Everything is validated on load, and every error names the stage,
+the field, the value and what would be accepted.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from operators.api.base import Model
+from operators.api.durations import DURATION_PATTERN
+
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
+PodPhase = Literal["Pending", "Initializing", "Running", "BackOff", "Succeeded", "Failed"]
+
+#: What a pod selector may test; values compare as strings ("true"/"false" for flags).
+POD_FIELDS: dict[str, str] = {
+    "name": "the pod's name",
+    "namespace": "the pod's namespace",
+    "deleting": "the pod has a deletionTimestamp",
+    "initPending": "init containers remain to complete",
+    "finite": "the pod has a run time: annotation fakefleet.dev/run-time, or a Job owns it",
+    "job": "a Job owns the pod",
+    "ownerKind": "the kind of the pod's controller (ReplicaSet, Job, ...)",
+    "exitCode": "the code its containers exit with (annotation fakefleet.dev/exit-code, else 0)",
+    "restartPolicy": "Always, OnFailure or Never",
+}
+#: What a node selector may test.
+NODE_FIELDS: dict[str, str] = {
+    "name": "the node's name",
+    "pool": "the FakeNodePool the node belongs to",
+    "ready": "the Ready condition as the API shows it: True, False or Unknown",
+    "heartbeat": "whether the node renews its Lease and reports status",
+}
+#: Keys of the form ``labels[KEY]`` and ``annotations[KEY]`` test metadata of either kind.
+MAP_FIELDS = ("labels", "annotations")
+
+#: Named timers a delay may add, with where their value comes from.
+DELAY_SOURCES: dict[str, str] = {
+    "startDelay": "annotation fakefleet.dev/start-delay, else the pool's startDelay, plus up to "
+                  "the pool's startJitter",
+    "initDelay": "the pool's initDelay",
+    "runTime": "annotation fakefleet.dev/run-time, else the pool's jobRunTime plus up to its "
+               "jobRunJitter",
+    "crashLoopBackOff": "10 s doubling per restart, at most 300 s, as the kubelet waits",
+    "gracePeriod": "the pod's deletion grace period, at most the pool's "
+                   "terminationGracePeriodCap",
+}
+
+
+class StageError(ValueError):
+    """Stages that cannot be used; the message names each problem and its place."""
+
+
+class Requirement(Model):
+    """One test of a field, as in a Kubernetes label selector's matchExpressions."""
+
+    key: str = Field(min_length=1)
+    """A field name (see POD_FIELDS / NODE_FIELDS), or labels[KEY] / annotations[KEY]."""
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    """In/NotIn compare the field with values; Exists/DoesNotExist test that it is set."""
+    values: list[str] = Field(default_factory=list)
+    """For In and NotIn: the values to compare with."""
+
+    @model_validator(mode="after")
+    def _values_fit_the_operator(self) -> Requirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs values, e.g. values: [\"true\"]")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values: remove them")
+        return self
+
+    def field(self) -> str:
+        """The field name, with ``labels[KEY]``/``annotations[KEY]`` reduced to its map."""
+        return self.key.split("[", 1)[0] if self.key.endswith("]") else self.key
+
+
+class Selector(Model):
+    """Which objects a stage applies to: all the expressions must hold."""
+
+    phases: list[PodPhase] = Field(default_factory=list)
+    """Pods only: the phases the stage applies in (empty: any phase)."""
+    matchExpressions: list[Requirement] = Field(default_factory=list)
+    """Tests of the object's fields, all of which must hold."""
+
+
+class Delay(Model):
+    """How long after the object entered its current state the effect happens."""
+
+    duration: Duration = "0s"
+    """A fixed part, e.g. 5m."""
+    jitter: Duration = "0s"
+    """Up to this much more, drawn per object from its seed (repeatable)."""
+    source: Literal["startDelay", "initDelay", "runTime", "crashLoopBackOff",
+                    "gracePeriod"] | None = None
+    """A named timer added to the fixed part (see DELAY_SOURCES)."""
+    since: Literal["transition", "deletion"] = "transition"
+    """Measured from the object's last transition, or from when its deletion was asked."""
+
+
+class Condition(Model):
+    """A condition an effect sets (replacing one of the same type)."""
+
+    type: str = Field(min_length=1)
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+
+
+class Event(Model):
+    """A Kubernetes Event an effect emits about the object."""
+
+    type: Literal["Normal", "Warning"] = "Normal"
+    reason: str = Field(min_length=1)
+    message: str = ""
+
+
+class ContainerExit(Model):
+    """The pod's containers terminate; the kubelet's rules pick the phase: exit code 0 ends
+    Succeeded, another code Failed under restartPolicy Never and CrashLoopBackOff otherwise."""
+
+    exitCode: int | None = Field(default=None, ge=0, le=255)
+    """None: the pod's own (annotation fakefleet.dev/exit-code, else 0)."""
+    reason: str = ""
+    """Default: Completed for code 0, Error otherwise (e.g. OOMKilled)."""
+    message: str = ""
+    """Shown in the container's terminated state."""
+
+
+class ContainerWait(Model):
+    """The pod's containers wait to start, e.g. ContainerCreating or ImagePullBackOff."""
+
+    reason: str = Field(min_length=1)
+    message: str = ""
+
+
+class PodEffect(Model):
+    """What a pod stage does."""
+
+    phase: Literal["Initializing", "Running"] | None = None
+    """Running (re)starts the containers: IP, start times, Ready (readiness gates permitting)."""
+    initContainerDone: bool = False
+    """The next init container completes (a sidecar keeps running)."""
+    exit: ContainerExit | None = None
+    """The containers terminate."""
+    wait: ContainerWait | None = None
+    """The containers wait, with this reason (the pod stays Pending)."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """Extra pod conditions, e.g. DisruptionTarget."""
+    events: list[Event] = Field(default_factory=list)
+    """Events about the pod, emitted once the effect is written."""
+    delete: bool = False
+    """Finalise a deleted pod: delete it with grace period 0, as the kubelet does."""
+
+    @model_validator(mode="after")
+    def _one_outcome(self) -> PodEffect:
+        outcomes = [name for name, set_ in (("phase", self.phase is not None),
+                                            ("exit", self.exit is not None),
+                                            ("wait", self.wait is not None),
+                                            ("delete", self.delete)) if set_]
+        if len(outcomes) > 1:
+            raise ValueError(f"an effect has one outcome, not {' and '.join(outcomes)}: "
+                             f"split it into stages")
+        if not outcomes and not (self.initContainerDone or self.conditions or self.events):
+            raise ValueError("the effect does nothing: set phase, exit, wait, delete, "
+                             "initContainerDone, conditions or events")
+        return self
+
+
+class NodeEffect(Model):
+    """What a node stage does."""
+
+    conditions: list[Condition] = Field(default_factory=list)
+    """Node conditions to set (written to the node's status at once)."""
+    heartbeat: bool | None = None
+    """False: stop renewing the Lease and reporting status (the node-lifecycle controller then
+    marks the node Unknown); True: resume."""
+    reportStatus: bool = False
+    """Rewrite the node's conditions with a fresh heartbeat time, as the kubelet does."""
+    events: list[Event] = Field(default_factory=list)
+    """Events about the node."""
+
+    @model_validator(mode="after")
+    def _does_something(self) -> NodeEffect:
+        if not (self.conditions or self.heartbeat is not None or self.reportStatus
+                or self.events):
+            raise ValueError("the effect does nothing: set conditions, heartbeat, reportStatus "
+                             "or events")
+        return self
+
+
+class _Stage(Model):
+    name: str = Field(min_length=1, max_length=63)
+    """Names the stage in logs and errors."""
+    selector: Selector = Field(default_factory=Selector)
+    delay: Delay = Field(default_factory=Delay)
+
+
+class PodStage(_Stage):
+    resource: Literal["Pod"]
+    effect: PodEffect
+
+    @field_validator("selector")
+    @classmethod
+    def _pod_fields(cls, selector: Selector) -> Selector:
+        _check_keys(selector, POD_FIELDS, "pod")
+        return selector
+
+
+class NodeStage(_Stage):
+    resource: Literal["Node"]
+    effect: NodeEffect
+
+    @field_validator("selector")
+    @classmethod
+    def _node_fields(cls, selector: Selector) -> Selector:
+        if selector.phases:
+            raise ValueError("phases are for pods; select nodes with matchExpressions")
+        _check_keys(selector, NODE_FIELDS, "node")
+        return selector
+
+    @field_validator("delay")
+    @classmethod
+    def _node_delays(cls, delay: Delay) -> Delay:
+        if delay.source is not None or delay.since != "transition":
+            raise ValueError("node stages take a fixed duration and jitter only")
+        return delay
+
+
+Stage = Annotated[PodStage | NodeStage, Field(discriminator="resource")]
+
+
+class Lifecycle(Model):
+    """A document of stages: ``kind: Lifecycle``."""
+
+    apiVersion: Literal["fakefleet.dev/v1alpha1"] = "fakefleet.dev/v1alpha1"
+    kind: Literal["Lifecycle"] = "Lifecycle"
+    stages: list[Stage] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Lifecycle:
+        seen: set[str] = set()
+        for stage in self.stages:
+            if stage.name in seen:
+                raise ValueError(f"two stages are named {stage.name!r}: names must be unique")
+            seen.add(stage.name)
+        return self
+
+    @property
+    def pods(self) -> list[PodStage]:
+        return [stage for stage in self.stages if isinstance(stage, PodStage)]
+
+    @property
+    def nodes(self) -> list[NodeStage]:
+        return [stage for stage in self.stages if isinstance(stage, NodeStage)]
+
+
+def _check_keys(selector: Selector, known: dict[str, str], kind: str) -> None:
+    for requirement in selector.matchExpressions:
+        field = requirement.field()
+        if field in MAP_FIELDS and requirement.key.endswith("]") and len(requirement.key) > \
+                len(field) + 2:
+            continue
+        if field not in known:
+            raise ValueError(
+                f"key {requirement.key!r} is not a {kind} field; known: "
+                f"{', '.join(sorted(known))}, labels[KEY], annotations[KEY]")
+
+
+def load_lifecycle(text: str, *, source: str = "the stages") -> Lifecycle:
+    """Parse and validate a ``kind: Lifecycle`` YAML document."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise StageError(f"{source} is not valid YAML: {error}") from error
+    try:
+        return Lifecycle.model_validate(document)
+    except ValidationError as error:
+        problems = []
+        for problem in error.errors(include_url=False):
+            place = ".".join(str(part) for part in problem["loc"]
+                             if not str(part).startswith(("function-", "Pod", "Node")))
+            value = problem.get("input")
+            shown = f" (got {value!r})" if isinstance(value, str | int | float) else ""
+            problems.append(f"{place or 'the document'}: {problem['msg']}{shown}")
+        raise StageError(f"{source} is invalid:\n  " + "\n  ".join(problems)) from error

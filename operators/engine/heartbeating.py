@@ -1,0 +1,257 @@
+"""The node half's timers: Lease renewals, and the node stages (conditions, status reports,
+heartbeat on or off), on connections and a dispatcher of their own.
+
+Liveness travels through Leases, renewed every quarter of their duration as the kubelet does
+(spread by ±4 % so renewals do not bunch up); a node's status is rewritten only when a stage
+says so (every 5 minutes by default, at once when its conditions change). A restarted engine
+resumes every renewal from its Lease's ``renewTime``, so no node waits longer than it would
+have. Renewals have their own connections: pod churn must never delay them past the
+node-lifecycle controller's grace period. How late they go out is measured (``lag``): the pod
+half holds back while they are behind.
+
+Every write is committed after it succeeded: a node's life changes only once its status says
+so; a failed write is retried with back-off, from the life as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+from operators.engine import stages
+from operators.engine.dispatching import Dispatcher
+from operators.engine.inventory import NodeBook, NodeRecord
+from operators.engine.nodes import render_conditions
+from operators.engine.queues import DelayQueue
+from operators.engine.recording import EventRecorder
+from operators.engine.stages import NodeRule
+from operators.k8s.client import Client
+from operators.k8s.clock import Clock
+from operators.k8s.errors import Conflict, K8sError, NotFound
+from operators.k8s.requests import STRATEGIC_PATCH
+from operators.k8s.retrying import Backoff
+from operators.k8s.times import micro_time, parse, rfc3339
+from operators.k8s.watching import list_all
+
+logger = logging.getLogger(__name__)
+
+LEASE_NAMESPACE = "kube-node-lease"
+LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"
+NODES = "/api/v1/nodes"
+RENEW_FRACTION = 0.25  # the kubelet renews its lease every quarter of its duration
+RENEW_JITTER = 0.04
+RETRY_BASE = 1.0
+
+
+class Heartbeats:
+    """Leases and node stages of one cluster's nodes."""
+
+    def __init__(
+        self,
+        cluster: str,
+        client: Client,
+        book: NodeBook,
+        rules: Sequence[NodeRule],
+        recorder: EventRecorder,
+        *,
+        clock: Clock,
+        rng: random.Random,
+        connections: int,
+        batch: int,
+        slack: float,
+    ) -> None:
+        self.cluster = cluster
+        self.client = client
+        self._book = book
+        self._rules = rules
+        self._recorder = recorder
+        self._clock = clock
+        self._rng = rng
+        self._slack = slack
+        self._timers: DelayQueue[tuple[str, str]] = DelayQueue(clock)
+        self._dispatcher = Dispatcher(self._timers, self._due, clock=clock, limit=connections,
+                                      batch=batch, name=f"engine {cluster}: heartbeats")
+        self._pending: dict[str, NodeRule] = {}
+        self._resumed = False
+        self.lag = 0.0  # how late the latest renewal went out
+
+    def behind(self) -> bool:
+        """True while Lease renewals go out more than ``slack`` seconds late."""
+        return self.lag > self._slack
+
+    async def run(self) -> None:
+        await self._dispatcher.run()
+
+    # -- what the book tells ------------------------------------------------------------------
+
+    def track(self, name: str) -> None:
+        """A node to keep alive (created, or adopted)."""
+        record = self._book.records[name]
+        if self._resumed and not record.renew_at:
+            # Adopted after the Leases were read: renew now rather than guess its renewTime.
+            record.renew_at = self._clock.now()
+            self._schedule(("lease", name), record.renew_at)
+        self.evaluate(name)
+
+    def untrack(self, name: str) -> None:
+        self._timers.cancel(("lease", name))
+        self._timers.cancel(("stage", name))
+        self._pending.pop(name, None)
+
+    def evaluate(self, name: str) -> None:
+        """Choose the node's next stage (its facts or life changed)."""
+        record = self._book.records.get(name)
+        facts = self._book.facts.get(name)
+        if record is None or facts is None:
+            return
+        rule = stages.match_node(self._rules, facts, record.life)
+        if rule is None:
+            self._pending.pop(name, None)
+            self._timers.cancel(("stage", name))
+            return
+        if self._pending.get(name) is rule and ("stage", name) in self._timers:
+            return  # already due at the right time: a status echo must not postpone it
+        self._pending[name] = rule
+        self._schedule(("stage", name), stages.node_due(rule, record.life, self._rng))
+
+    async def resume(self) -> None:
+        """Read every Lease once and schedule each node's renewal from its ``renewTime``."""
+        backoff = Backoff()
+        while True:
+            try:
+                _, leases = await list_all(self.client, LEASES, {})
+                break
+            except K8sError as error:
+                delay = backoff.next()
+                logger.warning("engine %s: listing leases failed, retrying in %.1fs: %s",
+                               self.cluster, delay, error)
+                await self._clock.sleep(delay)
+        by_name = {lease["metadata"]["name"]: lease for lease in leases}
+        now = self._clock.now()
+        for name, record in self._book.records.items():
+            lease = by_name.get(name)
+            if lease is None:
+                record.leased, record.renew_at = False, now
+            else:
+                spec = lease.get("spec") or {}
+                record.lease_duration = int(spec.get("leaseDurationSeconds")
+                                            or record.lease_duration)
+                renewed = parse(spec["renewTime"]) if spec.get("renewTime") else 0.0
+                record.renew_at = max(now, renewed + self._interval(record))
+            self._schedule(("lease", name), record.renew_at)
+        self._resumed = True
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def create_lease(self, name: str, record: NodeRecord) -> None:
+        """Register, then hold a Lease, as the kubelet does: a new node whose Lease waited
+        behind thousands of renewals would be marked NotReady before it ever renewed."""
+        try:
+            await self._create_lease(name, record)
+        except K8sError as error:
+            logger.debug("engine %s: lease of %s not created yet: %s", self.cluster, name, error)
+            record.leased = False
+            record.renew_at = self._clock.now()
+            self._schedule(("lease", name), record.renew_at)
+            return
+        self._renewed(name, record)
+
+    def _due(self, key: tuple[str, str]) -> Coroutine[Any, Any, None] | None:
+        kind, name = key
+        record = self._book.records.get(name)
+        if record is None:
+            return None
+        if kind == "lease":
+            return self._renew(name, record) if record.life.heartbeat else None
+        rule = self._pending.get(name)
+        return self._stage(name, record, rule) if rule is not None else None
+
+    async def _renew(self, name: str, record: NodeRecord) -> None:
+        started = self._clock.now()
+        if record.renew_at:
+            self.lag = max(0.0, started - record.renew_at)
+        try:
+            if record.leased:
+                try:
+                    await self.client.patch(f"{LEASES}/{name}",
+                                            {"spec": {"renewTime": micro_time(started)}},
+                                            decode=False)
+                except NotFound:
+                    await self._create_lease(name, record)
+            else:
+                await self._create_lease(name, record)
+        except K8sError as error:
+            self._retry(("lease", name), record, f"renewing the lease of {name}", error)
+            return
+        record.failures = 0
+        self._renewed(name, record)
+
+    async def _create_lease(self, name: str, record: NodeRecord) -> None:
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name, "namespace": LEASE_NAMESPACE,
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name,
+                                     "uid": record.uid}],
+            },
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": record.lease_duration,
+                     "renewTime": micro_time(self._clock.now())},
+        }
+        try:
+            await self.client.create(LEASES, lease, decode=False)
+        except Conflict:  # there already (a lost answer, or a restart): renew it
+            await self.client.patch(f"{LEASES}/{name}",
+                                    {"spec": {"renewTime": micro_time(self._clock.now()),
+                                              "leaseDurationSeconds": record.lease_duration}},
+                                    decode=False)
+        record.leased = True
+
+    def _renewed(self, name: str, record: NodeRecord) -> None:
+        record.renew_at = self._clock.now() + self._interval(record)
+        self._schedule(("lease", name), record.renew_at)
+
+    def _interval(self, record: NodeRecord) -> float:
+        return record.lease_duration * RENEW_FRACTION * self._rng.uniform(
+            1 - RENEW_JITTER, 1 + RENEW_JITTER)
+
+    async def _stage(self, name: str, record: NodeRecord, rule: NodeRule) -> None:
+        now = rfc3339(self._clock.now())
+        before = record.life
+        after = stages.apply_node(rule.stage.effect, before, now)
+        if after.conditions != before.conditions:
+            try:
+                await self.client.patch(
+                    f"{NODES}/{name}/status",
+                    {"status": {"conditions": render_conditions(after)}},
+                    content_type=STRATEGIC_PATCH, decode=False)
+            except NotFound:
+                return  # deleted: the watch takes it from here
+            except K8sError as error:
+                self._retry(("stage", name), record, f"{rule.name} on {name}", error)
+                return
+        record.failures = 0
+        self._book.wrote(name, after)
+        logger.debug("engine %s: %s on %s", self.cluster, rule.name, name)
+        for event in rule.stage.effect.events:
+            self._recorder.emit(kind="Node", name=name, uid=record.uid, event_type=event.type,
+                                reason=event.reason, message=event.message, host=name)
+        if after.heartbeat and not before.heartbeat:
+            self._schedule(("lease", name), self._clock.now())
+        self._pending.pop(name, None)
+        self.evaluate(name)
+
+    def _retry(self, key: tuple[str, str], record: NodeRecord, what: str,
+               error: K8sError) -> None:
+        record.failures += 1
+        delay = min(RETRY_BASE * 2 ** (record.failures - 1), record.lease_duration * 0.25)
+        logger.debug("engine %s: %s failed (retry in %.1fs): %s", self.cluster, what, delay,
+                     error)
+        self._schedule(key, self._clock.now() + delay * self._rng.uniform(0.5, 1.0))
+
+    def _schedule(self, key: tuple[str, str], when: float) -> None:
+        self._timers.schedule_at(key, when)
+        self._dispatcher.wake()
+

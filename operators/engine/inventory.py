@@ -1,0 +1,209 @@
+"""The engine's book of nodes: what the node watch shows, and which of those nodes it plays.
+Pure book-keeping: no I/O, no clock.
+
+Two views, kept apart on purpose:
+
+- ``facts``: every node carrying the pool label as last observed (foreign ones included), plus
+  what a successful write just created, so the planner never makes a node twice;
+- ``records``: the nodes the engine plays (its own, usable), with what it needs to keep them
+  alive: pod CIDR slot, Lease timing, and their :class:`~operators.engine.nodes.NodeLife`.
+
+A record appears when a create succeeded or when the watch shows one of the engine's nodes it
+did not know (adoption after a restart); it goes when a delete succeeded or the watch shows the
+node gone. Listeners hear of each so timers start and stop with the node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from operators.engine import nodes
+from operators.engine.nodes import NodeFacts, NodeLife
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LEASE_SECONDS = 40
+
+
+class NodeRecord:
+    """What the engine remembers of one node it plays: a few words, not the object."""
+
+    __slots__ = ("failures", "lease_duration", "leased", "life", "pool", "renew_at", "slot",
+                 "uid")
+
+    def __init__(self, pool: str, slot: int, uid: str, lease_duration: int,
+                 life: NodeLife) -> None:
+        self.pool = pool
+        self.slot = slot
+        self.uid = uid
+        self.lease_duration = lease_duration
+        self.life = life
+        self.leased = True  # False: its Lease is missing and must be created
+        self.renew_at = 0.0  # when the next renewal is due (0: not scheduled yet)
+        self.failures = 0  # consecutive failed writes (for back-off)
+
+
+class Listener(Protocol):
+    def adopted(self, name: str) -> None:
+        """A node of the engine's own, not known before, is now played."""
+
+    def updated(self, name: str) -> None:
+        """Someone changed a played node (its Ready condition, its annotations...)."""
+
+    def forgotten(self, name: str) -> None:
+        """A played node is gone."""
+
+    def foreign(self, facts: NodeFacts) -> None:
+        """A node the engine cannot use appeared (it carries the pool label)."""
+
+
+class NodeBook:
+    """Facts and records of one cluster's fake nodes."""
+
+    def __init__(self, cluster: str, listener: Listener) -> None:
+        self.cluster = cluster
+        self.facts: dict[str, NodeFacts] = {}
+        self.records: dict[str, NodeRecord] = {}
+        self.lease_seconds: Mapping[str, int] = {}  # per pool, from the desired specs
+        self._listener = listener
+        self._slots_used: set[int] = set()
+        self._slot_hint = 0  # no free slot below it
+        #: Slots of creates whose outcome is unknown (no answer): the node may exist with it.
+        self._reserved: dict[str, int] = {}
+        self._deleted: set[str] = set()  # uids the engine deleted, until the watch agrees
+
+    # -- from the node watch ------------------------------------------------------------------
+
+    def relisted(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """A full list: forget what is gone, adopt what is new."""
+        by_name = {}
+        for item in items:
+            facts = nodes.observe(item, self.cluster)
+            if facts is not None:
+                by_name[facts.name] = (facts, item)
+        present = {facts.uid for facts, _ in by_name.values()}
+        self._deleted &= present
+        for name in [name for name in self.records if name not in by_name]:
+            self._drop(name)  # deleted while the watch was away
+        self.facts = {name: facts for name, (facts, _) in by_name.items()
+                      if facts.uid not in self._deleted}
+        for facts, item in by_name.values():
+            self._see(facts, item)
+
+    def changed(self, kind: str, node: Mapping[str, Any]) -> None:
+        facts = nodes.observe(node, self.cluster)
+        if facts is None:
+            return
+        if kind == "DELETED":
+            self._deleted.discard(facts.uid)
+            if self.facts.get(facts.name, facts).uid == facts.uid:
+                self.facts.pop(facts.name, None)
+            record = self.records.get(facts.name)
+            if record is not None and record.uid == facts.uid:
+                self._drop(facts.name)
+            return
+        if facts.uid in self._deleted:
+            return  # an event from before our delete: the node is going
+        self.facts[facts.name] = facts
+        self._see(facts, node)
+
+    def _see(self, facts: NodeFacts, node: Mapping[str, Any]) -> None:
+        record = self.records.get(facts.name)
+        if record is not None and record.uid == facts.uid:
+            self._listener.updated(facts.name)
+        elif facts.foreign or facts.slot is None:
+            self._listener.foreign(facts)
+        elif record is None and (facts.slot not in self._slots_used
+                                 or self._reserved.get(facts.name) == facts.slot):
+            self._reserved.pop(facts.name, None)
+            lease = self.lease_seconds.get(facts.pool, DEFAULT_LEASE_SECONDS)
+            self._remember(facts.name, NodeRecord(facts.pool, facts.slot, facts.uid, lease,
+                                                  nodes.life_from_node(node)))
+            self._listener.adopted(facts.name)
+        elif record is None:  # two nodes with one pod CIDR: this one is replaced
+            self.facts[facts.name] = dataclasses.replace(
+                facts, slot=None, problem=f"node {facts.name} has the pod CIDR of another "
+                                          f"node: the engine replaces it")
+            self._listener.foreign(self.facts[facts.name])
+
+    # -- from the engine's own writes ---------------------------------------------------------
+
+    def created(self, name: str, node: Mapping[str, Any], record: NodeRecord) -> None:
+        """A create succeeded: play the node before the watch reports it."""
+        facts = nodes.observe(node, self.cluster)
+        if facts is not None:
+            self.facts[name] = facts
+        self._reserved.pop(name, None)
+        self._remember(name, record)
+        self._listener.adopted(name)
+
+    def deleted(self, name: str) -> None:
+        """A delete succeeded (or found the node gone): stop playing it."""
+        facts = self.facts.pop(name, None)
+        if facts is not None:
+            self._deleted.add(facts.uid)
+        if name in self.records:
+            self._drop(name)
+
+    def wrote(self, name: str, life: NodeLife) -> None:
+        """A status write succeeded: the node's life is what was written."""
+        record = self.records.get(name)
+        if record is None:
+            return
+        record.life = life
+        facts = self.facts.get(name)
+        ready = life.status("Ready")
+        if facts is not None and ready is not None and facts.ready != ready:
+            self.facts[name] = dataclasses.replace(facts, ready=ready)
+
+    # -- pod CIDR slots ------------------------------------------------------------------------
+
+    def allocate_slot(self, name: str) -> int | None:
+        """A pod CIDR slot for node ``name``, reserved until :meth:`created` or
+        :meth:`release_slot`; the same one again while an earlier create of ``name`` may have
+        succeeded unseen. None when the cluster has no room left."""
+        if name in self._reserved:
+            return self._reserved[name]
+        for slot in range(self._slot_hint, nodes.MAX_NODES_PER_CLUSTER):
+            if slot not in self._slots_used:
+                self._slots_used.add(slot)
+                self._slot_hint = slot + 1
+                self._reserved[name] = slot
+                return slot
+        return None
+
+    def release_slot(self, name: str) -> None:
+        """The create of ``name`` certainly failed: its slot is free again."""
+        slot = self._reserved.pop(name, None)
+        if slot is not None:
+            self._free(slot)
+
+    def _free(self, slot: int) -> None:
+        if not any(record.slot == slot for record in self.records.values()) and \
+                slot not in self._reserved.values():
+            self._slots_used.discard(slot)
+            self._slot_hint = min(self._slot_hint, slot)
+
+    # -- what the pools see --------------------------------------------------------------------
+
+    def counts(self, pool: str) -> tuple[int, int]:
+        """(nodes that exist, nodes whose Ready condition is True) of ``pool``."""
+        existing = ready = 0
+        for name, record in self.records.items():
+            if record.pool == pool:
+                existing += 1
+                facts = self.facts.get(name)
+                ready += facts is not None and facts.ready == "True"
+        return existing, ready
+
+    def _remember(self, name: str, record: NodeRecord) -> None:
+        self.records[name] = record
+        self._slots_used.add(record.slot)
+
+    def _drop(self, name: str) -> None:
+        record = self.records.pop(name)
+        self._free(record.slot)
+        self._listener.forgotten(name)

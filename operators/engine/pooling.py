@@ -1,0 +1,187 @@
+"""The pools an engine serves, and what it tells about them.
+
+Served by the operator, an engine watches the FakeNodePools of its cluster in the host cluster
+(``fieldSelector=spec.clusterRef=<cluster>``, one namespace) and writes their status itself:
+``replicas`` are the nodes that exist, ``readyReplicas`` those whose Ready condition the member
+API shows True, ``observedGeneration`` the spec the engine last acted on, and kstatus
+conditions (Stalled with the reason when the pool cannot be reached). Writes are coalesced (a
+scale-up of a thousand nodes is a handful of status writes) and skipped when the status already
+says it. Used alone (``--pool``), an engine serves the pools of its command line and writes
+nothing.
+
+Until the first list has arrived the desired pools are unknown, never empty: the engine plans
+nothing before (a restarted engine must not delete every node of a pool it has not heard of
+yet). A pool being deleted is served with zero replicas, so its nodes go before it does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from operators.api.base import API_VERSION
+from operators.api.nodepools import FakeNodePool, FakeNodePoolSpec
+from operators.api.status import pool_status
+from operators.k8s.client import Client
+from operators.k8s.clock import Clock
+from operators.k8s.errors import K8sError, NotFound
+from operators.k8s.retrying import Backoff
+from operators.k8s.times import rfc3339
+from operators.k8s.watching import list_and_watch
+
+logger = logging.getLogger(__name__)
+
+STATUS_INTERVAL = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterRef:
+    """The FakeCluster an engine serves."""
+
+    namespace: str
+    name: str
+
+    @property
+    def pools_path(self) -> str:
+        return f"/apis/{API_VERSION}/namespaces/{self.namespace}/fakenodepools"
+
+
+class Pools:
+    """Desired pools (from the host, or fixed) and their status (written to the host)."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        counts: Callable[[str], tuple[int, int]],
+        problem: Callable[[str], str],
+        on_change: Callable[[], None],
+        host: Client | None = None,
+        cluster: ClusterRef | None = None,
+        fixed: Mapping[str, FakeNodePoolSpec] | None = None,
+        interval: float = STATUS_INTERVAL,
+    ) -> None:
+        self._clock = clock
+        self._counts = counts
+        self._problem = problem
+        self._on_change = on_change
+        self._host = host
+        self._cluster = cluster
+        self._interval = interval
+        self._objects: dict[str, FakeNodePool] = {}
+        self._desired: dict[str, FakeNodePoolSpec] = dict(fixed or {})
+        self._acted: dict[str, int] = {}  # the generation each pool's nodes were planned for
+        self._dirty = asyncio.Event()
+        self.known = asyncio.Event()
+        if host is None:
+            self.known.set()
+
+    @property
+    def desired(self) -> dict[str, FakeNodePoolSpec]:
+        return dict(self._desired)
+
+    def spec(self, pool: str) -> FakeNodePoolSpec | None:
+        return self._desired.get(pool)
+
+    def acted(self, specs: Mapping[str, FakeNodePoolSpec]) -> None:
+        """The engine planned for these specs: their generations are observed."""
+        for name, spec in specs.items():
+            pool = self._objects.get(name)
+            if pool is not None and _served(pool) == spec:
+                self._acted[name] = int(pool.metadata.get("generation", 0))
+        self.touch()
+
+    def touch(self) -> None:
+        """Counts may have changed: write statuses soon."""
+        self._dirty.set()
+
+    async def run(self) -> None:
+        if self._host is None or self._cluster is None:
+            return
+        async with asyncio.TaskGroup() as group:
+            group.create_task(list_and_watch(
+                self._host, self._cluster.pools_path,
+                {"fieldSelector": f"spec.clusterRef={self._cluster.name}"},
+                on_list=self._relisted, on_event=self._changed, clock=self._clock))
+            group.create_task(self._report())
+
+    # -- the host's pools in ------------------------------------------------------------------
+
+    def _relisted(self, items: list[Any]) -> None:
+        self._objects = {}
+        for item in items:
+            self._take(item)
+        self._update()
+        self.known.set()
+
+    def _changed(self, kind: str, obj: Any) -> None:
+        name = obj["metadata"]["name"]
+        if kind == "DELETED":
+            self._objects.pop(name, None)
+            self._acted.pop(name, None)
+        else:
+            self._take(obj)
+        self._update()
+
+    def _take(self, obj: Any) -> None:
+        try:
+            self._objects[obj["metadata"]["name"]] = FakeNodePool.model_validate(obj)
+        except ValidationError as error:  # the CRD's schema is the model's: should not happen
+            logger.error("pool %s cannot be read, ignored: %s", obj["metadata"]["name"], error)
+
+    def _update(self) -> None:
+        desired = {name: _served(pool) for name, pool in self._objects.items()}
+        if desired != self._desired:
+            self._desired = desired
+            self._on_change()
+        self.touch()
+
+    # -- status out ---------------------------------------------------------------------------
+
+    async def _report(self) -> None:
+        backoff = Backoff(base=1.0, cap=30.0)
+        while True:
+            await self._dirty.wait()
+            await self._clock.sleep(self._interval)  # coalesce a burst of changes
+            self._dirty.clear()
+            try:
+                for name in list(self._objects):
+                    await self._write(name)
+                backoff.reset()
+            except K8sError as error:
+                delay = backoff.next()
+                logger.warning("writing pool status failed, retrying in %.1fs: %s", delay,
+                               error)
+                self._dirty.set()
+                await self._clock.sleep(delay)
+
+    async def _write(self, name: str) -> None:
+        pool = self._objects.get(name)
+        if pool is None or self._cluster is None:
+            return
+        replicas, ready = self._counts(name)
+        status = pool_status(pool, replicas=replicas, ready=ready,
+                             generation=self._acted.get(name, 0),
+                             now=rfc3339(self._clock.now()), problem=self._problem(name))
+        if status == pool.status:
+            return
+        try:
+            await self._host.patch(  # type: ignore[union-attr]
+                f"{self._cluster.pools_path}/{name}/status",
+                {"status": status.model_dump(mode="json")})
+        except NotFound:
+            return  # deleted meanwhile
+        # Committed: the next comparison is against what was written (the watch confirms).
+        self._objects[name] = pool.model_copy(update={"status": status})
+
+
+def _served(pool: FakeNodePool) -> FakeNodePoolSpec:
+    """The spec the engine serves: a pool being deleted has no nodes left to keep."""
+    if pool.metadata.get("deletionTimestamp"):
+        return pool.spec.model_copy(update={"replicas": 0})
+    return pool.spec

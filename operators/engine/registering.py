@@ -1,0 +1,203 @@
+"""Nodes in and out of the member cluster: the executor of :func:`operators.engine.nodes.plan`.
+
+Create registers a node with its status (nodes accept status on create) and then its Lease;
+reshape patches an existing node to its pool's current template; delete removes the node and
+its Lease. Every outcome is committed to the book only after the API confirmed it: a node is
+forgotten once its DELETE succeeded (or found it gone), played once its POST succeeded. A POST
+answered AlreadyExists adopts the node if it is the engine's own (an earlier answer was lost),
+and reports it otherwise.
+
+What keeps a pool from its replicas (no pod CIDR left, a name held by a foreign node) is kept
+per pool in :attr:`Registrar.problems`, for the pool's Stalled condition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Awaitable, Iterable, Mapping
+
+from operators.api.nodepools import POOL_LABEL, FakeNodePoolSpec, pool_selector
+from operators.engine import nodes
+from operators.engine.heartbeating import LEASES, NODES, Heartbeats
+from operators.engine.inventory import NodeBook, NodeRecord
+from operators.k8s import requests
+from operators.k8s.client import Client
+from operators.k8s.clock import Clock
+from operators.k8s.errors import Conflict, K8sError, NotFound, TransportError
+from operators.k8s.times import rfc3339
+from operators.k8s.watching import list_all
+
+logger = logging.getLogger(__name__)
+
+
+class Registrar:
+    """Creates, reshapes and deletes one cluster's fake nodes."""
+
+    def __init__(self, cluster: str, client: Client, book: NodeBook, heartbeats: Heartbeats,
+                 *, clock: Clock, concurrency: int) -> None:
+        self.cluster = cluster
+        self.client = client
+        self._book = book
+        self._heartbeats = heartbeats
+        self._clock = clock
+        self._gate = asyncio.Semaphore(concurrency)
+        self.kubelet_version = ""
+        self.problems: dict[str, str] = {}
+
+    async def reconcile(self, desired: Mapping[str, FakeNodePoolSpec]) -> bool:
+        """Plan from the book and apply; True when every action succeeded. Idempotent."""
+        self._book.lease_seconds = {pool: spec.leaseDurationSeconds
+                                    for pool, spec in desired.items()}
+        actions = nodes.plan(desired, list(self._book.facts.values()))
+        self.problems = self._name_conflicts(desired)
+        deletions = [a for a in actions if isinstance(a, nodes.Delete)]
+        others = [a for a in actions if not isinstance(a, nodes.Delete)]
+        done = await self._gather(self._delete(a.name) for a in deletions)
+        done &= await self._gather(self._apply(a, desired) for a in others)
+        return done
+
+    def _name_conflicts(self, desired: Mapping[str, FakeNodePoolSpec]) -> dict[str, str]:
+        problems: dict[str, str] = {}
+        for pool, spec in desired.items():
+            taken = sorted(
+                (nodes.node_index(pool, facts.name), facts.name)
+                for facts in self._book.facts.values()
+                if facts.foreign and (index := nodes.node_index(pool, facts.name)) is not None
+                and index < spec.replicas)
+            if taken:
+                names = ", ".join(name for _, name in taken[:5])
+                problems[pool] = (f"{len(taken)} of its node names are held by nodes this "
+                                  f"engine did not make ({names}): delete them or remove their "
+                                  f"{POOL_LABEL} label")
+        return problems
+
+    async def _apply(self, action: nodes.Action, desired: Mapping[str, FakeNodePoolSpec]) -> bool:
+        if isinstance(action, nodes.Create):
+            return await self._create(action.pool, desired[action.pool], action.index)
+        if isinstance(action, nodes.Reshape):
+            return await self._reshape(action.pool, desired[action.pool], action.index)
+        return True
+
+    async def _create(self, pool: str, spec: FakeNodePoolSpec, index: int) -> bool:
+        name = nodes.node_name(pool, index)
+        slot = self._book.allocate_slot(name)
+        if slot is None:
+            self.problems[pool] = (
+                f"the cluster's pod network ({nodes.POD_NETWORK}, a /24 per node) has room for "
+                f"{nodes.MAX_NODES_PER_CLUSTER} nodes across all its pools, and it is full: "
+                f"lower the replicas of this or another pool")
+            return True  # nothing to retry until a pool changes
+        now = self._clock.now()
+        life = nodes.healthy_life(rfc3339(now))
+        body = nodes.render_node(self.cluster, pool, spec, index, slot, life=life,
+                                 kubelet_version=self.kubelet_version)
+        try:
+            created = await self.client.create(NODES, body)
+        except Conflict as error:
+            if error.already_exists:
+                return await self._adopt(name)  # keeps the slot if it is ours, with it
+            self._book.release_slot(name)
+            return False
+        except TransportError as error:  # no answer: the node may exist, with this slot
+            logger.debug("engine %s: creating %s got no answer: %s", self.cluster, name, error)
+            return False
+        except K8sError as error:
+            self._book.release_slot(name)
+            logger.debug("engine %s: creating %s failed: %s", self.cluster, name, error)
+            return False
+        record = NodeRecord(pool, slot, created["metadata"]["uid"], spec.leaseDurationSeconds,
+                            life)
+        record.renew_at = now  # its Lease comes next, from here
+        self._book.created(name, created, record)
+        await self._heartbeats.create_lease(name, record)
+        return True
+
+    async def _adopt(self, name: str) -> bool:
+        """A POST found the name taken: take the node if it is ours, report it if not."""
+        try:
+            existing = await self.client.get(f"{NODES}/{name}")
+        except K8sError as error:
+            logger.debug("engine %s: reading %s failed: %s", self.cluster, name, error)
+            return False
+        self._book.changed("ADDED", existing)  # as if the watch had shown it: adopt or report
+        if name not in self._book.records:
+            self._book.release_slot(name)  # someone else's: its slot was never used
+            return False
+        return True
+
+    async def _reshape(self, pool: str, spec: FakeNodePoolSpec, index: int) -> bool:
+        name = nodes.node_name(pool, index)
+        meta, status = nodes.reshape_patches(self.cluster, pool, spec, index)
+        try:
+            await self.client.patch(f"{NODES}/{name}", meta)
+            await self.client.patch(f"{NODES}/{name}/status", status)
+        except NotFound:
+            return True  # gone: the watch says so, and the next plan creates it
+        except K8sError as error:
+            logger.debug("engine %s: reshaping %s failed: %s", self.cluster, name, error)
+            return False
+        facts = self._book.facts.get(name)
+        if facts is not None:  # committed: the next plan must not reshape it again
+            self._book.facts[name] = dataclasses.replace(
+                facts, template_hash=nodes.template_hash(spec))
+        record = self._book.records.get(name)
+        if record is not None:  # its next Lease renewal carries the new duration
+            record.lease_duration = spec.leaseDurationSeconds
+            record.leased = False
+        return True
+
+    async def _delete(self, name: str) -> bool:
+        facts = self._book.facts.get(name)
+        options = requests.delete_options(uid=facts.uid if facts else None)
+        try:
+            await self.client.delete(f"{NODES}/{name}", body=options, decode=False)
+        except (NotFound, Conflict):
+            pass  # gone already, or a new node of that name that is not this one
+        except K8sError as error:
+            logger.debug("engine %s: deleting %s failed: %s", self.cluster, name, error)
+            return False
+        self._book.deleted(name)
+        with contextlib.suppress(K8sError):  # else its owner reference lets the GC take it
+            await self.client.delete(f"{LEASES}/{name}", decode=False)
+        return True
+
+    async def _gather(self, calls: Iterable[Awaitable[bool]]) -> bool:
+        async def gated(call: Awaitable[bool]) -> bool:
+            async with self._gate:
+                return await call
+
+        results = await asyncio.gather(*(gated(call) for call in calls))
+        return all(results)
+
+
+async def count_nodes(client: Client, cluster: str, pool: str | None = None) -> int:
+    """How many of the engine's own nodes (of ``pool``, or of every pool) the API shows."""
+    selector = pool_selector(pool) if pool is not None else nodes.MANAGED_SELECTOR
+    _, items = await list_all(client, NODES, {"labelSelector": selector})
+    return sum(1 for item in items if (facts := nodes.observe(item, cluster)) is not None
+               and not facts.foreign)
+
+
+async def remove_all(client: Client, cluster: str) -> int:
+    """Delete every node the engine of ``cluster`` made (and its Lease), once that engine has
+    stopped: an adopted cluster outlives its FakeCluster. Returns how many are left."""
+    _, items = await list_all(client, NODES, {"labelSelector": nodes.MANAGED_SELECTOR})
+    left = 0
+    for item in items:
+        facts = nodes.observe(item, cluster)
+        if facts is None or facts.foreign:
+            continue
+        options = requests.delete_options(uid=facts.uid)
+        try:
+            await client.delete(f"{NODES}/{facts.name}", body=options, decode=False)
+        except (NotFound, Conflict):
+            pass
+        except K8sError:
+            left += 1
+            continue
+        with contextlib.suppress(K8sError):
+            await client.delete(f"{LEASES}/{facts.name}", decode=False)
+    return left

@@ -1,0 +1,121 @@
+"""An engine on in-memory API servers (member and host) and a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+from operators.api.nodepools import FakeNodePoolSpec
+from operators.engine.pooling import ClusterRef
+from operators.engine.running import ClusterEngine, EngineSettings
+from operators.engine.stages import Rules
+from operators.k8s.client import Client
+from operators.k8s.clock import FakeClock
+from operators.k8s.memory import MemoryTransport
+from operators.k8s.requests import MERGE_PATCH, STRATEGIC_PATCH
+
+NODES = "/api/v1/nodes"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+PODS = "/api/v1/namespaces/default/pods"
+POOLS = "/apis/fakefleet.dev/v1alpha1/namespaces/default/fakenodepools"
+CLUSTER = ClusterRef("default", "west")
+ENGINE_NAME = "default.west"
+
+
+def spec(**fields: Any) -> FakeNodePoolSpec:
+    return FakeNodePoolSpec.model_validate({"clusterRef": "west", **fields})
+
+
+def pool(name: str, **fields: Any) -> dict[str, Any]:
+    return {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FakeNodePool",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"clusterRef": "west", **fields}}
+
+
+def pod(name: str, node: str, *, annotations: dict[str, str] | None = None,
+        restart: str = "Always", job: bool = False,
+        init: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": "default",
+                                "annotations": annotations or {}}
+    if job:
+        metadata["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j",
+                                        "uid": "job-uid", "controller": True}]
+    spec_: dict[str, Any] = {"nodeName": node, "restartPolicy": restart,
+                             "containers": [{"name": "main", "image": "app:1"}]}
+    if init:
+        spec_["initContainers"] = init
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec_,
+            "status": {}}
+
+
+class Fleet:
+    """One member cluster (and a host) in memory, and engines started against them."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.member = MemoryTransport(self.clock)
+        self.host = MemoryTransport(self.clock)
+
+    def engine(self, *, hosted: bool = True, pools: dict[str, FakeNodePoolSpec] | None = None,
+               seed: int = 1, rules: Rules | None = None, **settings: Any) -> ClusterEngine:
+        client = Client(self.member, clock=self.clock)
+        return ClusterEngine(
+            ENGINE_NAME, client, host=Client(self.host, clock=self.clock) if hosted else None,
+            serves=CLUSTER if hosted else None, pools=None if hosted else pools,
+            settings=EngineSettings(**settings), clock=self.clock, rng=random.Random(seed),
+            rules=rules)
+
+    @contextlib.asynccontextmanager
+    async def running(self, engine: ClusterEngine) -> AsyncIterator[ClusterEngine]:
+        task = asyncio.create_task(engine.run())
+        try:
+            await self.clock.settle()
+            yield engine
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            if task.done() and not task.cancelled() and task.exception():
+                raise task.exception()  # type: ignore[misc]
+
+    async def host_client_patch(self, path: str, body: dict[str, Any]) -> None:
+        """A user's change to a host object (a kubectl patch)."""
+        await Client(self.host, clock=self.clock).patch(path, body)
+
+    async def member_client_patch(self, path: str, body: dict[str, Any], *,
+                                  strategic: bool = False, bypass_faults: bool = False) -> None:
+        """Someone else's change to a member object (kubectl, a controller)."""
+        faults, self.member.faults = self.member.faults, [] if bypass_faults else \
+            self.member.faults
+        try:
+            await Client(self.member, clock=self.clock).patch(
+                path, body, content_type=STRATEGIC_PATCH if strategic else MERGE_PATCH)
+        finally:
+            self.member.faults = faults
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        return {n["metadata"]["name"]: n for n in self.member.objects(NODES)}
+
+    def uids(self) -> dict[str, str]:
+        return {name: node["metadata"]["uid"] for name, node in self.nodes().items()}
+
+    def leases(self) -> dict[str, dict[str, Any]]:
+        return {lease["metadata"]["name"]: lease for lease in self.member.objects(LEASES)}
+
+    def pod(self, name: str) -> dict[str, Any]:
+        found = self.member.object(f"{PODS}/{name}")
+        assert found is not None, f"pod {name} is gone"
+        return found
+
+    def pool_status(self, name: str) -> dict[str, Any]:
+        found = self.host.object(f"{POOLS}/{name}")
+        assert found is not None
+        status: dict[str, Any] = found.get("status") or {}
+        return status
+
+
+def ready(node: dict[str, Any]) -> str:
+    return next((c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready"), "")

@@ -1,0 +1,131 @@
+"""Node writes that fail, nodes that are not the engine's, and what the pool status says."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.engine.harness import LEASES, NODES, POOLS, Fleet, pool, ready
+
+
+def foreign_node(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"fakefleet.dev/pool": "cpu"}},
+            "spec": spec, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+async def test_a_failed_delete_keeps_the_node_counted_until_it_succeeds() -> None:
+    """Defect: a failed node DELETE forgot the node anyway; counts said 0 while it existed."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=2))
+    async with fleet.running(fleet.engine()) as engine:
+        await fleet.clock.advance(2)
+        fleet.member.fail("DELETE", f"{NODES}/cpu-1", status=500, times=3)
+        await fleet.host_client_patch(f"{POOLS}/cpu", {"spec": {"replicas": 1}})
+        await fleet.clock.advance(1.2)
+        assert len(fleet.member.sent("DELETE", f"{NODES}/cpu-1")) >= 1
+        assert "cpu-1" in fleet.nodes()
+        assert engine.book.counts("cpu") == (2, 2), "still there, still counted"
+        assert fleet.pool_status("cpu")["replicas"] == 2
+        await fleet.clock.advance(10)  # back-off, then the delete goes through
+        assert sorted(fleet.nodes()) == ["cpu-0"]
+        assert sorted(fleet.leases()) == ["cpu-0"]
+        assert engine.book.counts("cpu") == (1, 1)
+        await fleet.clock.advance(2)
+        assert fleet.pool_status("cpu")["replicas"] == 1
+
+
+async def test_ready_replicas_are_the_nodes_the_api_shows_ready() -> None:
+    """Defect: readyReplicas counted nodes created, not nodes Ready."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=3))
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(2)
+        assert fleet.pool_status("cpu")["readyReplicas"] == 3
+        # The node-lifecycle controller marks cpu-2 Unknown while the engine is away from it,
+        # and someone asks cpu-1 to be NotReady: the count follows the API, not the engine.
+        fleet.member.fail("PATCH", f"{NODES}/cpu-2/status", status=503, times=3)
+        await fleet.member_client_patch(f"{NODES}/cpu-2/status", {"status": {"conditions": [
+            {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]}},
+            strategic=True, bypass_faults=True)
+        await fleet.member_client_patch(
+            f"{NODES}/cpu-1", {"metadata": {"annotations": {"fakefleet.dev/state": "NotReady"}}})
+        await fleet.clock.advance(1.5)
+        status = fleet.pool_status("cpu")
+        assert (status["replicas"], status["readyReplicas"]) == (3, 1)
+        assert ready(fleet.nodes()["cpu-1"]) == "False"
+        assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "False"
+        await fleet.clock.advance(20)  # the kubelet posts Ready again once it can write
+        assert ready(fleet.nodes()["cpu-2"]) == "True"
+        await fleet.member_client_patch(
+            f"{NODES}/cpu-1", {"metadata": {"annotations": {"fakefleet.dev/state": None}}})
+        await fleet.clock.advance(2)
+        assert fleet.pool_status("cpu")["readyReplicas"] == 3
+
+
+async def test_an_unreachable_node_stops_renewing_its_lease_and_resumes_when_healed() -> None:
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=1))
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(1)
+        await fleet.member_client_patch(
+            f"{NODES}/cpu-0", {"metadata": {"annotations": {"fakefleet.dev/state": "Unreachable"}}})
+        await fleet.clock.advance(1)
+        fleet.member.requests.clear()
+        await fleet.clock.advance(60)
+        assert fleet.member.sent("PATCH", f"{LEASES}/cpu-0") == [], "no renewal while away"
+        await fleet.member_client_patch(
+            f"{NODES}/cpu-0", {"metadata": {"annotations": {"fakefleet.dev/state": None}}})
+        await fleet.clock.advance(1)
+        assert len(fleet.member.sent("PATCH", f"{LEASES}/cpu-0")) == 1, "renewed at once"
+
+
+async def test_an_answer_lost_after_a_create_adopts_the_node_instead_of_looping() -> None:
+    """Defect: an AlreadyExists on create looped with no delay."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=2))
+    fleet.member.fail("POST", NODES, reset=True, applied=True)  # created, answer lost
+    async with fleet.running(fleet.engine()) as engine:
+        await fleet.clock.advance(5)
+        assert sorted(fleet.nodes()) == ["cpu-0", "cpu-1"]
+        assert sorted(engine.book.records) == ["cpu-0", "cpu-1"]
+    assert len(fleet.member.sent("POST", NODES)) <= 4
+
+
+async def test_foreign_and_unusable_nodes_are_left_alone_with_a_warning() -> None:
+    """Defects: a labelled node with an IPv6 pod CIDR ended the engine; a foreign node with
+    the pool label was deleted; a create hitting a foreign name looped with no delay."""
+    fleet = Fleet()
+    fleet.member.put(NODES, foreign_node("cpu-1", podCIDR="fd00::/64",
+                                         providerID="aws:///eu-west-1a/i-0abc"))
+    fleet.member.put(NODES, foreign_node("cpu-7", podCIDR="fd00:1::/64"))
+    fleet.host.put(POOLS, pool("cpu", replicas=3))
+    async with fleet.running(fleet.engine()) as engine:
+        await fleet.clock.advance(120)
+        assert sorted(engine.book.records) == ["cpu-0", "cpu-2"]
+        status = fleet.pool_status("cpu")
+    assert sorted(fleet.nodes()) == ["cpu-0", "cpu-1", "cpu-2", "cpu-7"], "nothing deleted"
+    assert fleet.member.sent("POST", NODES).__len__() == 2, "no create of a foreign name"
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Stalled"] == "True"
+    assert "cpu-1" in status["conditions"][2]["message"]
+    events = fleet.member.objects("/api/v1/namespaces/default/events")
+    warned = sorted(e["involvedObject"]["name"] for e in events if e["reason"] == "NodeNotManaged")
+    assert warned == ["cpu-1", "cpu-7"]
+    assert "not made by this engine" in events[0]["message"]
+
+
+async def test_a_full_pod_network_stalls_the_pool_with_a_message(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("operators.engine.nodes.MAX_NODES_PER_CLUSTER", 3)
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("a", replicas=2))
+    fleet.host.put(POOLS, pool("b", replicas=2))
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(3)
+        assert len(fleet.nodes()) == 3
+        status = fleet.pool_status("b")
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert stalled["status"] == "True"
+    assert "has room for 3 nodes" in stalled["message"]
+    assert "lower the replicas" in stalled["message"]

@@ -1,0 +1,72 @@
+"""The node half over in-memory API servers: creation, adoption after a restart, Leases."""
+
+from __future__ import annotations
+
+from tests.engine.harness import LEASES, NODES, POOLS, Fleet, pool, ready
+
+
+async def test_engine_makes_the_pool_s_nodes_with_leases_and_reports_them() -> None:
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=3))
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(2)
+        assert sorted(fleet.nodes()) == ["cpu-0", "cpu-1", "cpu-2"]
+        assert all(ready(node) == "True" for node in fleet.nodes().values())
+        assert sorted(fleet.leases()) == ["cpu-0", "cpu-1", "cpu-2"]
+        status = fleet.pool_status("cpu")
+    assert (status["replicas"], status["readyReplicas"]) == (3, 3)
+    assert status["observedGeneration"] == 1
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {
+        "Ready": "True", "Reconciling": "False", "Stalled": "False"}
+
+
+async def test_restarted_engine_adopts_every_node_and_deletes_none_before_pools_are_known(
+) -> None:
+    """Defect: a new engine started with no pools planned the deletion of every node."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("gpu", replicas=25, gpu={"preset": "H100-SXM5-80GB"}))
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(2)
+    before = fleet.uids()
+    assert len(before) == 25
+    writes = len(fleet.member.sent("POST", NODES)) + len(fleet.member.sent("DELETE", ".*"))
+
+    fleet.host.fail("GET", POOLS, status=503, times=5)  # the host is slow to answer
+    async with fleet.running(fleet.engine(seed=2)) as engine:
+        await fleet.clock.advance(5)
+        assert not engine.pools.known.is_set(), "pools still unknown"
+        assert len(engine.book.records) == 25, "adopted at once"
+        await fleet.clock.advance(60)
+        assert engine.pools.known.is_set()
+        assert engine.synced.is_set()
+    assert fleet.uids() == before, "the same nodes, no node made again"
+    assert len(fleet.member.sent("POST", NODES)) + len(fleet.member.sent("DELETE", ".*")) == \
+        writes, "no create and no delete of a node or lease"
+    assert all(ready(node) == "True" for node in fleet.nodes().values())
+
+
+async def test_lease_renewals_resume_from_each_lease_s_renew_time() -> None:
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=4))
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(6)  # leases renewed at t≈0; next due at t≈10
+    stopped = fleet.clock.now()
+    fleet.member.requests.clear()
+    async with fleet.running(fleet.engine(seed=3)):
+        await fleet.clock.advance(2)
+        assert fleet.member.sent("PATCH", f"{LEASES}/.*") == [], "not renewed early"
+        await fleet.clock.advance(3)
+        renewed = fleet.member.sent("PATCH", f"{LEASES}/.*")
+        assert len(renewed) == 4, "each renewed about 10 s after its last renewal, not later"
+    assert fleet.clock.now() - stopped < 10
+
+
+async def test_a_lease_missing_after_a_restart_is_created_at_once() -> None:
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=2))
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(1)
+    fleet.member._objects[("coordination.k8s.io/v1", "leases")].clear()
+    async with fleet.running(fleet.engine(seed=4)):
+        await fleet.clock.advance(1)
+        assert sorted(fleet.leases()) == ["cpu-0", "cpu-1"]

@@ -1,0 +1,135 @@
+"""The pod half over in-memory API servers: failed writes, restarts, broken watches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from operators.k8s.times import parse
+from tests.engine.harness import NODES, PODS, POOLS, Fleet, pod, pool
+
+
+def state(obj: dict[str, Any]) -> dict[str, Any]:
+    status: dict[str, Any] = obj["status"]["containerStatuses"][0]
+    return status
+
+
+async def started(fleet: Fleet, replicas: int = 1, **pool_fields: Any) -> None:
+    fleet.host.put(POOLS, pool("cpu", replicas=replicas, **pool_fields))
+
+
+async def test_a_failed_status_write_does_not_skip_an_init_container() -> None:
+    """Defect: a failed PATCH re-applied the stage on retry (an init container skipped)."""
+    fleet = Fleet()
+    await started(fleet, pods={"initDelay": "2s"})
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(1)
+        fleet.member.put(PODS, pod("p", "cpu-0", init=[{"name": "one", "image": "i"},
+                                                      {"name": "two", "image": "i"}]))
+        fleet.member.fail("PATCH", f"{PODS}/p/status", status=500)
+        await fleet.clock.advance(2.2)  # the first init step fails to write
+        assert fleet.pod("p")["status"] == {}
+        await fleet.clock.advance(1)  # retried: exactly one init container done
+        inits = fleet.pod("p")["status"]["initContainerStatuses"]
+        assert [list(s["state"]) for s in inits] == [["terminated"], ["running"]]
+        await fleet.clock.advance(2)
+        inits = fleet.pod("p")["status"]["initContainerStatuses"]
+        assert [list(s["state"]) for s in inits] == [["terminated"], ["terminated"]]
+        await fleet.clock.advance(1)
+        assert fleet.pod("p")["status"]["phase"] == "Running"
+
+
+async def test_a_failed_write_of_a_crash_counts_the_restart_once() -> None:
+    """Defect: restartCount counted twice when the PATCH of a crash was retried."""
+    fleet = Fleet()
+    await started(fleet)
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(1)
+        fleet.member.put(PODS, pod("c", "cpu-0", annotations={
+            "fakefleet.dev/run-time": "5s", "fakefleet.dev/exit-code": "1"}))
+        await fleet.clock.advance(1)
+        assert fleet.pod("c")["status"]["phase"] == "Running"
+        fleet.member.fail("PATCH", f"{PODS}/c/status", status=503, times=2)
+        await fleet.clock.advance(8)
+        container = state(fleet.pod("c"))
+        assert container["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+        assert container["restartCount"] == 1
+        assert container["lastState"]["terminated"]["exitCode"] == 1
+
+
+async def test_a_job_pod_resumes_its_run_time_after_an_engine_restart() -> None:
+    """Pod timers resume from the status: 60 s run time, 40 s before the restart → exits
+    20 s after it, once."""
+    fleet = Fleet()
+    await started(fleet)
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(1)
+        fleet.member.put(PODS, pod("job", "cpu-0", restart="Never", job=True,
+                                   annotations={"fakefleet.dev/run-time": "60s"}))
+        await fleet.clock.advance(40)
+        assert fleet.pod("job")["status"]["phase"] == "Running"
+    began = parse(state(fleet.pod("job"))["state"]["running"]["startedAt"])
+    async with fleet.running(fleet.engine(seed=9)):
+        await fleet.clock.advance(15)
+        assert fleet.pod("job")["status"]["phase"] == "Running", "not early"
+        await fleet.clock.advance(7)
+        assert fleet.pod("job")["status"]["phase"] == "Succeeded"
+        await fleet.clock.advance(120)
+    terminated = state(fleet.pod("job"))["state"]["terminated"]
+    assert parse(terminated["finishedAt"]) - began == 60
+    exits = [r for r in fleet.member.sent("PATCH", f"{PODS}/job/status")
+             if r.json()["status"]["phase"] == "Succeeded"]
+    assert len(exits) == 1, "completed once"
+
+
+async def test_an_adopted_pod_keeps_its_address_and_no_other_pod_gets_it() -> None:
+    fleet = Fleet()
+    await started(fleet)
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(1)
+        fleet.member.put(PODS, pod("a", "cpu-0"))
+        await fleet.clock.advance(1)
+    first = fleet.pod("a")["status"]["podIP"]
+    async with fleet.running(fleet.engine(seed=5)):
+        await fleet.clock.advance(1)
+        fleet.member.put(PODS, pod("b", "cpu-0"))
+        await fleet.clock.advance(1)
+    assert fleet.pod("a")["status"]["podIP"] == first
+    assert fleet.pod("b")["status"]["podIP"] != first
+
+
+async def test_broken_watches_and_failing_lists_lose_no_timer() -> None:
+    """Defects: 5xx/403 on a list or watch, or a 410 on a paginated list, ended the engine and
+    lost the timers in flight."""
+    fleet = Fleet()
+    await started(fleet)
+    async with fleet.running(fleet.engine()) as engine:
+        await fleet.clock.advance(1)
+        fleet.member.put(PODS, pod("job", "cpu-0", restart="Never",
+                                   annotations={"fakefleet.dev/run-time": "30s"}))
+        await fleet.clock.advance(1)
+        for index in range(600):  # a list of more than one page
+            fleet.member.put(PODS, pod(f"other-{index}", "elsewhere"))
+        fleet.member.fail("GET", "/api/v1/pods", status=500, times=2)
+        fleet.member.fail("GET", NODES, status=403, times=2)
+        fleet.member.break_watches()
+        fleet.member.put(PODS, pod("late", "elsewhere"))
+        fleet.member.compact()  # resumes are refused (410): relist, through the failures
+        await fleet.clock.advance(10)
+        assert len(engine.pods) == 1
+        assert fleet.pod("job")["status"]["phase"] == "Running"
+        await fleet.clock.advance(25)
+        assert fleet.pod("job")["status"]["phase"] == "Succeeded", "its exit still came"
+    pages = [r for r in fleet.member.sent("GET", "/api/v1/pods") if "continue" in r.query]
+    assert pages, "the pod list was paginated"
+
+
+async def test_an_address_given_for_a_failed_write_is_given_again() -> None:
+    fleet = Fleet()
+    await started(fleet)
+    async with fleet.running(fleet.engine()) as engine:
+        await fleet.clock.advance(1)
+        fleet.member.fail("PATCH", f"{PODS}/a/status", status=500)
+        fleet.member.put(PODS, pod("a", "cpu-0"))
+        await fleet.clock.advance(3)
+        assert fleet.pod("a")["status"]["podIP"] == "10.128.0.2"
+        assert len(engine.pods.addresses) == 1
