@@ -46,9 +46,9 @@ from bench.metrics import mutating_requests
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
 from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
-from operators.engine.watching import list_and_watch
+from operators.k8s.watching import list_and_watch
 from operators.k8s.client import Client
-from operators.k8s.config import load_kubeconfig
+from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.errors import Conflict, NotFound
 from operators.k8s.times import micro_time, parse
 
@@ -276,11 +276,11 @@ class Harness:
                  pods: int, scheduler: bool) -> None:
         self.engine, self.cluster, self.workdir = engine, cluster, workdir
         self.nodes, self.pods, self.scheduler = nodes, pods, scheduler
-        access = load_kubeconfig(cluster.kubeconfig_path.read_text())
+        access = load_kubeconfig_file(cluster.kubeconfig_path)
         # Writers and watchers apart: a long watch never holds a writer's connection, and a
         # request queued behind 64 others under load is slow, not failed.
-        self.client = Client(access, connections=CONCURRENCY, timeout=300)
-        self.watcher = Client(access, connections=4)
+        self.client = Client.connect(access, connections=CONCURRENCY, timeout=300)
+        self.watcher = Client.connect(access, connections=4)
         self.process: asyncio.subprocess.Process | None = None
         self.node_names: list[str] = []
         self.leases = LeaseGaps(self.watcher)

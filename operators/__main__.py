@@ -25,12 +25,11 @@ from operators.api.crdgen import crd
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.controlplane.substrate import Substrate, shared_etcd_url
-from operators.engine.fleet import EngineFleet
 from operators.handlers import registry
 from operators.handlers.runtime import Runtime
 from operators.k8s.applying import install_crds
 from operators.k8s.client import Client
-from operators.k8s.config import load_kubeconfig
+from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.errors import K8sError
 
 logger = logging.getLogger("operators")
@@ -40,13 +39,12 @@ SHUTDOWN_GRACE = 10.0
 
 
 async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool) -> None:
-    kubeconfig = kubeconfig_path.read_text()
     binaries = binaries_.resolve(allow_build=False)
     etcd_url = None
     if (state_dir / "etcd" / "ports.json").exists():
         etcd_url = shared_etcd_url(state_dir)
     substrate = Substrate(state_dir, binaries, etcd_url=etcd_url)
-    host = Client(load_kubeconfig(kubeconfig))
+    host = Client.connect(load_kubeconfig_file(kubeconfig_path))
     stop_flag, ready_flag = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -56,12 +54,12 @@ async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool) -> Non
         if install:
             await install_crds(host, [crd(model) for model in RESOURCES])
         runtime = Runtime(
-            state_dir=state_dir, host=host, substrate=substrate, engines=EngineFleet(),
-            resolve_binaries=lambda version: binaries_.resolve(version),
+            state_dir=state_dir, host=host, host_kubeconfig=kubeconfig_path.resolve(),
+            substrate=substrate, resolve_binaries=lambda version: binaries_.resolve(version),
         )
         announce = asyncio.create_task(_announce_ready(state_dir, ready_flag))
         operator = asyncio.create_task(registry.run(
-            runtime=runtime, kubeconfig=kubeconfig, stop_flag=stop_flag, ready_flag=ready_flag))
+            runtime=runtime, stop_flag=stop_flag, ready_flag=ready_flag))
         stopping = asyncio.create_task(stop_flag.wait())
         await asyncio.wait({operator, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()

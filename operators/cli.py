@@ -31,7 +31,7 @@ from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.controlplane.supervising import tail
 from operators.k8s.client import Client
-from operators.k8s.config import load_kubeconfig
+from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.errors import K8sError, NotFound
 
 console = Console(stderr=True)
@@ -266,7 +266,7 @@ def _host_client(state_dir: Path) -> Client:
     path = state_dir.resolve() / "clusters" / daemon.HOST_CLUSTER / "kubeconfig"
     if not path.exists():
         raise StateError(f"no host cluster in {state_dir}: start it with 'fakefleet up'")
-    return Client(load_kubeconfig(path.read_text()))
+    return Client.connect(load_kubeconfig_file(path))
 
 
 def _current(obj: dict[str, Any]) -> bool:

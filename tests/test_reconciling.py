@@ -6,6 +6,7 @@ from typing import Any
 
 from operators.api.clusters import FakeCluster
 from operators.api.nodepools import FakeNodePool
+from operators.api.status import pool_status
 from operators.reconciling import clusters as planning
 from operators.reconciling.clusters import (
     ConnectExternal,
@@ -17,7 +18,6 @@ from operators.reconciling.clusters import (
     StopEngine,
     WriteKubeconfigSecret,
 )
-from operators.reconciling.nodepools import pool_status
 
 NOW = "2026-11-30T12:00:00Z"
 
@@ -57,7 +57,7 @@ def test_deletion_removes_local_control_planes_and_drains_adopted_clusters() -> 
         StopEngine(), RemoveControlPlane()]
     external = cluster(controlPlane={"backend": "external",
                                      "kubeconfigSecretRef": {"name": "creds"}})
-    assert planning.plan(external, Observed(), deleting=True) == [DrainNodes(), StopEngine()]
+    assert planning.plan(external, Observed(), deleting=True) == [StopEngine(), DrainNodes()]
 
 
 def test_ready_status_has_kstatus_conditions() -> None:
@@ -96,15 +96,34 @@ def pool(replicas: int) -> FakeNodePool:
     })
 
 
+def conditions(status: object) -> dict[str, str]:
+    return {c.type: c.status for c in status.conditions}  # type: ignore[attr-defined]
+
+
 def test_pool_status_ready_only_when_all_desired_nodes_are_ready() -> None:
-    scaling = pool_status(pool(5), 5, 3, cluster_running=True, now=NOW)
+    scaling = pool_status(pool(5), replicas=5, ready=3, generation=2, now=NOW)
     assert scaling.selector == "fakefleet.dev/pool=cpu"
-    assert next(c for c in scaling.conditions if c.type == "Ready").status == "False"
-    done = pool_status(pool(5), 5, 5, cluster_running=True, now=NOW)
-    assert next(c for c in done.conditions if c.type == "Ready").status == "True"
+    assert conditions(scaling) == {"Ready": "False", "Reconciling": "True", "Stalled": "False"}
+    done = pool_status(pool(5), replicas=5, ready=5, generation=2, now=NOW)
+    assert conditions(done) == {"Ready": "True", "Reconciling": "False", "Stalled": "False"}
     assert done.observedGeneration == 2
 
 
+def test_pool_status_is_not_ready_before_the_engine_acted_on_its_generation() -> None:
+    stale = pool_status(pool(5), replicas=5, ready=5, generation=1, now=NOW)
+    assert conditions(stale)["Ready"] == "False"
+    assert stale.observedGeneration == 1
+
+
 def test_pool_status_waits_for_its_cluster() -> None:
-    waiting = pool_status(pool(1), 0, 0, cluster_running=False, now=NOW)
+    waiting = pool_status(pool(1), replicas=0, ready=0, generation=0, now=NOW,
+                          waiting="FakeCluster west is Pending")
     assert waiting.conditions[0].reason == "ClusterNotReady"
+    assert waiting.conditions[0].message == "FakeCluster west is Pending"
+
+
+def test_pool_status_stalls_with_the_problem() -> None:
+    stalled = pool_status(pool(5), replicas=3, ready=3, generation=2, now=NOW,
+                          problem="the pod network is full")
+    assert conditions(stalled) == {"Ready": "False", "Reconciling": "False", "Stalled": "True"}
+    assert stalled.conditions[2].message == "the pod network is full"

@@ -1,8 +1,10 @@
 """kopf glue for FakeCluster: observe, call the pure planner, apply its actions, report status.
 
 Runs on create, update and resume (so an operator restart adopts or restarts what exists, with
-the same ports and data) and on a timer (to heal and to refresh node counts). Deletion goes
-through kopf's finalizer: the engine stops, the control plane stops and its etcd data is purged.
+the same ports and data) and on a timer (to heal, and to refresh the node counts its engine
+wrote into the pools). Deletion goes through kopf's finalizer: the engine stops, then a local
+control plane stops and its etcd data is purged, or the fake nodes are deleted from an adopted
+cluster. While the cluster is not Ready its pools say why (no engine writes their status then).
 """
 
 from __future__ import annotations
@@ -11,20 +13,25 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 import kopf
 
-from operators.api.clusters import KUBECONFIG_KEY, FakeCluster, FakeClusterStatus
+from operators.api.base import API_VERSION
+from operators.api.clusters import CLUSTER_LABEL, KUBECONFIG_KEY, FakeCluster, FakeClusterStatus
+from operators.api.nodepools import FakeNodePool
+from operators.api.status import pool_status
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import BinaryError, ControlPlaneError, PortInUseError
 from operators.controlplane.substrate import ClusterOptions
-from operators.engine.running import ClusterEngine
-from operators.handlers.runtime import Runtime, wait_until_none
+from operators.engine.registering import remove_all
+from operators.handlers.runtime import Member, Runtime, wait_until_none
 from operators.k8s.applying import apply
 from operators.k8s.client import Client
-from operators.k8s.config import ClusterAccess, load_kubeconfig
-from operators.k8s.errors import K8sError, NotFound
+from operators.k8s.config import ClusterAccess, load_kubeconfig, load_kubeconfig_file
+from operators.k8s.errors import ConfigError, K8sError, NotFound
 from operators.k8s.times import rfc3339
 from operators.reconciling import clusters as planning
 
@@ -32,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT = 120.0
 CLUSTERS = "/apis/fakefleet.dev/v1alpha1/namespaces/{namespace}/fakeclusters/{name}"
+POOLS = "/apis/fakefleet.dev/v1alpha1/namespaces/{namespace}/fakenodepools"
 SECRETS = "/api/v1/namespaces/{namespace}/secrets"
 
 
@@ -53,61 +61,65 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 await execute(runtime, cluster, key, action)
             except (ControlPlaneError, K8sError) as failure:
                 error = str(failure)
-                # A missing or unbuildable binary does not fix itself: say so and stop trying.
-                stalled = isinstance(failure, BinaryError)
+                # A missing or unbuildable binary, or a kubeconfig that cannot be used, does
+                # not fix itself: say so, and let the timer try again later.
+                stalled = isinstance(failure, BinaryError | ConfigError)
                 # A port still held by a stopping apiserver of an earlier run frees quickly.
                 delay = 2.0 if isinstance(failure, PortInUseError) else 5.0
                 logger.warning("cluster %s: %s failed: %s", key, type(action).__name__, error)
                 break
+            except Exception as failure:  # a defect of ours: the user must still hear of it
+                error = f"{type(action).__name__} failed unexpectedly: {failure!r}"
+                logger.exception("cluster %s: %s", key, error)
+                break
         if actions:  # something changed: look again (the timer's no-op ticks do not)
-            observed = await observe(runtime, cluster, key, error=error, stalled=stalled)
+            observed = await observe(runtime, cluster, key)
+        observed = planning.Observed(**{**observed.__dict__, "error": error,
+                                        "stalled": stalled}) if error else observed
         await report(runtime, cluster, observed, reported)
     if error and not stalled:
         raise kopf.TemporaryError(error, delay=delay)
 
 
 async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Finalizer: stop the engine and the control plane, purge the member's etcd data."""
+    """Finalizer: stop the engine, then purge a local member or drain an adopted one."""
     runtime: Runtime = memo.runtime
     cluster = FakeCluster.model_validate(dict(body))
     key = planning.cluster_key(cluster.metadata["namespace"], cluster.metadata["name"])
     async with runtime.lock(key):
         for action in planning.plan(cluster, planning.Observed(), deleting=True):
             await execute(runtime, cluster, key, action)
+        await _tell_pools(runtime, cluster, f"FakeCluster {cluster.metadata['name']} is gone: "
+                                            f"create it again, or delete this pool")
     runtime.locks.pop(key, None)
+    runtime.versions.pop(key, None)
 
 
-async def observe(runtime: Runtime, cluster: FakeCluster, key: str, *, error: str = "",
-                  stalled: bool = False) -> planning.Observed:
+async def observe(runtime: Runtime, cluster: FakeCluster, key: str) -> planning.Observed:
     local = runtime.substrate.clusters.get(key)
     if cluster.spec.controlPlane.backend == "local":
         running = local is not None and local.apiserver.running
         endpoint = local.endpoint if local else ""
     else:
-        access = runtime.external.get(key)
-        running = access is not None
-        endpoint = access.server if access else ""
-    engine = runtime.engines.get(key)
-    totals = engine.totals() if engine and engine.synced.is_set() else None
-    previous = cluster.status
+        member = runtime.external.get(key)
+        running = member is not None
+        endpoint = member.access.server if member else ""
+    nodes, ready = await _node_counts(runtime, cluster)
     return planning.Observed(
         control_plane_running=running,
         secret_current=local is not None and await _secret_current(runtime, cluster, local),
-        engine_running=engine is not None,
+        engine_running=runtime.engine_running(key),
         endpoint=endpoint,
-        version=engine.kubelet_version if engine else "",
-        # Until a (re)started engine has listed its nodes, the last report stands.
-        nodes=totals.replicas if totals else previous.nodes if previous else 0,
-        ready_nodes=totals.ready if totals else previous.readyNodes if previous else 0,
-        error=error,
-        stalled=stalled,
+        version=await _version(runtime, cluster, key) if running else "",
+        nodes=nodes,
+        ready_nodes=ready,
     )
 
 
 async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
                   action: planning.Action) -> None:
     spec = cluster.spec.controlPlane
-    namespace = cluster.metadata["namespace"]
+    namespace, name = cluster.metadata["namespace"], cluster.metadata["name"]
     if isinstance(action, planning.StartControlPlane):
         binaries = await asyncio.to_thread(runtime.resolve_binaries,
                                            cluster.spec.kubernetesVersion)
@@ -116,33 +128,34 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
             profile=Profile(spec.profile), binaries=binaries,
         ))
     elif isinstance(action, planning.ConnectExternal):
-        secret = await runtime.host.get(f"{SECRETS.format(namespace=namespace)}/{action.secret}")
-        data = (secret.get("data") or {}).get(action.key)
-        if data is None:
-            raise K8sError(f"Secret {namespace}/{action.secret} has no key {action.key!r}: "
-                           f"put the kubeconfig of the cluster to adopt there")
-        runtime.external[key] = load_kubeconfig(base64.b64decode(data).decode())
+        runtime.external[key] = await _connect(runtime, namespace, key, action)
     elif isinstance(action, planning.WriteKubeconfigSecret):
         local = runtime.substrate.clusters[key]
         await apply(runtime.host, _kubeconfig_secret(cluster, action.name,
                                                      local.kubeconfig_path.read_text()),
                     "secrets")
     elif isinstance(action, planning.StartEngine):
-        access = _member_access(runtime, cluster, key)
-        runtime.engines.start(key, lambda: ClusterEngine(key, Client(access, connections=32)))
-    elif isinstance(action, planning.DrainNodes):
-        await _drain(runtime, key)
+        member = runtime.external.get(key)
+        kubeconfig = member.kubeconfig if member else \
+            runtime.substrate.clusters[key].kubeconfig_path
+        await runtime.start_engine(key, namespace, name, kubeconfig)
     elif isinstance(action, planning.StopEngine):
-        await runtime.engines.stop(key)
+        await runtime.stop_engine(key)
+    elif isinstance(action, planning.DrainNodes):
+        await _drain(runtime, cluster, key)
     elif isinstance(action, planning.RemoveControlPlane):
         await runtime.substrate.remove_cluster(key, purge=True)
-        runtime.external.pop(key, None)
 
 
 async def report(runtime: Runtime, cluster: FakeCluster, observed: planning.Observed,
                  previous: FakeClusterStatus | None) -> FakeClusterStatus:
-    """Patch the status subresource unless it already says this; return what it now says."""
+    """Patch the status subresource unless it already says this; return what it now says.
+    While the cluster is not Ready, its pools say so too."""
     status = planning.status(cluster, observed, now=rfc3339(), previous=previous)
+    if status.phase != "Ready":
+        ready = next((c for c in status.conditions if c.type == "Ready"), None)
+        await _tell_pools(runtime, cluster, f"FakeCluster {cluster.metadata['name']} is "
+                                            f"{status.phase}: {ready.message if ready else ''}")
     if status == previous:
         return status
     path = CLUSTERS.format(namespace=cluster.metadata["namespace"],
@@ -152,28 +165,126 @@ async def report(runtime: Runtime, cluster: FakeCluster, observed: planning.Obse
     return status
 
 
-async def _drain(runtime: Runtime, key: str) -> None:
-    engine = runtime.engines.get(key)
-    if engine is None:
-        return  # never ran here: it made no nodes
-    engine.drain()
+async def _connect(runtime: Runtime, namespace: str, key: str,
+                   action: planning.ConnectExternal) -> Member:
+    """Read the adopted cluster's kubeconfig from its Secret: it may hold no file paths or
+    commands (a tenant must not make the operator read its files or run its commands)."""
+    source = f"Secret {namespace}/{action.secret}"
     try:
-        # Its first listing shows what there is to delete; an adopted cluster that never
-        # answered has nothing of ours we could reach, and must not block the deletion.
-        await asyncio.wait_for(engine.synced.wait(), DRAIN_TIMEOUT)
-    except TimeoutError:
-        logger.warning("cluster %s: unreachable, its fake nodes (if any) stay there", key)
-        return
-    left = await wait_until_none(lambda: engine.totals().replicas, DRAIN_TIMEOUT)
+        secret = await runtime.host.get(f"{SECRETS.format(namespace=namespace)}/{action.secret}")
+    except NotFound:
+        raise ConfigError(f"{source} does not exist: create it with the kubeconfig of the "
+                          f"cluster to adopt under key {action.key!r}") from None
+    data = (secret.get("data") or {}).get(action.key)
+    if data is None:
+        raise ConfigError(f"{source} has no key {action.key!r}: put the kubeconfig of the "
+                          f"cluster to adopt there")
+    text = base64.b64decode(data).decode()
+    access = load_kubeconfig(text, untrusted=True, source=source)
+    # The engine reads the same kubeconfig: a private file in the cluster's directory.
+    directory = runtime.state_dir / "clusters" / key
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = directory / "member.kubeconfig"
+    _write_private(path, text)
+    return Member(access, path)
+
+
+def _write_private(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.unlink(missing_ok=True)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    temporary.rename(path)
+
+
+def member_access(runtime: Runtime, cluster: FakeCluster, key: str) -> ClusterAccess | None:
+    if cluster.spec.controlPlane.backend == "external":
+        member = runtime.external.get(key)
+        return member.access if member else None
+    local = runtime.substrate.clusters.get(key)
+    return load_kubeconfig_file(local.kubeconfig_path) if local else None
+
+
+async def _version(runtime: Runtime, cluster: FakeCluster, key: str) -> str:
+    """What the member's API server reports (asked once per start of the control plane)."""
+    if key not in runtime.versions:
+        access = member_access(runtime, cluster, key)
+        if access is None:
+            return ""
+        try:
+            async with Client.connect(access, connections=1, timeout=5) as client:
+                runtime.versions[key] = str((await client.get("/version")).get("gitVersion"))
+        except K8sError as error:
+            logger.info("cluster %s: no version yet: %s", key, error)
+            return ""
+    return runtime.versions[key]
+
+
+async def _drain(runtime: Runtime, cluster: FakeCluster, key: str) -> None:
+    """Delete the fake nodes from an adopted cluster (the engine has stopped)."""
+    access = member_access(runtime, cluster, key)
+    if access is None:
+        try:
+            runtime.external[key] = await _connect(
+                runtime, cluster.metadata["namespace"], key, planning.ConnectExternal(
+                    *_secret_ref(cluster)))
+        except K8sError as error:
+            logger.warning("cluster %s: unreachable (%s); its fake nodes, if any, stay there",
+                           key, error)
+            return
+        access = runtime.external[key].access
+    async with Client.connect(access, connections=8, timeout=10) as client:
+        try:
+            left = await wait_until_none(lambda: remove_all(client, key), DRAIN_TIMEOUT)
+        except K8sError as error:
+            logger.warning("cluster %s: unreachable (%s); its fake nodes, if any, stay there",
+                           key, error)
+            return
     if left:
         raise kopf.TemporaryError(f"{left} fake nodes still being deleted from the adopted "
                                   f"cluster", delay=5)
+    runtime.external.pop(key, None)
 
 
-def _member_access(runtime: Runtime, cluster: FakeCluster, key: str) -> ClusterAccess:
-    if cluster.spec.controlPlane.backend == "external":
-        return runtime.external[key]
-    return load_kubeconfig(runtime.substrate.clusters[key].kubeconfig_path.read_text())
+def _secret_ref(cluster: FakeCluster) -> tuple[str, str]:
+    ref = cluster.spec.controlPlane.kubeconfigSecretRef
+    assert ref is not None, "the CRD's CEL rule requires kubeconfigSecretRef"
+    return ref.name, ref.key
+
+
+async def _pools_of(runtime: Runtime, cluster: FakeCluster) -> list[FakeNodePool]:
+    found = await runtime.host.get(POOLS.format(namespace=cluster.metadata["namespace"]))
+    return [FakeNodePool.model_validate(item) for item in found.get("items") or []
+            if item["spec"].get("clusterRef") == cluster.metadata["name"]]
+
+
+async def _node_counts(runtime: Runtime, cluster: FakeCluster) -> tuple[int, int]:
+    """Nodes and Ready nodes, as the cluster's engine reports them in its pools."""
+    pools = await _pools_of(runtime, cluster)
+    return (sum(pool.status.replicas for pool in pools if pool.status),
+            sum(pool.status.readyReplicas for pool in pools if pool.status))
+
+
+async def _tell_pools(runtime: Runtime, cluster: FakeCluster, why: str) -> None:
+    """No engine writes these pools' status now: say why, where users look."""
+    key = planning.cluster_key(cluster.metadata["namespace"], cluster.metadata["name"])
+    if runtime.engine_running(key):
+        return
+    for pool in await _pools_of(runtime, cluster):
+        await tell_pool(runtime, pool, why)
+
+
+async def tell_pool(runtime: Runtime, pool: FakeNodePool, why: str) -> None:
+    status = pool_status(pool, replicas=pool.status.replicas if pool.status else 0,
+                         ready=pool.status.readyReplicas if pool.status else 0,
+                         generation=pool.status.observedGeneration if pool.status else 0,
+                         now=rfc3339(), waiting=why)
+    if status == pool.status:
+        return
+    path = f"{POOLS.format(namespace=pool.metadata['namespace'])}/{pool.metadata['name']}"
+    with contextlib.suppress(NotFound):
+        await runtime.host.patch(f"{path}/status", {"status": status.model_dump(mode="json")})
 
 
 async def _secret_current(runtime: Runtime, cluster: FakeCluster, local: Any) -> bool:
@@ -197,9 +308,9 @@ def _kubeconfig_secret(cluster: FakeCluster, name: str, kubeconfig: str) -> dict
         "metadata": {
             "name": name,
             "namespace": cluster.metadata["namespace"],
-            "labels": {"fakefleet.dev/cluster": cluster.metadata["name"]},
+            "labels": {CLUSTER_LABEL: cluster.metadata["name"]},
             "ownerReferences": [{
-                "apiVersion": cluster.apiVersion, "kind": "FakeCluster",
+                "apiVersion": API_VERSION, "kind": "FakeCluster",
                 "name": cluster.metadata["name"], "uid": cluster.metadata["uid"],
                 "controller": True, "blockOwnerDeletion": True,
             }],

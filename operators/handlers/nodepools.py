@@ -1,78 +1,72 @@
-"""kopf glue for FakeNodePool: hand the pool to its cluster's engine, report what it achieved.
+"""kopf glue for FakeNodePool: the finalizer, and a status while no engine serves the pool.
 
-The engine does the work (creating, reshaping, deleting nodes at its own pace); these handlers
-only tell it the desired pool and copy its counts into ``status`` on a timer, so ``kubectl scale``
-and ``kubectl get fnp`` see progress.
+The pool's engine (one process per FakeCluster) watches the pool and writes its status itself;
+the operator only says why nothing happens while there is no engine (the FakeCluster is
+missing or not Ready), and holds the pool's deletion until the member API shows none of its
+nodes left (the engine deletes them, serving a deleted pool with zero replicas).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Any
 
 import kopf
 
+from operators.api.base import API_VERSION
+from operators.api.clusters import FakeCluster
 from operators.api.nodepools import FakeNodePool
+from operators.engine.registering import count_nodes
+from operators.handlers.clusters import member_access, tell_pool
 from operators.handlers.runtime import Runtime, wait_until_none
-from operators.k8s.errors import NotFound
-from operators.k8s.times import rfc3339
+from operators.k8s.client import Client
+from operators.k8s.errors import K8sError, NotFound
 from operators.reconciling.clusters import cluster_key
-from operators.reconciling.nodepools import pool_status
 
 logger = logging.getLogger(__name__)
 
-POOLS = "/apis/fakefleet.dev/v1alpha1/namespaces/{namespace}/fakenodepools/{name}"
+CLUSTER = f"/apis/{API_VERSION}/namespaces/{{namespace}}/fakeclusters/{{name}}"
 DELETE_TIMEOUT = 120.0
 
 
 async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Create/update/resume handler: give the pool to the engine of its cluster."""
+    """Create/update/resume handler: while no engine serves the pool, its status says why."""
     runtime: Runtime = memo.runtime
     pool = FakeNodePool.model_validate(dict(body))
-    namespace, name = pool.metadata["namespace"], pool.metadata["name"]
-    engine = runtime.engines.get(cluster_key(namespace, pool.spec.clusterRef))
-    if engine is None:
-        await report(runtime, pool)
-        raise kopf.TemporaryError(
-            f"FakeCluster {namespace}/{pool.spec.clusterRef} is not running yet", delay=3)
-    engine.set_pool(name, pool.spec)
-    await report(runtime, pool)
-
-
-async def refresh(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Timer: keep the engine's copy current (engines restart) and the status fresh."""
-    runtime: Runtime = memo.runtime
-    pool = FakeNodePool.model_validate(dict(body))
-    engine = runtime.engines.get(cluster_key(pool.metadata["namespace"], pool.spec.clusterRef))
-    if engine is not None:
-        engine.set_pool(pool.metadata["name"], pool.spec)
-    await report(runtime, pool)
+    namespace, ref = pool.metadata["namespace"], pool.spec.clusterRef
+    if runtime.engine_running(cluster_key(namespace, ref)):
+        return  # the engine has it
+    try:
+        cluster = await runtime.host.get(CLUSTER.format(namespace=namespace, name=ref))
+    except NotFound:
+        await tell_pool(runtime, pool, f"FakeCluster {ref} does not exist in namespace "
+                                       f"{namespace}: create it, or set clusterRef to one")
+        return
+    phase = (cluster.get("status") or {}).get("phase", "Pending")
+    await tell_pool(runtime, pool, f"waiting for FakeCluster {ref} ({phase})")
 
 
 async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Finalizer: the pool's nodes are deleted from the member cluster before the pool goes."""
+    """Finalizer: the pool goes once its cluster's API shows none of its nodes."""
     runtime: Runtime = memo.runtime
     pool = FakeNodePool.model_validate(dict(body))
-    name = pool.metadata["name"]
-    engine = runtime.engines.get(cluster_key(pool.metadata["namespace"], pool.spec.clusterRef))
-    if engine is None:
-        return  # the cluster (and its nodes) are gone already
-    engine.remove_pool(name)
-    left = await wait_until_none(lambda: engine.counts(name).replicas, DELETE_TIMEOUT)
+    namespace, ref, name = (pool.metadata["namespace"], pool.spec.clusterRef,
+                            pool.metadata["name"])
+    key = cluster_key(namespace, ref)
+    if not runtime.engine_running(key):
+        return  # no engine: nothing serves it; a later engine deletes what is left
+    try:
+        cluster = FakeCluster.model_validate(
+            await runtime.host.get(CLUSTER.format(namespace=namespace, name=ref)))
+    except NotFound:
+        return
+    access = member_access(runtime, cluster, key)
+    if access is None:
+        return
+    try:
+        async with Client.connect(access, connections=1, timeout=10) as client:
+            left = await wait_until_none(lambda: count_nodes(client, key, name), DELETE_TIMEOUT)
+    except K8sError as error:
+        raise kopf.TemporaryError(f"cannot see the member cluster: {error}", delay=5) from error
     if left:
         raise kopf.TemporaryError(f"{left} nodes still being deleted", delay=5)
-
-
-async def report(runtime: Runtime, pool: FakeNodePool) -> None:
-    engine = runtime.engines.get(cluster_key(pool.metadata["namespace"], pool.spec.clusterRef))
-    if engine is not None and not engine.synced.is_set():
-        return  # a (re)started engine knows no nodes until its first listing: no false zeros
-    counts = engine.counts(pool.metadata["name"]) if engine else None
-    status = pool_status(pool, counts.replicas if counts else 0, counts.ready if counts else 0,
-                         cluster_running=engine is not None, now=rfc3339())
-    if status == pool.status:
-        return
-    path = POOLS.format(namespace=pool.metadata["namespace"], name=pool.metadata["name"])
-    with contextlib.suppress(NotFound):
-        await runtime.host.patch(f"{path}/status", {"status": status.model_dump(mode="json")})

@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 import kopf
-import yaml
 
 from operators.api.base import GROUP, VERSION
 from operators.handlers import clusters, nodepools
 from operators.handlers.runtime import Runtime
+from operators.k8s.config import ClusterAccess, load_kubeconfig_file
 
 FINALIZER = f"{GROUP}/finalizer"
-CLUSTER_TIMER = 2.0
-POOL_TIMER = 2.0
+#: Heal members and refresh their node counts (engines write pool status themselves).
+CLUSTER_TIMER = 5.0
 
 
-def build_registry(kubeconfig: str) -> kopf.OperatorRegistry:
+def build_registry(kubeconfig: Path) -> kopf.OperatorRegistry:
     """Handlers of FakeCluster and FakeNodePool, and a login to the host cluster."""
     registry = kopf.OperatorRegistry()
     fc = {"group": GROUP, "version": VERSION, "plural": "fakeclusters", "registry": registry}
@@ -36,29 +37,27 @@ def build_registry(kubeconfig: str) -> kopf.OperatorRegistry:
         nodepools.reconcile)
     kopf.timer(**fc, id="refresh", interval=CLUSTER_TIMER)(  # type: ignore[arg-type]
         clusters.reconcile)
-    kopf.timer(**fnp, id="refresh", interval=POOL_TIMER)(nodepools.refresh)  # type: ignore[arg-type]
     kopf.on.delete(**fc, id="teardown")(clusters.delete)  # type: ignore[arg-type]
     kopf.on.delete(**fnp, id="teardown")(nodepools.delete)  # type: ignore[arg-type]
 
     def login(**_: Any) -> kopf.ConnectionInfo:
-        return connection_info(kubeconfig)
+        # Read again at every login: kopf logs in anew when credentials expire.
+        return connection_info(load_kubeconfig_file(kubeconfig))
 
     kopf.on.login(registry=registry)(login)
     return registry
 
 
-def connection_info(kubeconfig: str) -> kopf.ConnectionInfo:
-    config = yaml.safe_load(kubeconfig)
-    context = next(c["context"] for c in config["contexts"]
-                   if c["name"] == config["current-context"])
-    cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
-    user = next(u["user"] for u in config["users"] if u["name"] == context["user"])
+def connection_info(access: ClusterAccess) -> kopf.ConnectionInfo:
+    """kopf's view of the same access the raw client uses."""
     return kopf.ConnectionInfo(
-        server=cluster["server"],
-        ca_data=cluster.get("certificate-authority-data"),
-        certificate_data=user.get("client-certificate-data"),
-        private_key_data=user.get("client-key-data"),
-        token=user.get("token"),
+        server=access.server,
+        ca_data=access.ca,
+        insecure=access.insecure or None,
+        certificate_data=access.client_cert,
+        private_key_data=access.client_key,
+        token=access.bearer_token(),
+        expiration=access.expires,
     )
 
 
@@ -79,7 +78,6 @@ def settings() -> kopf.OperatorSettings:
 async def run(
     *,
     runtime: Runtime,
-    kubeconfig: str,
     stop_flag: asyncio.Event,
     ready_flag: asyncio.Event | None = None,
 ) -> None:
@@ -87,8 +85,8 @@ async def run(
     memo = kopf.Memo(runtime=runtime)
     try:
         await kopf.operator(
-            registry=build_registry(kubeconfig), settings=settings(), memo=memo,
+            registry=build_registry(runtime.host_kubeconfig), settings=settings(), memo=memo,
             clusterwide=True, standalone=True, stop_flag=stop_flag, ready_flag=ready_flag,
         )
     finally:
-        await runtime.engines.stop_all()
+        await runtime.stop_all()

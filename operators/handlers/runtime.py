@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import signal
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.substrate import Substrate
-from operators.engine.fleet import EngineFleet
+from operators.controlplane.supervising import Supervised
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess
+
+#: An engine that ran this long is healthy: its next crash restarts it after the shortest wait.
+ENGINE_STABLE_AFTER = 60.0
+
+
+@dataclasses.dataclass
+class Member:
+    """How the operator reaches a member cluster, and the kubeconfig its engine reads."""
+
+    access: ClusterAccess
+    kubeconfig: Path
 
 
 @dataclasses.dataclass
@@ -21,21 +34,54 @@ class Runtime:
 
     state_dir: Path
     host: Client
+    host_kubeconfig: Path
     substrate: Substrate
-    engines: EngineFleet
     resolve_binaries: Callable[[str], Binaries]
-    external: dict[str, ClusterAccess] = dataclasses.field(default_factory=dict)
+    external: dict[str, Member] = dataclasses.field(default_factory=dict)
+    engines: dict[str, Supervised] = dataclasses.field(default_factory=dict)
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
     locks: dict[str, asyncio.Lock] = dataclasses.field(default_factory=dict)
 
     def lock(self, key: str) -> asyncio.Lock:
         """One reconciliation at a time per object (change handlers and timers overlap)."""
         return self.locks.setdefault(key, asyncio.Lock())
 
+    def engine_running(self, key: str) -> bool:
+        engine = self.engines.get(key)
+        return engine is not None and engine.running
 
-async def wait_until_none(count: Callable[[], int], timeout: float) -> int:
-    """Poll ``count`` (say, an engine's nodes still being deleted) until it is 0 or ``timeout``
-    seconds passed; what is left."""
+    async def start_engine(self, key: str, namespace: str, name: str,
+                           member_kubeconfig: Path) -> Supervised:
+        """The cluster's engine process, supervised: its log in the cluster's directory,
+        restarted with back-off (reset after a healthy minute) when it dies."""
+        engine = self.engines.get(key)
+        if engine is not None:
+            return engine
+        engine = Supervised(
+            f"{key}/engine",
+            [sys.executable, "-m", "operators.engine", "--kubeconfig", str(member_kubeconfig),
+             "--host-kubeconfig", str(self.host_kubeconfig), "--cluster", f"{namespace}/{name}"],
+            log_path=self.state_dir / "clusters" / key / "engine.log",
+            stable_after=ENGINE_STABLE_AFTER, death_signal=signal.SIGTERM,
+        )
+        await engine.start()
+        self.engines[key] = engine
+        return engine
+
+    async def stop_engine(self, key: str) -> None:
+        engine = self.engines.pop(key, None)
+        if engine is not None:
+            await engine.stop()
+
+    async def stop_all(self) -> None:
+        for key in list(self.engines):
+            await self.stop_engine(key)
+
+
+async def wait_until_none(count: Callable[[], Awaitable[int]], timeout: float) -> int:
+    """Ask ``count`` (say, how many fake nodes the member API still shows) until it says 0 or
+    ``timeout`` seconds passed; what is left."""
     deadline = time.monotonic() + timeout
-    while (left := count()) and time.monotonic() < deadline:
-        await asyncio.sleep(0.5)
+    while (left := await count()) and time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
     return left

@@ -1,9 +1,10 @@
 """What to do about a FakeCluster, and what its status says: pure functions, no I/O.
 
 :func:`plan` compares the desired cluster with what the operator observes (is the control plane
-running, is its kubeconfig Secret current, does the engine run) and returns the actions that
-close the gap, in order. :func:`status` summarises the observation as kstatus conditions.
-The kopf handlers (:mod:`operators.handlers.clusters`) observe, call these, and apply.
+running, is its kubeconfig Secret current, does the engine process run) and returns the actions
+that close the gap, in order. :func:`status` summarises the observation as kstatus conditions;
+its node counts are what the engine wrote in the pools' statuses (nodes the member API shows
+Ready). The kopf handlers (:mod:`operators.handlers.clusters`) observe, call these, and apply.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import dataclasses
 from typing import Literal
 
 from operators.api.clusters import FakeCluster, FakeClusterStatus
-from operators.reconciling.conditions import condition
+from operators.api.status import condition
 
 Phase = Literal["Pending", "Provisioning", "Ready", "Failed", "Terminating"]
 
@@ -61,7 +62,7 @@ class WriteKubeconfigSecret:
 
 @dataclasses.dataclass(frozen=True)
 class StartEngine:
-    pass
+    """Start the cluster's engine process (it adopts whatever its predecessor made)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +72,8 @@ class StopEngine:
 
 @dataclasses.dataclass(frozen=True)
 class DrainNodes:
-    """Delete every fake node the engine made (an adopted cluster outlives its FakeCluster)."""
+    """Delete every fake node the engine made (an adopted cluster outlives its FakeCluster);
+    after the engine stopped, so nothing makes them again."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +93,7 @@ def plan(cluster: FakeCluster, observed: Observed, *, deleting: bool = False) ->
         # nodes are deleted first (they would turn NotReady there once the engine stops).
         if local:
             return [StopEngine(), RemoveControlPlane()]
-        return [DrainNodes(), StopEngine()]
+        return [StopEngine(), DrainNodes()]
     actions: list[Action] = []
     if not observed.control_plane_running:
         if local:
