@@ -24,6 +24,7 @@ from operators.api import RESOURCES
 from operators.api.crdgen import crd
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.errors import ControlPlaneError, StateError
+from operators.controlplane.files import private_directory
 from operators.controlplane.substrate import Substrate, shared_etcd_url
 from operators.engine.fleet import EngineFleet
 from operators.handlers import registry
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     state_dir: Path = args.state_dir.resolve()
     kubeconfig = args.kubeconfig or state_dir / "clusters" / "host" / "kubeconfig"
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_directory(state_dir)
     with (state_dir / "operator.lock").open("a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

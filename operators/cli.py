@@ -29,6 +29,7 @@ from operators.controlplane import binaries as binaries_
 from operators.controlplane import daemon, health
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StateError
+from operators.controlplane.files import private_directory
 from operators.controlplane.supervising import tail
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig
@@ -129,7 +130,7 @@ def up(state_dir: Path, kubernetes_version: str, port: int | None, profile: str,
     ]
     if port is not None:
         argv += ["--port", str(port)]
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_directory(state_dir)
     started = time.monotonic()
     with (state_dir / daemon.LOG_FILE).open("ab") as log:
         process = subprocess.Popen(

@@ -30,6 +30,7 @@ from typing import IO, Any
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StartupError, StateError
+from operators.controlplane.files import private_directory
 from operators.controlplane.substrate import ClusterOptions, Substrate
 from operators.controlplane.supervising import Supervised, tail
 
@@ -74,7 +75,7 @@ def daemon_alive(state_dir: Path) -> bool:
 
 @contextlib.contextmanager
 def _lock(state_dir: Path, *, blocking: bool) -> Iterator[IO[str]]:
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_directory(state_dir)
     with (state_dir / LOCK_FILE).open("a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))

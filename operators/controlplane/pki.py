@@ -3,7 +3,8 @@
 Each cluster gets its own CA, so the credentials of one simulated cluster never open another.
 Keys are ECDSA P-256: fast to generate (a cluster's PKI takes milliseconds) and accepted by every
 Kubernetes component. Files are written once and reused, so a restarted cluster keeps its
-kubeconfig valid.
+kubeconfig valid. Private keys are written 0600 from their creation
+(:mod:`~operators.controlplane.files`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from operators.controlplane.files import private_directory, write_private
 
 VALIDITY = datetime.timedelta(days=3650)
 #: The ClusterIP of the ``kubernetes`` Service: the first address of the service range.
@@ -82,7 +85,7 @@ def ensure_pki(directory: Path, cluster: str) -> ClusterPKI:
     pki = ClusterPKI(directory)
     if pki.client_key("kube-controller-manager").exists():
         return pki
-    directory.mkdir(parents=True, exist_ok=True)
+    private_directory(directory)
     now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -168,11 +171,8 @@ def _issue(
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
-        )
-    )
-    path.chmod(0o600)
+    write_private(path, key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    ))

@@ -9,7 +9,11 @@ State directory layout (everything a restart needs to find the same clusters aga
     <state>/clusters/<name>/cluster.json   ports and options: endpoints stay stable
     <state>/clusters/<name>/pki/           CA, serving and client certificates
     <state>/clusters/<name>/kubeconfig     admin kubeconfig (certificates embedded)
+    <state>/clusters/<name>/<component>.kubeconfig   the scheduler's and controller-manager's
     <state>/clusters/<name>/*.log          one log per component
+
+The state directory is private (0700), and so are keys and kubeconfigs (0600), from their
+creation: they hold the credentials of every cluster.
 
 The substrate supervises its processes while its event loop runs and stops them all in
 :meth:`Substrate.stop` (or when the process dies, through the supervisor's death signal).
@@ -34,7 +38,8 @@ from operators.controlplane import components, health, kubeconfigs
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.components import ClusterPorts, EtcdPorts, Profile
 from operators.controlplane.errors import PortInUseError, StateError
-from operators.controlplane.pki import ClusterPKI, ensure_pki
+from operators.controlplane.files import private_directory, write_private
+from operators.controlplane.pki import CLIENTS, ClusterPKI, ensure_pki
 from operators.controlplane.supervising import Supervised
 
 
@@ -80,7 +85,11 @@ class LocalCluster:
 
     @property
     def kubeconfig_path(self) -> Path:
-        return self.directory / "kubeconfig"
+        return self.kubeconfig_of("admin")
+
+    def kubeconfig_of(self, client: str) -> Path:
+        """The kubeconfig of ``client``, one of :data:`~operators.controlplane.pki.CLIENTS`."""
+        return self.directory / ("kubeconfig" if client == "admin" else f"{client}.kubeconfig")
 
     @property
     def apiserver(self) -> Supervised:
@@ -90,6 +99,16 @@ class LocalCluster:
         return health.client_tls(
             self.pki.ca_cert, self.pki.client_cert("admin"), self.pki.client_key("admin")
         )
+
+
+def write_kubeconfigs(cluster: LocalCluster) -> None:
+    """Write the kubeconfig of every client of ``cluster``, private from their creation."""
+    for client in CLIENTS:
+        write_private(cluster.kubeconfig_of(client), kubeconfigs.render(
+            cluster=cluster.name, server=cluster.endpoint, ca_cert=cluster.pki.ca_cert,
+            client_cert=cluster.pki.client_cert(client),
+            client_key=cluster.pki.client_key(client), user=client,
+        ).encode())
 
 
 async def count_etcd_keys(etcd_url: str, prefix: str) -> int:
@@ -197,6 +216,7 @@ class Substrate:
 
     async def start(self) -> None:
         """Start the shared etcd (reusing its data and ports from an earlier run)."""
+        private_directory(self.state_dir)
         if self._external_etcd is not None:
             healthy, detail = await health.probe(f"{self._external_etcd}/health")
             if not healthy:
@@ -246,7 +266,7 @@ class Substrate:
         ports = self._cluster_ports(directory, options)
         pki = ensure_pki(directory / "pki", name)
         cluster = LocalCluster(name, directory, ports, options, pki, processes={})
-        self._write_kubeconfigs(cluster)
+        write_kubeconfigs(cluster)
 
         binaries = options.binaries or self.binaries
         plan: list[tuple[str, list[str], str, Any]] = [(
@@ -262,7 +282,7 @@ class Substrate:
             plan.append((
                 "kube-scheduler",
                 components.scheduler_argv(
-                    binaries.kube_scheduler, kubeconfig=directory / "kube-scheduler.kubeconfig",
+                    binaries.kube_scheduler, kubeconfig=cluster.kubeconfig_of("kube-scheduler"),
                     port=ports.scheduler, profile=options.profile,
                 ),
                 f"https://127.0.0.1:{ports.scheduler}/healthz",
@@ -273,7 +293,7 @@ class Substrate:
                 "kube-controller-manager",
                 components.controller_manager_argv(
                     binaries.kube_controller_manager,
-                    kubeconfig=directory / "kube-controller-manager.kubeconfig",
+                    kubeconfig=cluster.kubeconfig_of("kube-controller-manager"),
                     port=ports.controller_manager, pki=pki, profile=options.profile,
                 ),
                 f"https://127.0.0.1:{ports.controller_manager}/healthz",
@@ -358,20 +378,6 @@ class Substrate:
         )
         state_file.write_text(json.dumps({"ports": dataclasses.asdict(ports)}, indent=2) + "\n")
         return ports
-
-    def _write_kubeconfigs(self, cluster: LocalCluster) -> None:
-        pki = cluster.pki
-        for client, path in (
-            ("admin", cluster.kubeconfig_path),
-            ("kube-scheduler", cluster.directory / "kube-scheduler.kubeconfig"),
-            ("kube-controller-manager", cluster.directory / "kube-controller-manager.kubeconfig"),
-        ):
-            path.write_text(kubeconfigs.render(
-                cluster=cluster.name, server=cluster.endpoint, ca_cert=pki.ca_cert,
-                client_cert=pki.client_cert(client), client_key=pki.client_key(client),
-                user=client,
-            ))
-            path.chmod(0o600)
 
     @staticmethod
     async def _stop_cluster(cluster: LocalCluster) -> None:
