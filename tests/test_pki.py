@@ -1,13 +1,17 @@
-"""The PKI is what the components need: loopback SANs, system:masters admin, per-cluster CA."""
+"""The PKI is what the components need: loopback SANs, system:masters admin, per-cluster CA;
+it is complete or rebuilt."""
 
 from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Any
 
+import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from operators.controlplane import pki as pki_module
 from operators.controlplane.pki import ensure_pki
 
 
@@ -45,3 +49,55 @@ def test_each_cluster_has_its_own_ca(tmp_path: Path) -> None:
     b = ensure_pki(tmp_path / "b", "b")
     assert a.ca_cert.read_bytes() != b.ca_cert.read_bytes()
     assert (a.ca_key.stat().st_mode & 0o777) == 0o600
+
+
+def test_missing_service_account_key_rebuilds_the_whole_pki(tmp_path: Path) -> None:
+    first = ensure_pki(tmp_path / "pki", "a")
+    ca = first.ca_cert.read_bytes()
+    first.service_account_key.unlink()
+    again = ensure_pki(tmp_path / "pki", "a")
+    assert again.service_account_key.exists()
+    assert again.ca_cert.read_bytes() != ca, "nothing of an incomplete PKI is kept"
+    _cert(again.serving_cert).verify_directly_issued_by(_cert(again.ca_cert))
+
+
+def test_a_file_that_does_not_parse_rebuilds_the_pki(tmp_path: Path) -> None:
+    first = ensure_pki(tmp_path / "pki", "a")
+    ca = first.ca_cert.read_bytes()
+    first.client_key("admin").write_bytes(b"")  # e.g. truncated by a crash
+    again = ensure_pki(tmp_path / "pki", "a")
+    assert again.ca_cert.read_bytes() != ca
+    assert all(path.stat().st_size > 0 for path in again.files())
+
+
+def test_interrupted_generation_leaves_no_pki_that_counts_as_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    issued = 0
+    real_issue = pki_module._issue
+
+    def issue_then_fail(*args: Any, **kwargs: Any) -> None:
+        nonlocal issued
+        issued += 1
+        if issued == 3:
+            raise KeyboardInterrupt
+        real_issue(*args, **kwargs)
+
+    monkeypatch.setattr(pki_module, "_issue", issue_then_fail)
+    with pytest.raises(KeyboardInterrupt):
+        ensure_pki(tmp_path / "pki", "a")
+    assert list(tmp_path.iterdir()) == [], "neither a half PKI nor its staging directory"
+
+    monkeypatch.setattr(pki_module, "_issue", real_issue)
+    pki = ensure_pki(tmp_path / "pki", "a")
+    assert all(path.exists() for path in pki.files())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pki"]
+
+
+def test_staging_left_by_a_killed_run_is_started_over(tmp_path: Path) -> None:
+    leftover = tmp_path / ".pki.staging"
+    leftover.mkdir()
+    (leftover / "ca.crt").write_text("half")
+    pki = ensure_pki(tmp_path / "pki", "a")
+    assert all(path.exists() for path in pki.files())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pki"]

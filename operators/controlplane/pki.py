@@ -2,9 +2,15 @@
 
 Each cluster gets its own CA, so the credentials of one simulated cluster never open another.
 Keys are ECDSA P-256: fast to generate (a cluster's PKI takes milliseconds) and accepted by every
-Kubernetes component. Files are written once and reused, so a restarted cluster keeps its
-kubeconfig valid. Private keys are written 0600 from their creation
-(:mod:`~operators.controlplane.files`).
+Kubernetes component.
+
+A PKI is complete or it is rebuilt: it is generated into a staging directory that is renamed
+into place only once every file is written, and an existing one with a file missing or that
+does not parse is generated again as a whole. So an interrupted first run can never leave a PKI
+whose service-account key is missing and is then used as it is. A complete PKI is reused, so a
+restarted cluster keeps its kubeconfigs valid.
+
+Private keys are written 0600 from their creation (:mod:`~operators.controlplane.files`).
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import ipaddress
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cryptography import x509
@@ -79,19 +87,85 @@ class ClusterPKI:
     def client_key(self, client: str) -> Path:
         return self.directory / f"{client}.key"
 
+    def files(self) -> Iterator[Path]:
+        """Every file of a complete PKI."""
+        yield from (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key)
+        for client in CLIENTS:
+            yield from (self.client_cert(client), self.client_key(client))
+        yield from (self.service_account_key, self.service_account_pub)
+
 
 def ensure_pki(directory: Path, cluster: str) -> ClusterPKI:
-    """Create the cluster's PKI in ``directory`` unless it is already complete there."""
-    pki = ClusterPKI(directory)
-    if pki.client_key("kube-controller-manager").exists():
-        return pki
-    private_directory(directory)
-    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+    """The PKI of ``cluster`` in ``directory``: reused if complete, else generated anew."""
+    _ensure(directory, lambda at: ClusterPKI(at).files(),
+            lambda staging: _generate_cluster(ClusterPKI(staging), cluster))
+    return ClusterPKI(directory)
 
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"fakefleet-{cluster}-ca")])
-    ca_cert = (
-        _builder(ca_name, ca_name, ca_key.public_key(), now)
+
+def _ensure(directory: Path, files: Callable[[Path], Iterator[Path]],
+            generate: Callable[[Path], None]) -> None:
+    if all(_parses(path) for path in files(directory)):
+        return
+    # A fixed name: only one process generates a given PKI, and a staging directory that an
+    # interrupted run left behind is simply started over.
+    staging = directory.with_name(f".{directory.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    private_directory(staging)
+    try:
+        generate(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    # Whatever is there is incomplete: nothing of it is kept, so no stale CA signs a new key.
+    shutil.rmtree(directory, ignore_errors=True)
+    staging.rename(directory)
+
+
+def _parses(path: Path) -> bool:
+    try:
+        data = path.read_bytes()
+        if path.suffix == ".crt":
+            x509.load_pem_x509_certificate(data)
+        elif path.suffix == ".key":
+            serialization.load_pem_private_key(data, password=None)
+        else:
+            serialization.load_pem_public_key(data)
+    except (OSError, ValueError, TypeError):
+        return False
+    return True
+
+
+def _generate_cluster(pki: ClusterPKI, cluster: str) -> None:
+    now = _now()
+    ca_cert, ca_key = _new_ca(pki.ca_cert, pki.ca_key, f"fakefleet-{cluster}-ca", now)
+    sans: list[x509.GeneralName] = [x509.DNSName(name) for name in _SERVER_DNS]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVER_IPS]
+    _issue(pki.serving_cert, pki.serving_key, "kube-apiserver", (), ca_cert, ca_key, now,
+           usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans)
+    for stem, (name, organisations) in CLIENTS.items():
+        _issue(pki.client_cert(stem), pki.client_key(stem), name, organisations,
+               ca_cert, ca_key, now, usage=ExtendedKeyUsageOID.CLIENT_AUTH, sans=[])
+
+    sa_key = ec.generate_private_key(ec.SECP256R1())
+    _write_key(pki.service_account_key, sa_key)
+    pki.service_account_pub.write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+def _now() -> datetime.datetime:
+    # Back-dated a little, so a clock that is slightly behind still accepts the certificates.
+    return datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+
+
+def _new_ca(cert_path: Path, key_path: Path, name: str,
+            now: datetime.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    cert = (
+        _builder(subject, subject, key.public_key(), now)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -101,28 +175,12 @@ def ensure_pki(directory: Path, cluster: str) -> ClusterPKI:
             ),
             critical=True,
         )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .sign(key, hashes.SHA256())
     )
-    _write_key(pki.ca_key, ca_key)
-    pki.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-
-    sans: list[x509.GeneralName] = [x509.DNSName(name) for name in _SERVER_DNS]
-    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVER_IPS]
-    _issue(pki.serving_cert, pki.serving_key, "kube-apiserver", (), ca_cert, ca_key, now,
-           usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans)
-    for stem, (common_name, organisations) in CLIENTS.items():
-        _issue(pki.client_cert(stem), pki.client_key(stem), common_name, organisations,
-               ca_cert, ca_key, now, usage=ExtendedKeyUsageOID.CLIENT_AUTH, sans=[])
-
-    sa_key = ec.generate_private_key(ec.SECP256R1())
-    pki.service_account_pub.write_bytes(
-        sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    _write_key(pki.service_account_key, sa_key)
-    return pki
+    _write_key(key_path, key)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert, key
 
 
 def _builder(
@@ -143,7 +201,7 @@ def _builder(
 def _issue(
     cert_path: Path,
     key_path: Path,
-    common_name: str,
+    name: str,
     organisations: tuple[str, ...],
     ca_cert: x509.Certificate,
     ca_key: ec.EllipticCurvePrivateKey,
@@ -154,7 +212,7 @@ def _issue(
 ) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organisations]
-    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, name))
     builder = (
         _builder(x509.Name(attributes), ca_cert.subject, key.public_key(), now)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
