@@ -12,7 +12,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from operators.controlplane import pki as pki_module
-from operators.controlplane.pki import ensure_pki
+from operators.controlplane.pki import MAX_COMMON_NAME, common_name, ensure_pki
 
 
 def _cert(path: Path) -> x509.Certificate:
@@ -101,3 +101,32 @@ def test_staging_left_by_a_killed_run_is_started_over(tmp_path: Path) -> None:
     pki = ensure_pki(tmp_path / "pki", "a")
     assert all(path.exists() for path in pki.files())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pki"]
+
+
+#: The longest cluster key: a 63-character namespace, a dot, a 63-character name.
+LONGEST_KEY = "n" * 63 + "." + "c" * 63
+
+
+def _common_name(path: Path) -> str:
+    value = _cert(path).subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+    assert isinstance(value, str)
+    return value
+
+
+def test_every_common_name_fits_for_the_longest_cluster_key(tmp_path: Path) -> None:
+    assert len(LONGEST_KEY) == 127
+    pki = ensure_pki(tmp_path, LONGEST_KEY)
+    for path in pki.files():
+        if path.suffix == ".crt":
+            assert len(_common_name(path)) <= MAX_COMMON_NAME, path.name
+    assert _common_name(pki.ca_cert).startswith("fakefleet-nnnn")
+    assert _common_name(pki.ca_cert).endswith("-ca")
+
+
+def test_common_names_are_readable_when_short_and_distinct_when_long() -> None:
+    assert common_name("fakefleet-default.west", "-ca") == "fakefleet-default.west-ca"
+    assert common_name("x" * 61, "-ca") == "x" * 61 + "-ca"
+    long_a = common_name("fakefleet-" + LONGEST_KEY, "-ca")
+    long_b = common_name("fakefleet-" + LONGEST_KEY[:-1] + "d", "-ca")
+    assert len(long_a) == len(long_b) == MAX_COMMON_NAME
+    assert long_a != long_b

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import ipaddress
 import shutil
 from collections.abc import Callable, Iterator
@@ -30,6 +31,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from operators.controlplane.files import private_directory, write_private
 
 VALIDITY = datetime.timedelta(days=3650)
+#: X.509's upper bound on a common name (RFC 5280, ``ub-common-name``).
+MAX_COMMON_NAME = 64
+#: Hex digits of the digest that keeps cut-short common names distinct (40 bits).
+_DIGEST_LENGTH = 10
 #: The ClusterIP of the ``kubernetes`` Service: the first address of the service range.
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/12"
@@ -95,6 +100,16 @@ class ClusterPKI:
         yield from (self.service_account_key, self.service_account_pub)
 
 
+def common_name(name: str, suffix: str = "") -> str:
+    """``name + suffix`` when it fits in a common name; otherwise ``name`` cut short and followed
+    by a digest of all of it, so that long names that share a beginning stay distinct."""
+    if len(name) + len(suffix) <= MAX_COMMON_NAME:
+        return name + suffix
+    digest = hashlib.sha256(name.encode()).hexdigest()[:_DIGEST_LENGTH]
+    keep = MAX_COMMON_NAME - len(suffix) - len(digest) - 1
+    return f"{name[:keep]}-{digest}{suffix}"
+
+
 def ensure_pki(directory: Path, cluster: str) -> ClusterPKI:
     """The PKI of ``cluster`` in ``directory``: reused if complete, else generated anew."""
     _ensure(directory, lambda at: ClusterPKI(at).files(),
@@ -137,7 +152,8 @@ def _parses(path: Path) -> bool:
 
 def _generate_cluster(pki: ClusterPKI, cluster: str) -> None:
     now = _now()
-    ca_cert, ca_key = _new_ca(pki.ca_cert, pki.ca_key, f"fakefleet-{cluster}-ca", now)
+    ca_name = common_name(f"fakefleet-{cluster}", "-ca")
+    ca_cert, ca_key = _new_ca(pki.ca_cert, pki.ca_key, ca_name, now)
     sans: list[x509.GeneralName] = [x509.DNSName(name) for name in _SERVER_DNS]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVER_IPS]
     _issue(pki.serving_cert, pki.serving_key, "kube-apiserver", (), ca_cert, ca_key, now,
