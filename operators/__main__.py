@@ -24,8 +24,9 @@ from operators.api import RESOURCES
 from operators.api.crdgen import crd
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.errors import ControlPlaneError, StateError
+from operators.controlplane.etcd import EtcdFiles, shared_etcd
 from operators.controlplane.files import private_directory
-from operators.controlplane.substrate import Substrate, shared_etcd_url
+from operators.controlplane.substrate import Substrate
 from operators.engine.fleet import EngineFleet
 from operators.handlers import registry
 from operators.handlers.runtime import Runtime
@@ -43,10 +44,9 @@ SHUTDOWN_GRACE = 10.0
 async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool) -> None:
     kubeconfig = kubeconfig_path.read_text()
     binaries = binaries_.resolve(allow_build=False)
-    etcd_url = None
-    if (state_dir / "etcd" / "ports.json").exists():
-        etcd_url = shared_etcd_url(state_dir)
-    substrate = Substrate(state_dir, binaries, etcd_url=etcd_url)
+    # The daemon's etcd when there is one; else (a real host cluster) the operator runs its own.
+    etcd = shared_etcd(state_dir) if EtcdFiles.of(state_dir).ports_file.exists() else None
+    substrate = Substrate(state_dir, binaries, etcd=etcd)
     host = Client(load_kubeconfig(kubeconfig))
     stop_flag, ready_flag = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()

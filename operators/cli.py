@@ -29,6 +29,7 @@ from operators.controlplane import binaries as binaries_
 from operators.controlplane import daemon, health
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StateError
+from operators.controlplane.etcd import shared_etcd
 from operators.controlplane.files import private_directory
 from operators.controlplane.supervising import tail
 from operators.k8s.client import Client
@@ -236,7 +237,8 @@ def status(state_dir: Path) -> None:
     host_dir = state_dir / "clusters" / daemon.HOST_CLUSTER / "pki"
     admin_tls = health.client_tls(host_dir / "ca.crt", host_dir / "admin.crt",
                                   host_dir / "admin.key")
-    results = asyncio.run(_probe_all(state_dir, host["components"], admin_tls))
+    etcd_tls = shared_etcd(state_dir).tls()
+    results = asyncio.run(_probe_all(state_dir, host["components"], admin_tls, etcd_tls))
     table = Table(title=f"fakefleet {host['kubernetesVersion']} in {state_dir}")
     for column in ("cluster", "component", "pid", "port", "restarts", "health"):
         table.add_column(column)
@@ -250,7 +252,7 @@ def status(state_dir: Path) -> None:
 
 
 async def _probe_all(state_dir: Path, components: list[dict[str, Any]],
-                     admin_tls: Any) -> list[tuple[bool, str]]:
+                     admin_tls: Any, etcd_tls: Any) -> list[tuple[bool, str]]:
     async def probe(component: dict[str, Any]) -> tuple[bool, str]:
         url = component["healthUrl"]
         if url is None:  # the operator: healthy once it has announced itself
@@ -258,6 +260,8 @@ async def _probe_all(state_dir: Path, components: list[dict[str, Any]],
             return ready, "ok" if ready else "not ready"
         if component["name"] == "kube-apiserver":
             return await health.probe(url, admin_tls)
+        if component["name"] == "etcd":
+            return await health.probe(url, etcd_tls)
         return await health.probe(url, health.insecure_tls() if url.startswith("https") else None)
 
     return list(await asyncio.gather(*(probe(c) for c in components)))

@@ -12,7 +12,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from operators.controlplane import pki as pki_module
-from operators.controlplane.pki import MAX_COMMON_NAME, common_name, ensure_pki
+from operators.controlplane.pki import MAX_COMMON_NAME, common_name, ensure_etcd_pki, ensure_pki
 
 
 def _cert(path: Path) -> x509.Certificate:
@@ -130,3 +130,33 @@ def test_common_names_are_readable_when_short_and_distinct_when_long() -> None:
     long_b = common_name("fakefleet-" + LONGEST_KEY[:-1] + "d", "-ca")
     assert len(long_a) == len(long_b) == MAX_COMMON_NAME
     assert long_a != long_b
+
+
+def test_etcd_has_its_own_ca_and_serves_loopback(tmp_path: Path) -> None:
+    etcd = ensure_etcd_pki(tmp_path / "etcd")
+    cluster = ensure_pki(tmp_path / "cluster", "a")
+    assert etcd.ca_cert.read_bytes() != cluster.ca_cert.read_bytes()
+    serving = _cert(etcd.serving_cert)
+    sans = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+    assert sans.get_values_for_type(x509.DNSName) == ["localhost"]
+    usage = serving.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    # etcd's JSON gateway presents the serving certificate to etcd itself as a client.
+    assert set(usage) == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
+    for cert in (etcd.serving_cert, etcd.peer_cert, etcd.apiserver_client_cert,
+                 etcd.fakefleet_client_cert):
+        _cert(cert).verify_directly_issued_by(_cert(etcd.ca_cert))
+        assert len(_common_name(cert)) <= MAX_COMMON_NAME
+    for client in (etcd.apiserver_client_cert, etcd.fakefleet_client_cert):
+        usage = _cert(client).extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+
+
+def test_etcd_pki_is_reused_when_complete_and_rebuilt_when_not(tmp_path: Path) -> None:
+    first = ensure_etcd_pki(tmp_path / "etcd")
+    ca = first.ca_cert.read_bytes()
+    assert ensure_etcd_pki(tmp_path / "etcd").ca_cert.read_bytes() == ca
+    first.fakefleet_client_key.unlink()
+    again = ensure_etcd_pki(tmp_path / "etcd")
+    assert again.fakefleet_client_key.exists()
+    assert again.ca_cert.read_bytes() != ca

@@ -1,8 +1,8 @@
-"""Certificates and keys for one local cluster, generated in Python with ``cryptography``.
+"""Certificates and keys for the local control planes, generated in Python with ``cryptography``.
 
-Each cluster gets its own CA, so the credentials of one simulated cluster never open another.
-Keys are ECDSA P-256: fast to generate (a cluster's PKI takes milliseconds) and accepted by every
-Kubernetes component.
+Each cluster gets its own CA, so the credentials of one simulated cluster never open another; the
+shared etcd gets a CA of its own too, so no cluster credential opens etcd. Keys are ECDSA P-256:
+fast to generate (a PKI takes milliseconds) and accepted by every component.
 
 A PKI is complete or it is rebuilt: it is generated into a staging directory that is renamed
 into place only once every file is written, and an existing one with a file missing or that
@@ -46,6 +46,9 @@ _SERVER_DNS = (
     "kubernetes.default.svc.cluster.local",
 )
 _SERVER_IPS = ("127.0.0.1", "::1", KUBERNETES_SERVICE_IP)
+_ETCD_SANS: tuple[x509.GeneralName, ...] = (
+    x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+)
 
 #: Client identities: file stem → (common name, organisations). RBAC's bootstrap policy binds
 #: the scheduler's and controller-manager's user names; admins are in ``system:masters``.
@@ -100,6 +103,61 @@ class ClusterPKI:
         yield from (self.service_account_key, self.service_account_pub)
 
 
+@dataclasses.dataclass(frozen=True)
+class EtcdPKI:
+    """Paths of the shared etcd's CA, its serving and peer certificates, and its two clients:
+    the kube-apiservers, and fakefleet itself (the JSON gateway calls and health probes)."""
+
+    directory: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.directory / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.directory / "ca.key"
+
+    @property
+    def serving_cert(self) -> Path:
+        return self.directory / "server.crt"
+
+    @property
+    def serving_key(self) -> Path:
+        return self.directory / "server.key"
+
+    @property
+    def peer_cert(self) -> Path:
+        return self.directory / "peer.crt"
+
+    @property
+    def peer_key(self) -> Path:
+        return self.directory / "peer.key"
+
+    @property
+    def apiserver_client_cert(self) -> Path:
+        return self.directory / "apiserver-client.crt"
+
+    @property
+    def apiserver_client_key(self) -> Path:
+        return self.directory / "apiserver-client.key"
+
+    @property
+    def fakefleet_client_cert(self) -> Path:
+        return self.directory / "fakefleet-client.crt"
+
+    @property
+    def fakefleet_client_key(self) -> Path:
+        return self.directory / "fakefleet-client.key"
+
+    def files(self) -> Iterator[Path]:
+        """Every file of a complete PKI."""
+        yield from (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key,
+                    self.peer_cert, self.peer_key)
+        yield from (self.apiserver_client_cert, self.apiserver_client_key)
+        yield from (self.fakefleet_client_cert, self.fakefleet_client_key)
+
+
 def common_name(name: str, suffix: str = "") -> str:
     """``name + suffix`` when it fits in a common name; otherwise ``name`` cut short and followed
     by a digest of all of it, so that long names that share a beginning stay distinct."""
@@ -115,6 +173,13 @@ def ensure_pki(directory: Path, cluster: str) -> ClusterPKI:
     _ensure(directory, lambda at: ClusterPKI(at).files(),
             lambda staging: _generate_cluster(ClusterPKI(staging), cluster))
     return ClusterPKI(directory)
+
+
+def ensure_etcd_pki(directory: Path) -> EtcdPKI:
+    """The shared etcd's PKI in ``directory``: reused if complete, else generated anew."""
+    _ensure(directory, lambda at: EtcdPKI(at).files(),
+            lambda staging: _generate_etcd(EtcdPKI(staging)))
+    return EtcdPKI(directory)
 
 
 def _ensure(directory: Path, files: Callable[[Path], Iterator[Path]],
@@ -157,10 +222,10 @@ def _generate_cluster(pki: ClusterPKI, cluster: str) -> None:
     sans: list[x509.GeneralName] = [x509.DNSName(name) for name in _SERVER_DNS]
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVER_IPS]
     _issue(pki.serving_cert, pki.serving_key, "kube-apiserver", (), ca_cert, ca_key, now,
-           usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans)
+           usages=(ExtendedKeyUsageOID.SERVER_AUTH,), sans=sans)
     for stem, (name, organisations) in CLIENTS.items():
         _issue(pki.client_cert(stem), pki.client_key(stem), name, organisations,
-               ca_cert, ca_key, now, usage=ExtendedKeyUsageOID.CLIENT_AUTH, sans=[])
+               ca_cert, ca_key, now, usages=(ExtendedKeyUsageOID.CLIENT_AUTH,), sans=[])
 
     sa_key = ec.generate_private_key(ec.SECP256R1())
     _write_key(pki.service_account_key, sa_key)
@@ -169,6 +234,23 @@ def _generate_cluster(pki: ClusterPKI, cluster: str) -> None:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
+
+
+def _generate_etcd(pki: EtcdPKI) -> None:
+    now = _now()
+    ca_cert, ca_key = _new_ca(pki.ca_cert, pki.ca_key, "fakefleet-etcd-ca", now)
+    both = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
+    # The serving certificate is a client certificate too: with --client-cert-auth, etcd's JSON
+    # gateway dials etcd's own gRPC server presenting it. Peers are client and server alike.
+    _issue(pki.serving_cert, pki.serving_key, "fakefleet-etcd", (), ca_cert, ca_key, now,
+           usages=both, sans=list(_ETCD_SANS))
+    _issue(pki.peer_cert, pki.peer_key, "fakefleet-etcd-peer", (), ca_cert, ca_key, now,
+           usages=both, sans=list(_ETCD_SANS))
+    client = (ExtendedKeyUsageOID.CLIENT_AUTH,)
+    _issue(pki.apiserver_client_cert, pki.apiserver_client_key, "kube-apiserver-etcd-client",
+           (), ca_cert, ca_key, now, usages=client, sans=[])
+    _issue(pki.fakefleet_client_cert, pki.fakefleet_client_key, "fakefleet-etcd-client",
+           (), ca_cert, ca_key, now, usages=client, sans=[])
 
 
 def _now() -> datetime.datetime:
@@ -223,7 +305,7 @@ def _issue(
     ca_key: ec.EllipticCurvePrivateKey,
     now: datetime.datetime,
     *,
-    usage: x509.ObjectIdentifier,
+    usages: tuple[x509.ObjectIdentifier, ...],
     sans: list[x509.GeneralName],
 ) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
@@ -232,7 +314,7 @@ def _issue(
     builder = (
         _builder(x509.Name(attributes), ca_cert.subject, key.public_key(), now)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
         )

@@ -1,11 +1,9 @@
 """One shared etcd and any number of local clusters on it, each a real kube-apiserver with its
 own ``--etcd-prefix`` (plus, optionally, kube-scheduler and kube-controller-manager).
 
-State directory layout (everything a restart needs to find the same clusters again)::
+State directory layout (everything a restart needs to find the same clusters again; etcd's
+files under ``<state>/etcd/`` are laid out in :mod:`~operators.controlplane.etcd`)::
 
-    <state>/etcd/data/            etcd's data; survives restarts
-    <state>/etcd/ports.json       etcd's client and peer ports (its peer URL is in its data)
-    <state>/etcd/etcd.log
     <state>/clusters/<name>/cluster.json   ports and options: endpoints stay stable
     <state>/clusters/<name>/pki/           CA, serving and client certificates
     <state>/clusters/<name>/kubeconfig     admin kubeconfig (certificates embedded)
@@ -21,7 +19,6 @@ The substrate supervises its processes while its event loop runs and stops them 
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import json
@@ -32,14 +29,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import aiohttp
-
 from operators.controlplane import components, health, kubeconfigs
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.components import ClusterPorts, EtcdPorts, Profile
 from operators.controlplane.errors import PortInUseError, StateError
+from operators.controlplane.etcd import (
+    EtcdEndpoint,
+    EtcdFiles,
+    count_etcd_keys,
+    delete_etcd_prefix,
+    read_ports,
+    write_ports,
+)
 from operators.controlplane.files import private_directory, write_private
-from operators.controlplane.pki import CLIENTS, ClusterPKI, ensure_pki
+from operators.controlplane.pki import CLIENTS, ClusterPKI, ensure_etcd_pki, ensure_pki
 from operators.controlplane.supervising import Supervised
 
 
@@ -111,45 +114,6 @@ def write_kubeconfigs(cluster: LocalCluster) -> None:
         ).encode())
 
 
-async def count_etcd_keys(etcd_url: str, prefix: str) -> int:
-    """How many keys etcd holds under ``prefix`` (through etcd's JSON gateway)."""
-    body = await _etcd_range_call(etcd_url, "/v3/kv/range", prefix, count_only=True)
-    return int(body.get("count", 0))
-
-
-async def delete_etcd_prefix(etcd_url: str, prefix: str) -> int:
-    """Delete every key under ``prefix``; returns how many were deleted."""
-    body = await _etcd_range_call(etcd_url, "/v3/kv/deleterange", prefix)
-    return int(body.get("deleted", 0))
-
-
-async def _etcd_range_call(etcd_url: str, path: str, prefix: str,
-                           **extra: Any) -> dict[str, Any]:
-    if not prefix.endswith("/"):
-        raise ValueError(f"etcd prefix {prefix!r} must end with '/' to stay in its subtree")
-    range_end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-    payload = {
-        "key": base64.b64encode(prefix.encode()).decode(),
-        "range_end": base64.b64encode(range_end.encode()).decode(),
-        **extra,
-    }
-    async with aiohttp.ClientSession() as session, session.post(
-        etcd_url + path, json=payload
-    ) as response:
-        response.raise_for_status()
-        body: dict[str, Any] = await response.json()
-        return body
-
-
-def shared_etcd_url(state_dir: Path) -> str:
-    """The client URL of the etcd that the substrate in ``state_dir`` runs."""
-    try:
-        ports = json.loads((state_dir / "etcd" / "ports.json").read_text())
-    except FileNotFoundError as error:
-        raise StateError(f"no shared etcd in {state_dir}: start it with 'fakefleet up'") from error
-    return f"http://127.0.0.1:{ports['client']}"
-
-
 def free_port() -> int:
     """A loopback port that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -181,16 +145,18 @@ class Substrate:
         binaries: Binaries,
         *,
         etcd_port: int | None = None,
-        etcd_url: str | None = None,
+        etcd: EtcdEndpoint | None = None,
         fsync: bool = False,
         startup_timeout: float = 90.0,
     ) -> None:
-        """With ``etcd_url``, attach to an etcd that someone else runs (the host's)."""
+        """With ``etcd``, attach to an etcd that someone else runs (the host's:
+        :func:`~operators.controlplane.etcd.shared_etcd`)."""
         self.state_dir = state_dir
         self.binaries = binaries
         self.startup_timeout = startup_timeout
         self._etcd_port = etcd_port
-        self._external_etcd = etcd_url
+        self._attached = etcd is not None
+        self._endpoint = etcd
         self._fsync = fsync
         self._etcd: Supervised | None = None
         self._etcd_ports: EtcdPorts | None = None
@@ -207,48 +173,47 @@ class Substrate:
         await self.stop()
 
     @property
-    def etcd_url(self) -> str:
-        if self._external_etcd is not None:
-            return self._external_etcd
-        if self._etcd_ports is None:
+    def etcd(self) -> EtcdEndpoint:
+        if self._endpoint is None:
             raise StateError("etcd is not started: call Substrate.start() first")
-        return f"http://127.0.0.1:{self._etcd_ports.client}"
+        return self._endpoint
 
     async def start(self) -> None:
         """Start the shared etcd (reusing its data and ports from an earlier run)."""
         private_directory(self.state_dir)
-        if self._external_etcd is not None:
-            healthy, detail = await health.probe(f"{self._external_etcd}/health")
+        if self._attached:
+            healthy, detail = await health.probe(self.etcd.health_url, self.etcd.tls())
             if not healthy:
-                raise StateError(f"the shared etcd at {self._external_etcd} is not healthy "
+                raise StateError(f"the shared etcd at {self.etcd.url} is not healthy "
                                  f"({detail}): is 'fakefleet up' running?")
             return
-        directory = self.state_dir / "etcd"
-        directory.mkdir(parents=True, exist_ok=True)
-        ports_file = directory / "ports.json"
-        if ports_file.exists():
-            stored = json.loads(ports_file.read_text())
+        files = EtcdFiles.of(self.state_dir)
+        files.directory.mkdir(exist_ok=True)
+        pki = ensure_etcd_pki(files.pki.directory)
+        stored = read_ports(files)
+        if stored is not None:
             ports = EtcdPorts(
-                client=claim_port(self._etcd_port or stored["client"], "etcd"),
-                peer=claim_port(stored["peer"], "etcd's peer listener"),
+                client=claim_port(self._etcd_port or stored.client, "etcd"),
+                peer=claim_port(stored.peer, "etcd's peer listener"),
             )
         else:
             ports = EtcdPorts(
                 client=claim_port(self._etcd_port, "etcd"),
                 peer=claim_port(None, "etcd's peer listener"),
             )
-        ports_file.write_text(json.dumps(dataclasses.asdict(ports)) + "\n")
+        write_ports(files, ports)
         self._etcd_ports = ports
+        self._endpoint = EtcdEndpoint(components.etcd_client_url(ports), pki)
         argv = components.etcd_argv(
-            self.binaries.etcd, directory / "data", ports, fsync=self._fsync
+            self.binaries.etcd, files.data_dir, ports, pki, fsync=self._fsync
         )
         # etcd alone gets SIGTERM when orphaned: it stops quickly and flushes its data.
-        self._etcd = Supervised("etcd", argv, log_path=directory / "etcd.log",
+        self._etcd = Supervised("etcd", argv, log_path=files.log_path,
                                 death_signal=signal.SIGTERM)
         await self._etcd.start()
         try:
             await health.wait_healthy(
-                self._etcd, f"{self.etcd_url}/health", timeout=self.startup_timeout
+                self._etcd, self.etcd.health_url, self.etcd.tls(), timeout=self.startup_timeout
             )
         except BaseException:
             await self._etcd.stop()
@@ -272,8 +237,8 @@ class Substrate:
         plan: list[tuple[str, list[str], str, Any]] = [(
             "kube-apiserver",
             components.apiserver_argv(
-                binaries.kube_apiserver, cluster=name, etcd_url=self.etcd_url,
-                port=ports.apiserver, pki=pki, profile=options.profile,
+                binaries.kube_apiserver, cluster=name, etcd_url=self.etcd.url,
+                etcd_pki=self.etcd.pki, port=ports.apiserver, pki=pki, profile=options.profile,
             ),
             f"{cluster.endpoint}/readyz",
             cluster.admin_tls(),
@@ -337,7 +302,7 @@ class Substrate:
         if self._etcd is not None and self._etcd_ports is not None:
             found.append(Component(
                 None, "etcd", self._etcd.pid, self._etcd_ports.client,
-                f"{self.etcd_url}/health", self._etcd.log_path, self._etcd.restarts,
+                self.etcd.health_url, self._etcd.log_path, self._etcd.restarts,
             ))
         for cluster in self.clusters.values():
             ports = {
@@ -360,10 +325,10 @@ class Substrate:
         return found
 
     async def count_etcd_keys(self, prefix: str) -> int:
-        return await count_etcd_keys(self.etcd_url, prefix)
+        return await count_etcd_keys(self.etcd, prefix)
 
     async def delete_etcd_prefix(self, prefix: str) -> int:
-        return await delete_etcd_prefix(self.etcd_url, prefix)
+        return await delete_etcd_prefix(self.etcd, prefix)
 
     def _cluster_ports(self, directory: Path, options: ClusterOptions) -> ClusterPorts:
         state_file = directory / "cluster.json"
