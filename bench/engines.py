@@ -472,7 +472,7 @@ async def run_engine(engine: str, binaries: binaries_.Binaries, workdir: Path, *
                      pods: int, scheduler: bool) -> EngineRun:
     state = workdir / engine
     state.mkdir(parents=True)
-    async with Substrate(state, binaries) as substrate:
+    async with Substrate(state, binaries, fsync=False) as substrate:
         cluster = await substrate.add_cluster("bench", ClusterOptions(profile=Profile.LOAD))
         harness = Harness(engine, cluster, state, nodes=nodes, pods=pods, scheduler=scheduler)
         return await harness.run()

@@ -41,12 +41,12 @@ READY_FILE = "operator.json"
 SHUTDOWN_GRACE = 10.0
 
 
-async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool) -> None:
+async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool, fsync: bool) -> None:
     kubeconfig = kubeconfig_path.read_text()
     binaries = binaries_.resolve(allow_build=False)
     # The daemon's etcd when there is one; else (a real host cluster) the operator runs its own.
     etcd = shared_etcd(state_dir) if EtcdFiles.of(state_dir).ports_file.exists() else None
-    substrate = Substrate(state_dir, binaries, etcd=etcd)
+    substrate = Substrate(state_dir, binaries, etcd=etcd, fsync=fsync)
     host = Client(load_kubeconfig(kubeconfig))
     stop_flag, ready_flag = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="host cluster kubeconfig (default: the state dir's host cluster)")
     parser.add_argument("--install-crds", action="store_true",
                         help="apply the CRDs to the host cluster before starting")
+    parser.add_argument("--unsafe-no-fsync", action="store_true",
+                        help="for tests and benchmarks, when the operator runs its own etcd: "
+                             "etcd does not fsync, so data may be lost on a machine crash")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -117,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         try:
             with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(serve(state_dir, kubeconfig, install=args.install_crds))
+                asyncio.run(serve(state_dir, kubeconfig, install=args.install_crds,
+                                  fsync=not args.unsafe_no_fsync))
         except (ControlPlaneError, K8sError, StateError) as error:
             logger.error("%s", error)
             return 1

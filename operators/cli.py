@@ -110,8 +110,11 @@ def binaries(kubernetes_version: str) -> None:
               show_default=True, help="'load' lifts the API request limits for load tests.")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="Seconds to wait for the host cluster to become Ready.")
+@click.option("--unsafe-no-fsync", is_flag=True,
+              help="For tests and benchmarks: etcd does not fsync, so data may be lost on a "
+                   "machine crash.")
 def up(state_dir: Path, kubernetes_version: str, port: int | None, profile: str,
-       timeout: float) -> None:
+       timeout: float, unsafe_no_fsync: bool) -> None:
     """Start the host control plane (etcd, apiserver, scheduler, controller-manager)."""
     state_dir = state_dir.resolve()
     if daemon.daemon_alive(state_dir):
@@ -131,6 +134,8 @@ def up(state_dir: Path, kubernetes_version: str, port: int | None, profile: str,
     ]
     if port is not None:
         argv += ["--port", str(port)]
+    if unsafe_no_fsync:
+        argv.append("--unsafe-no-fsync")
     private_directory(state_dir)
     started = time.monotonic()
     with (state_dir / daemon.LOG_FILE).open("ab") as log:

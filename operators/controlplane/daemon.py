@@ -53,6 +53,7 @@ class HostSettings:
     profile: Profile = Profile.DEFAULT
     startup_timeout: float = 90.0
     operator: bool = True
+    fsync: bool = True
 
 
 def read_host(state_dir: Path) -> dict[str, Any] | None:
@@ -164,7 +165,8 @@ async def run(
     with _lock(state_dir, blocking=False):
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         binaries = binaries_.resolve(settings.version, allow_build=False)
-        substrate = Substrate(state_dir, binaries, startup_timeout=settings.startup_timeout)
+        substrate = Substrate(state_dir, binaries, fsync=settings.fsync,
+                              startup_timeout=settings.startup_timeout)
         operator: Supervised | None = None
         try:
             await substrate.start()
@@ -212,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=90.0)
     parser.add_argument("--no-operator", action="store_true",
                         help="run only the host control plane")
+    parser.add_argument("--unsafe-no-fsync", action="store_true",
+                        help="for tests and benchmarks: etcd does not fsync, so data may be "
+                             "lost on a machine crash")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr,
@@ -224,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         profile=Profile(args.profile),
         startup_timeout=args.startup_timeout,
         operator=not args.no_operator,
+        fsync=not args.unsafe_no_fsync,
     )
     return asyncio.run(_main_async(settings))
 

@@ -146,11 +146,12 @@ class Substrate:
         *,
         etcd_port: int | None = None,
         etcd: EtcdEndpoint | None = None,
-        fsync: bool = False,
+        fsync: bool = True,
         startup_timeout: float = 90.0,
     ) -> None:
         """With ``etcd``, attach to an etcd that someone else runs (the host's:
-        :func:`~operators.controlplane.etcd.shared_etcd`)."""
+        :func:`~operators.controlplane.etcd.shared_etcd`). ``fsync=False`` is for tests and
+        benchmarks only: the etcd this substrate runs may then lose data on a machine crash."""
         self.state_dir = state_dir
         self.binaries = binaries
         self.startup_timeout = startup_timeout
