@@ -105,6 +105,13 @@ async def test_removing_a_cluster_purges_its_data_only(substrate: Substrate) -> 
     assert kubectl(alpha.kubeconfig_path, "get", "--raw", "/readyz").stdout.strip() == "ok"
 
 
+async def test_the_longest_cluster_key_gets_a_working_control_plane(substrate: Substrate) -> None:
+    key = "n" * 63 + "." + "c" * 63  # a 63-character namespace and a 63-character name
+    cluster = await substrate.add_cluster(key, APISERVER_ONLY)
+    assert kubectl(cluster.kubeconfig_path, "get", "--raw", "/readyz").stdout.strip() == "ok"
+    await substrate.remove_cluster(key, purge=True)
+
+
 async def test_etcd_refuses_plain_http_and_clients_without_its_certificate(
     substrate: Substrate,
 ) -> None:
