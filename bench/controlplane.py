@@ -51,7 +51,7 @@ def timed(argv: list[str]) -> float:
 
 async def memory(binaries: binaries_.Binaries, state: Path, extra: int,
                  idle: float) -> dict[str, Any]:
-    async with Substrate(state, binaries) as substrate:
+    async with Substrate(state, binaries, fsync=False) as substrate:
         started = time.monotonic()
         host = await substrate.add_cluster("host")
         ready = time.monotonic() - started
@@ -97,7 +97,8 @@ def main() -> None:
     up_times, down_times = [], []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory(prefix="fakefleet-bench-") as state:
-            up_times.append(timed([str(FAKEFLEET), "up", "--state-dir", state]))
+            up_times.append(timed([str(FAKEFLEET), "up", "--state-dir", state,
+                                   "--unsafe-no-fsync"]))
             down_times.append(timed([str(FAKEFLEET), "down", "--state-dir", state]))
     with tempfile.TemporaryDirectory(prefix="fakefleet-bench-") as state:
         mem = asyncio.run(memory(binaries, Path(state), args.extra_apiservers, args.idle))

@@ -46,11 +46,11 @@ from bench.metrics import mutating_requests
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
 from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
-from operators.k8s.watching import list_and_watch
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.errors import Conflict, NotFound
 from operators.k8s.times import micro_time, parse
+from operators.k8s.watching import list_and_watch
 
 RESULTS = Path(__file__).parent / "results"
 ENGINES = ("fakefleet", "kwok", "ceiling")
@@ -472,7 +472,7 @@ async def run_engine(engine: str, binaries: binaries_.Binaries, workdir: Path, *
                      pods: int, scheduler: bool) -> EngineRun:
     state = workdir / engine
     state.mkdir(parents=True)
-    async with Substrate(state, binaries) as substrate:
+    async with Substrate(state, binaries, fsync=False) as substrate:
         cluster = await substrate.add_cluster("bench", ClusterOptions(profile=Profile.LOAD))
         harness = Harness(engine, cluster, state, nodes=nodes, pods=pods, scheduler=scheduler)
         return await harness.run()

@@ -66,8 +66,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fakefleet-bench-") as state_name:
         state = Path(state_name)
         fakefleet = [str(BIN / "fakefleet")]
-        subprocess.run([*fakefleet, "up", "--state-dir", state_name], check=True,
-                       capture_output=True)
+        subprocess.run([*fakefleet, "up", "--state-dir", state_name, "--unsafe-no-fsync"],
+                       check=True, capture_output=True)
         host = state / "clusters" / "host" / "kubeconfig"
         try:
             def phase(name: str) -> str:

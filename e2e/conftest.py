@@ -37,7 +37,7 @@ def state_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 async def substrate(binaries: binaries_.Binaries, state_root: Path) -> AsyncIterator[Substrate]:
-    async with Substrate(state_root / "shared", binaries) as running:
+    async with Substrate(state_root / "shared", binaries, fsync=False) as running:
         yield running
 
 
@@ -161,7 +161,7 @@ class Fleet:
 @pytest.fixture(scope="session")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     state = tmp_path_factory.mktemp("fleet")
-    fakefleet("up", "--state-dir", str(state))
+    fakefleet("up", "--state-dir", str(state), "--unsafe-no-fsync")
     try:
         yield Fleet(state)
     finally:

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -15,8 +16,12 @@ from e2e.conftest import FAKEFLEET, KUBECTL, eventually, fakefleet, processes_me
 
 def test_up_status_kubeconfig_down(cli_state: Path) -> None:
     state = str(cli_state)
-    first = fakefleet("up", "--state-dir", state)
+    first = fakefleet("up", "--state-dir", state)  # as a user runs it: etcd fsyncs
     assert "host control plane Ready" in first.stderr
+    assert "--unsafe-no-fsync=true" not in _etcd_argv(cli_state)
+    assert stat.S_IMODE(cli_state.stat().st_mode) == 0o700
+    kubeconfig = cli_state / "clusters" / "host" / "kubeconfig"
+    assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
     again = fakefleet("up", "--state-dir", state)
     assert "already up" in again.stderr
 
@@ -45,13 +50,14 @@ def test_up_status_kubeconfig_down(cli_state: Path) -> None:
 
 
 def test_components_do_not_outlive_a_killed_daemon(cli_state: Path) -> None:
-    fakefleet("up", "--state-dir", str(cli_state))
+    fakefleet("up", "--state-dir", str(cli_state), "--unsafe-no-fsync")
+    assert "--unsafe-no-fsync=true" in _etcd_argv(cli_state)
     host = json.loads((cli_state / "host.json").read_text())
     os.kill(host["pid"], signal.SIGKILL)
     eventually(lambda: processes_mentioning(str(cli_state)) == [], timeout=30,
                what="components to exit after their daemon was killed")
     # ... and the state directory can be brought up again, with the same endpoint.
-    again = fakefleet("up", "--state-dir", str(cli_state))
+    again = fakefleet("up", "--state-dir", str(cli_state), "--unsafe-no-fsync")
     assert host["endpoint"] in again.stderr
 
 
@@ -61,7 +67,7 @@ def test_port_in_use_is_one_clear_error(cli_state: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         result = fakefleet("up", "--state-dir", str(cli_state), "--port", str(port),
-                           check=False)
+                           "--unsafe-no-fsync", check=False)
     assert result.returncode == 1
     assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
     assert "Traceback" not in result.stderr
@@ -70,7 +76,7 @@ def test_port_in_use_is_one_clear_error(cli_state: Path) -> None:
 
 
 def test_missing_binary_is_one_clear_error(cli_state: Path, tmp_path: Path) -> None:
-    result = fakefleet("up", "--state-dir", str(cli_state), check=False,
+    result = fakefleet("up", "--state-dir", str(cli_state), "--unsafe-no-fsync", check=False,
                        env={"FAKEFLEET_KUBE_APISERVER": str(tmp_path / "no-such-binary")})
     assert result.returncode == 1
     assert "FAKEFLEET_KUBE_APISERVER=" in result.stderr
@@ -88,6 +94,12 @@ def test_unknown_version_is_one_clear_error(tmp_path: Path) -> None:
     assert malformed.returncode == 1
     assert "not of the form v1.MINOR.PATCH" in malformed.stderr
     assert "Traceback" not in unknown.stderr + malformed.stderr
+
+
+def _etcd_argv(state: Path) -> list[str]:
+    host = json.loads((state / "host.json").read_text())
+    pid = next(c["pid"] for c in host["components"] if c["name"] == "etcd")
+    return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
 
 
 def _zombie(pid: int) -> bool:

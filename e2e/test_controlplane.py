@@ -1,11 +1,15 @@
-"""Local control planes on real upstream binaries: readiness, isolation, supervision, purge."""
+"""Local control planes on real upstream binaries: readiness, isolation, supervision, purge,
+etcd over TLS with client certificates, private state."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import ssl
+import stat
 import time
+from pathlib import Path
 
 from e2e.conftest import eventually, kubectl, kubectl_json
 from operators.controlplane import components, health
@@ -99,3 +103,44 @@ async def test_removing_a_cluster_purges_its_data_only(substrate: Substrate) -> 
     assert gamma.apiserver.pid is None
     assert await substrate.count_etcd_keys(components.etcd_prefix("alpha") + "/") >= alpha_keys
     assert kubectl(alpha.kubeconfig_path, "get", "--raw", "/readyz").stdout.strip() == "ok"
+
+
+async def test_the_longest_cluster_key_gets_a_working_control_plane(substrate: Substrate) -> None:
+    key = "n" * 63 + "." + "c" * 63  # a 63-character namespace and a 63-character name
+    cluster = await substrate.add_cluster(key, APISERVER_ONLY)
+    assert kubectl(cluster.kubeconfig_path, "get", "--raw", "/readyz").stdout.strip() == "ok"
+    await substrate.remove_cluster(key, purge=True)
+
+
+async def test_etcd_refuses_plain_http_and_clients_without_its_certificate(
+    substrate: Substrate,
+) -> None:
+    etcd = substrate.etcd
+    assert etcd.url.startswith("https://127.0.0.1:")
+    plain, _ = await health.probe(etcd.health_url.replace("https://", "http://", 1))
+    assert not plain, "etcd answered plain http"
+    no_certificate = ssl.create_default_context(cafile=str(etcd.pki.ca_cert))
+    anonymous, detail = await health.probe(etcd.health_url, no_certificate)
+    assert not anonymous, "etcd answered a TLS client without a certificate"
+    assert "CERTIFICATE_REQUIRED" in detail
+    # A cluster's credentials do not open etcd: it trusts its own CA only.
+    alpha = await _alpha(substrate)
+    foreign, _ = await health.probe(etcd.health_url, alpha.admin_tls())
+    assert not foreign, "etcd answered a certificate of a cluster's CA"
+    healthy, _ = await health.probe(etcd.health_url, etcd.tls())
+    assert healthy
+
+
+async def test_state_is_private(substrate: Substrate) -> None:
+    alpha = await _alpha(substrate)
+
+    def mode(path: Path) -> int:
+        return stat.S_IMODE(path.stat().st_mode)
+
+    assert mode(substrate.state_dir) == 0o700
+    for client in ("admin", "kube-scheduler", "kube-controller-manager"):
+        assert mode(alpha.kubeconfig_of(client)) == 0o600, client
+    keys = [*alpha.pki.directory.glob("*.key"), *substrate.etcd.pki.directory.glob("*.key")]
+    assert len(keys) == 6 + 5
+    for key in keys:
+        assert mode(key) == 0o600, key

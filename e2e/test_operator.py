@@ -25,7 +25,7 @@ from e2e.conftest import (
     kubectl_json,
     processes_mentioning,
 )
-from operators.controlplane.substrate import count_etcd_keys, shared_etcd_url
+from operators.controlplane.etcd import count_etcd_keys, shared_etcd
 from operators.k8s.times import parse, rfc3339
 
 
@@ -168,7 +168,7 @@ def test_deleting_a_cluster_removes_its_control_plane_and_data(fleet: Fleet) -> 
     assert processes_mentioning(str(member_dir))
 
     def keys() -> int:
-        return asyncio.run(count_etcd_keys(shared_etcd_url(fleet.state),
+        return asyncio.run(count_etcd_keys(shared_etcd(fleet.state),
                                            "/fakefleet/clusters/default.doomed/"))
 
     assert keys() > 0

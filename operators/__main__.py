@@ -24,7 +24,9 @@ from operators.api import RESOURCES
 from operators.api.crdgen import crd
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.errors import ControlPlaneError, StateError
-from operators.controlplane.substrate import Substrate, shared_etcd_url
+from operators.controlplane.etcd import EtcdFiles, shared_etcd
+from operators.controlplane.files import private_directory
+from operators.controlplane.substrate import Substrate
 from operators.handlers import registry
 from operators.handlers.runtime import Runtime
 from operators.k8s.applying import install_crds
@@ -38,12 +40,11 @@ READY_FILE = "operator.json"
 SHUTDOWN_GRACE = 10.0
 
 
-async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool) -> None:
+async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool, fsync: bool) -> None:
     binaries = binaries_.resolve(allow_build=False)
-    etcd_url = None
-    if (state_dir / "etcd" / "ports.json").exists():
-        etcd_url = shared_etcd_url(state_dir)
-    substrate = Substrate(state_dir, binaries, etcd_url=etcd_url)
+    # The daemon's etcd when there is one; else (a real host cluster) the operator runs its own.
+    etcd = shared_etcd(state_dir) if EtcdFiles.of(state_dir).ports_file.exists() else None
+    substrate = Substrate(state_dir, binaries, etcd=etcd, fsync=fsync)
     host = Client.connect(load_kubeconfig_file(kubeconfig_path))
     stop_flag, ready_flag = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -95,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="host cluster kubeconfig (default: the state dir's host cluster)")
     parser.add_argument("--install-crds", action="store_true",
                         help="apply the CRDs to the host cluster before starting")
+    parser.add_argument("--unsafe-no-fsync", action="store_true",
+                        help="for tests and benchmarks, when the operator runs its own etcd: "
+                             "etcd does not fsync, so data may be lost on a machine crash")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -105,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     state_dir: Path = args.state_dir.resolve()
     kubeconfig = args.kubeconfig or state_dir / "clusters" / "host" / "kubeconfig"
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_directory(state_dir)
     with (state_dir / "operator.lock").open("a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -114,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         try:
             with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(serve(state_dir, kubeconfig, install=args.install_crds))
+                asyncio.run(serve(state_dir, kubeconfig, install=args.install_crds,
+                                  fsync=not args.unsafe_no_fsync))
         except (ControlPlaneError, K8sError, StateError) as error:
             logger.error("%s", error)
             return 1

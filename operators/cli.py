@@ -29,6 +29,8 @@ from operators.controlplane import binaries as binaries_
 from operators.controlplane import daemon, health
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StateError
+from operators.controlplane.etcd import shared_etcd
+from operators.controlplane.files import private_directory
 from operators.controlplane.supervising import tail
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
@@ -108,8 +110,11 @@ def binaries(kubernetes_version: str) -> None:
               show_default=True, help="'load' lifts the API request limits for load tests.")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="Seconds to wait for the host cluster to become Ready.")
+@click.option("--unsafe-no-fsync", is_flag=True,
+              help="For tests and benchmarks: etcd does not fsync, so data may be lost on a "
+                   "machine crash.")
 def up(state_dir: Path, kubernetes_version: str, port: int | None, profile: str,
-       timeout: float) -> None:
+       timeout: float, unsafe_no_fsync: bool) -> None:
     """Start the host control plane (etcd, apiserver, scheduler, controller-manager)."""
     state_dir = state_dir.resolve()
     if daemon.daemon_alive(state_dir):
@@ -129,7 +134,9 @@ def up(state_dir: Path, kubernetes_version: str, port: int | None, profile: str,
     ]
     if port is not None:
         argv += ["--port", str(port)]
-    state_dir.mkdir(parents=True, exist_ok=True)
+    if unsafe_no_fsync:
+        argv.append("--unsafe-no-fsync")
+    private_directory(state_dir)
     started = time.monotonic()
     with (state_dir / daemon.LOG_FILE).open("ab") as log:
         process = subprocess.Popen(
@@ -235,7 +242,8 @@ def status(state_dir: Path) -> None:
     host_dir = state_dir / "clusters" / daemon.HOST_CLUSTER / "pki"
     admin_tls = health.client_tls(host_dir / "ca.crt", host_dir / "admin.crt",
                                   host_dir / "admin.key")
-    results = asyncio.run(_probe_all(state_dir, host["components"], admin_tls))
+    etcd_tls = shared_etcd(state_dir).tls()
+    results = asyncio.run(_probe_all(state_dir, host["components"], admin_tls, etcd_tls))
     table = Table(title=f"fakefleet {host['kubernetesVersion']} in {state_dir}")
     for column in ("cluster", "component", "pid", "port", "restarts", "health"):
         table.add_column(column)
@@ -249,7 +257,7 @@ def status(state_dir: Path) -> None:
 
 
 async def _probe_all(state_dir: Path, components: list[dict[str, Any]],
-                     admin_tls: Any) -> list[tuple[bool, str]]:
+                     admin_tls: Any, etcd_tls: Any) -> list[tuple[bool, str]]:
     async def probe(component: dict[str, Any]) -> tuple[bool, str]:
         url = component["healthUrl"]
         if url is None:  # the operator: healthy once it has announced itself
@@ -257,6 +265,8 @@ async def _probe_all(state_dir: Path, components: list[dict[str, Any]],
             return ready, "ok" if ready else "not ready"
         if component["name"] == "kube-apiserver":
             return await health.probe(url, admin_tls)
+        if component["name"] == "etcd":
+            return await health.probe(url, etcd_tls)
         return await health.probe(url, health.insecure_tls() if url.startswith("https") else None)
 
     return list(await asyncio.gather(*(probe(c) for c in components)))

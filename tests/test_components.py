@@ -1,4 +1,5 @@
-"""Command lines of the components: loopback only, per-cluster prefixes, load profile."""
+"""Command lines of the components: loopback only, etcd over TLS with client certificates,
+per-cluster prefixes, load profile."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ from pathlib import Path
 
 from operators.controlplane import components
 from operators.controlplane.components import ClusterPorts, EtcdPorts, Profile
-from operators.controlplane.pki import ClusterPKI
+from operators.controlplane.pki import ClusterPKI, EtcdPKI
 
 PKI = ClusterPKI(Path("/state/clusters/a/pki"))
+ETCD_PKI = EtcdPKI(Path("/state/etcd/pki"))
+ETCD_PORTS = EtcdPorts(client=2379, peer=2380)
 
 
 def _flags(argv: list[str]) -> dict[str, str]:
@@ -17,8 +20,8 @@ def _flags(argv: list[str]) -> dict[str, str]:
 
 def test_apiserver_listens_on_loopback_with_its_own_prefix() -> None:
     flags = _flags(components.apiserver_argv(
-        Path("kube-apiserver"), cluster="a", etcd_url="http://127.0.0.1:1", port=6443,
-        pki=PKI, profile=Profile.DEFAULT,
+        Path("kube-apiserver"), cluster="a", etcd_url="https://127.0.0.1:1", etcd_pki=ETCD_PKI,
+        port=6443, pki=PKI, profile=Profile.DEFAULT,
     ))
     assert flags["--bind-address"] == "127.0.0.1"
     assert flags["--secure-port"] == "6443"
@@ -34,8 +37,8 @@ def test_prefixes_differ_per_cluster() -> None:
 
 def test_load_profile_lifts_limits_everywhere() -> None:
     api = _flags(components.apiserver_argv(
-        Path("kube-apiserver"), cluster="a", etcd_url="http://127.0.0.1:1", port=1,
-        pki=PKI, profile=Profile.LOAD,
+        Path("kube-apiserver"), cluster="a", etcd_url="https://127.0.0.1:1", etcd_pki=ETCD_PKI,
+        port=1, pki=PKI, profile=Profile.LOAD,
     ))
     assert api["--max-requests-inflight"] == "0"
     assert api["--max-mutating-requests-inflight"] == "0"
@@ -50,12 +53,40 @@ def test_load_profile_lifts_limits_everywhere() -> None:
 
 
 def test_etcd_without_fsync_only_when_asked() -> None:
-    ports = EtcdPorts(client=2379, peer=2380)
-    fast = components.etcd_argv(Path("etcd"), Path("/d"), ports, fsync=False)
-    safe = components.etcd_argv(Path("etcd"), Path("/d"), ports, fsync=True)
+    fast = components.etcd_argv(Path("etcd"), Path("/d"), ETCD_PORTS, ETCD_PKI, fsync=False)
+    safe = components.etcd_argv(Path("etcd"), Path("/d"), ETCD_PORTS, ETCD_PKI, fsync=True)
     assert "--unsafe-no-fsync=true" in fast
     assert "--unsafe-no-fsync=true" not in safe
-    assert _flags(safe)["--listen-client-urls"] == "http://127.0.0.1:2379"
+
+
+def test_etcd_speaks_tls_only_and_wants_client_certificates_of_its_ca() -> None:
+    flags = _flags(components.etcd_argv(Path("etcd"), Path("/d"), ETCD_PORTS, ETCD_PKI,
+                                        fsync=True))
+    for urls in ("--listen-client-urls", "--advertise-client-urls"):
+        assert flags[urls] == "https://127.0.0.1:2379"
+    for urls in ("--listen-peer-urls", "--initial-advertise-peer-urls"):
+        assert flags[urls] == "https://127.0.0.1:2380"
+    assert flags["--initial-cluster"] == "fakefleet=https://127.0.0.1:2380"
+    assert flags["--cert-file"] == "/state/etcd/pki/server.crt"
+    assert flags["--key-file"] == "/state/etcd/pki/server.key"
+    assert flags["--client-cert-auth"] == "true"
+    assert flags["--trusted-ca-file"] == "/state/etcd/pki/ca.crt"
+    assert flags["--peer-cert-file"] == "/state/etcd/pki/peer.crt"
+    assert flags["--peer-key-file"] == "/state/etcd/pki/peer.key"
+    assert flags["--peer-client-cert-auth"] == "true"
+    assert flags["--peer-trusted-ca-file"] == "/state/etcd/pki/ca.crt"
+    assert not any("http://" in value for value in flags.values())
+
+
+def test_apiserver_reaches_etcd_with_its_own_client_certificate() -> None:
+    flags = _flags(components.apiserver_argv(
+        Path("kube-apiserver"), cluster="a", etcd_url=components.etcd_client_url(ETCD_PORTS),
+        etcd_pki=ETCD_PKI, port=6443, pki=PKI, profile=Profile.DEFAULT,
+    ))
+    assert flags["--etcd-servers"] == "https://127.0.0.1:2379"
+    assert flags["--etcd-cafile"] == "/state/etcd/pki/ca.crt"
+    assert flags["--etcd-certfile"] == "/state/etcd/pki/apiserver-client.crt"
+    assert flags["--etcd-keyfile"] == "/state/etcd/pki/apiserver-client.key"
 
 
 def test_cluster_ports_are_plain_data() -> None:

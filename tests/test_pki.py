@@ -1,14 +1,18 @@
-"""The PKI is what the components need: loopback SANs, system:masters admin, per-cluster CA."""
+"""The PKI is what the components need: loopback SANs, system:masters admin, per-cluster CA;
+it is complete or rebuilt."""
 
 from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Any
 
+import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from operators.controlplane.pki import ensure_pki
+from operators.controlplane import pki as pki_module
+from operators.controlplane.pki import MAX_COMMON_NAME, common_name, ensure_etcd_pki, ensure_pki
 
 
 def _cert(path: Path) -> x509.Certificate:
@@ -45,3 +49,114 @@ def test_each_cluster_has_its_own_ca(tmp_path: Path) -> None:
     b = ensure_pki(tmp_path / "b", "b")
     assert a.ca_cert.read_bytes() != b.ca_cert.read_bytes()
     assert (a.ca_key.stat().st_mode & 0o777) == 0o600
+
+
+def test_missing_service_account_key_rebuilds_the_whole_pki(tmp_path: Path) -> None:
+    first = ensure_pki(tmp_path / "pki", "a")
+    ca = first.ca_cert.read_bytes()
+    first.service_account_key.unlink()
+    again = ensure_pki(tmp_path / "pki", "a")
+    assert again.service_account_key.exists()
+    assert again.ca_cert.read_bytes() != ca, "nothing of an incomplete PKI is kept"
+    _cert(again.serving_cert).verify_directly_issued_by(_cert(again.ca_cert))
+
+
+def test_a_file_that_does_not_parse_rebuilds_the_pki(tmp_path: Path) -> None:
+    first = ensure_pki(tmp_path / "pki", "a")
+    ca = first.ca_cert.read_bytes()
+    first.client_key("admin").write_bytes(b"")  # e.g. truncated by a crash
+    again = ensure_pki(tmp_path / "pki", "a")
+    assert again.ca_cert.read_bytes() != ca
+    assert all(path.stat().st_size > 0 for path in again.files())
+
+
+def test_interrupted_generation_leaves_no_pki_that_counts_as_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    issued = 0
+    real_issue = pki_module._issue
+
+    def issue_then_fail(*args: Any, **kwargs: Any) -> None:
+        nonlocal issued
+        issued += 1
+        if issued == 3:
+            raise KeyboardInterrupt
+        real_issue(*args, **kwargs)
+
+    monkeypatch.setattr(pki_module, "_issue", issue_then_fail)
+    with pytest.raises(KeyboardInterrupt):
+        ensure_pki(tmp_path / "pki", "a")
+    assert list(tmp_path.iterdir()) == [], "neither a half PKI nor its staging directory"
+
+    monkeypatch.setattr(pki_module, "_issue", real_issue)
+    pki = ensure_pki(tmp_path / "pki", "a")
+    assert all(path.exists() for path in pki.files())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pki"]
+
+
+def test_staging_left_by_a_killed_run_is_started_over(tmp_path: Path) -> None:
+    leftover = tmp_path / ".pki.staging"
+    leftover.mkdir()
+    (leftover / "ca.crt").write_text("half")
+    pki = ensure_pki(tmp_path / "pki", "a")
+    assert all(path.exists() for path in pki.files())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pki"]
+
+
+#: The longest cluster key: a 63-character namespace, a dot, a 63-character name.
+LONGEST_KEY = "n" * 63 + "." + "c" * 63
+
+
+def _common_name(path: Path) -> str:
+    value = _cert(path).subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
+    assert isinstance(value, str)
+    return value
+
+
+def test_every_common_name_fits_for_the_longest_cluster_key(tmp_path: Path) -> None:
+    assert len(LONGEST_KEY) == 127
+    pki = ensure_pki(tmp_path, LONGEST_KEY)
+    for path in pki.files():
+        if path.suffix == ".crt":
+            assert len(_common_name(path)) <= MAX_COMMON_NAME, path.name
+    assert _common_name(pki.ca_cert).startswith("fakefleet-nnnn")
+    assert _common_name(pki.ca_cert).endswith("-ca")
+
+
+def test_common_names_are_readable_when_short_and_distinct_when_long() -> None:
+    assert common_name("fakefleet-default.west", "-ca") == "fakefleet-default.west-ca"
+    assert common_name("x" * 61, "-ca") == "x" * 61 + "-ca"
+    long_a = common_name("fakefleet-" + LONGEST_KEY, "-ca")
+    long_b = common_name("fakefleet-" + LONGEST_KEY[:-1] + "d", "-ca")
+    assert len(long_a) == len(long_b) == MAX_COMMON_NAME
+    assert long_a != long_b
+
+
+def test_etcd_has_its_own_ca_and_serves_loopback(tmp_path: Path) -> None:
+    etcd = ensure_etcd_pki(tmp_path / "etcd")
+    cluster = ensure_pki(tmp_path / "cluster", "a")
+    assert etcd.ca_cert.read_bytes() != cluster.ca_cert.read_bytes()
+    serving = _cert(etcd.serving_cert)
+    sans = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+    assert sans.get_values_for_type(x509.DNSName) == ["localhost"]
+    usage = serving.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    # etcd's JSON gateway presents the serving certificate to etcd itself as a client.
+    assert set(usage) == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
+    for cert in (etcd.serving_cert, etcd.peer_cert, etcd.apiserver_client_cert,
+                 etcd.fakefleet_client_cert):
+        _cert(cert).verify_directly_issued_by(_cert(etcd.ca_cert))
+        assert len(_common_name(cert)) <= MAX_COMMON_NAME
+    for client in (etcd.apiserver_client_cert, etcd.fakefleet_client_cert):
+        usage = _cert(client).extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+
+
+def test_etcd_pki_is_reused_when_complete_and_rebuilt_when_not(tmp_path: Path) -> None:
+    first = ensure_etcd_pki(tmp_path / "etcd")
+    ca = first.ca_cert.read_bytes()
+    assert ensure_etcd_pki(tmp_path / "etcd").ca_cert.read_bytes() == ca
+    first.fakefleet_client_key.unlink()
+    again = ensure_etcd_pki(tmp_path / "etcd")
+    assert again.fakefleet_client_key.exists()
+    assert again.ca_cert.read_bytes() != ca

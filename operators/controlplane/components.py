@@ -1,8 +1,10 @@
 """Command lines of etcd and the Kubernetes components: pure data, no processes started here.
 
-Everything listens on 127.0.0.1 only. The ``load`` profile lifts request limits the way KWOK's
-``--disable-qps-limits`` does: the apiserver's in-flight limits and API Priority and Fairness
-are off, and the scheduler and controller-manager may send thousands of requests per second.
+Everything listens on 127.0.0.1 only, and etcd speaks TLS alone, to clients and its peer, with
+client certificates required from its own CA. The ``load`` profile lifts request limits the way
+KWOK's ``--disable-qps-limits`` does: the apiserver's in-flight limits and API Priority and
+Fairness are off, and the scheduler and controller-manager may send thousands of requests per
+second.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import dataclasses
 import enum
 from pathlib import Path
 
-from operators.controlplane.pki import SERVICE_CLUSTER_IP_RANGE, ClusterPKI
+from operators.controlplane.pki import SERVICE_CLUSTER_IP_RANGE, ClusterPKI, EtcdPKI
 
 
 class Profile(enum.StrEnum):
@@ -41,18 +43,31 @@ def etcd_prefix(cluster: str) -> str:
     return f"/fakefleet/clusters/{cluster}"
 
 
-def etcd_argv(binary: Path, data_dir: Path, ports: EtcdPorts, *, fsync: bool) -> list[str]:
-    peer = f"http://127.0.0.1:{ports.peer}"
-    client = f"http://127.0.0.1:{ports.client}"
+def etcd_client_url(ports: EtcdPorts) -> str:
+    return f"https://127.0.0.1:{ports.client}"
+
+
+def etcd_argv(binary: Path, data_dir: Path, ports: EtcdPorts, pki: EtcdPKI, *,
+              fsync: bool) -> list[str]:
+    peer = f"https://127.0.0.1:{ports.peer}"
+    client = etcd_client_url(ports)
     argv = [
         str(binary),
         "--name=fakefleet",
         f"--data-dir={data_dir}",
         f"--listen-client-urls={client}",
         f"--advertise-client-urls={client}",
+        f"--cert-file={pki.serving_cert}",
+        f"--key-file={pki.serving_key}",
+        "--client-cert-auth=true",
+        f"--trusted-ca-file={pki.ca_cert}",
         f"--listen-peer-urls={peer}",
         f"--initial-advertise-peer-urls={peer}",
         f"--initial-cluster=fakefleet={peer}",
+        f"--peer-cert-file={pki.peer_cert}",
+        f"--peer-key-file={pki.peer_key}",
+        "--peer-client-cert-auth=true",
+        f"--peer-trusted-ca-file={pki.ca_cert}",
         "--quota-backend-bytes=8589934592",
         "--auto-compaction-retention=5m",
         "--log-level=warn",
@@ -67,6 +82,7 @@ def apiserver_argv(
     *,
     cluster: str,
     etcd_url: str,
+    etcd_pki: EtcdPKI,
     port: int,
     pki: ClusterPKI,
     profile: Profile,
@@ -74,6 +90,9 @@ def apiserver_argv(
     argv = [
         str(binary),
         f"--etcd-servers={etcd_url}",
+        f"--etcd-cafile={etcd_pki.ca_cert}",
+        f"--etcd-certfile={etcd_pki.apiserver_client_cert}",
+        f"--etcd-keyfile={etcd_pki.apiserver_client_key}",
         f"--etcd-prefix={etcd_prefix(cluster)}",
         "--bind-address=127.0.0.1",
         "--advertise-address=127.0.0.1",

@@ -30,6 +30,7 @@ from typing import IO, Any
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StartupError, StateError
+from operators.controlplane.files import private_directory
 from operators.controlplane.substrate import ClusterOptions, Substrate
 from operators.controlplane.supervising import Supervised, tail
 
@@ -52,6 +53,7 @@ class HostSettings:
     profile: Profile = Profile.DEFAULT
     startup_timeout: float = 90.0
     operator: bool = True
+    fsync: bool = True
 
 
 def read_host(state_dir: Path) -> dict[str, Any] | None:
@@ -74,7 +76,7 @@ def daemon_alive(state_dir: Path) -> bool:
 
 @contextlib.contextmanager
 def _lock(state_dir: Path, *, blocking: bool) -> Iterator[IO[str]]:
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_directory(state_dir)
     with (state_dir / LOCK_FILE).open("a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
@@ -163,7 +165,8 @@ async def run(
     with _lock(state_dir, blocking=False):
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         binaries = binaries_.resolve(settings.version, allow_build=False)
-        substrate = Substrate(state_dir, binaries, startup_timeout=settings.startup_timeout)
+        substrate = Substrate(state_dir, binaries, fsync=settings.fsync,
+                              startup_timeout=settings.startup_timeout)
         operator: Supervised | None = None
         try:
             await substrate.start()
@@ -211,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=90.0)
     parser.add_argument("--no-operator", action="store_true",
                         help="run only the host control plane")
+    parser.add_argument("--unsafe-no-fsync", action="store_true",
+                        help="for tests and benchmarks: etcd does not fsync, so data may be "
+                             "lost on a machine crash")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr,
@@ -223,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         profile=Profile(args.profile),
         startup_timeout=args.startup_timeout,
         operator=not args.no_operator,
+        fsync=not args.unsafe_no_fsync,
     )
     return asyncio.run(_main_async(settings))
 

@@ -20,7 +20,8 @@ PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2)
 
 
 def client_tls(ca_cert: Path, client_cert: Path, client_key: Path) -> ssl.SSLContext:
-    """TLS that verifies an apiserver against its cluster CA and presents a client cert."""
+    """TLS that verifies a server (an apiserver, etcd) against its CA and presents a client
+    certificate."""
     context = ssl.create_default_context(cafile=str(ca_cert))
     context.load_cert_chain(str(client_cert), str(client_key))
     return context

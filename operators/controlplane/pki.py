@@ -1,16 +1,26 @@
-"""Certificates and keys for one local cluster, generated in Python with ``cryptography``.
+"""Certificates and keys for the local control planes, generated in Python with ``cryptography``.
 
-Each cluster gets its own CA, so the credentials of one simulated cluster never open another.
-Keys are ECDSA P-256: fast to generate (a cluster's PKI takes milliseconds) and accepted by every
-Kubernetes component. Files are written once and reused, so a restarted cluster keeps its
-kubeconfig valid.
+Each cluster gets its own CA, so the credentials of one simulated cluster never open another; the
+shared etcd gets a CA of its own too, so no cluster credential opens etcd. Keys are ECDSA P-256:
+fast to generate (a PKI takes milliseconds) and accepted by every component.
+
+A PKI is complete or it is rebuilt: it is generated into a staging directory that is renamed
+into place only once every file is written, and an existing one with a file missing or that
+does not parse is generated again as a whole. So an interrupted first run can never leave a PKI
+whose service-account key is missing and is then used as it is. A complete PKI is reused, so a
+restarted cluster keeps its kubeconfigs valid.
+
+Private keys are written 0600 from their creation (:mod:`~operators.controlplane.files`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import ipaddress
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cryptography import x509
@@ -18,7 +28,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from operators.controlplane.files import private_directory, write_private
+
 VALIDITY = datetime.timedelta(days=3650)
+#: X.509's upper bound on a common name (RFC 5280, ``ub-common-name``).
+MAX_COMMON_NAME = 64
+#: Hex digits of the digest that keeps cut-short common names distinct (40 bits).
+_DIGEST_LENGTH = 10
 #: The ClusterIP of the ``kubernetes`` Service: the first address of the service range.
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/12"
@@ -30,6 +46,9 @@ _SERVER_DNS = (
     "kubernetes.default.svc.cluster.local",
 )
 _SERVER_IPS = ("127.0.0.1", "::1", KUBERNETES_SERVICE_IP)
+_ETCD_SANS: tuple[x509.GeneralName, ...] = (
+    x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+)
 
 #: Client identities: file stem → (common name, organisations). RBAC's bootstrap policy binds
 #: the scheduler's and controller-manager's user names; admins are in ``system:masters``.
@@ -76,19 +95,175 @@ class ClusterPKI:
     def client_key(self, client: str) -> Path:
         return self.directory / f"{client}.key"
 
+    def files(self) -> Iterator[Path]:
+        """Every file of a complete PKI."""
+        yield from (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key)
+        for client in CLIENTS:
+            yield from (self.client_cert(client), self.client_key(client))
+        yield from (self.service_account_key, self.service_account_pub)
+
+
+@dataclasses.dataclass(frozen=True)
+class EtcdPKI:
+    """Paths of the shared etcd's CA, its serving and peer certificates, and its two clients:
+    the kube-apiservers, and fakefleet itself (the JSON gateway calls and health probes)."""
+
+    directory: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.directory / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.directory / "ca.key"
+
+    @property
+    def serving_cert(self) -> Path:
+        return self.directory / "server.crt"
+
+    @property
+    def serving_key(self) -> Path:
+        return self.directory / "server.key"
+
+    @property
+    def peer_cert(self) -> Path:
+        return self.directory / "peer.crt"
+
+    @property
+    def peer_key(self) -> Path:
+        return self.directory / "peer.key"
+
+    @property
+    def apiserver_client_cert(self) -> Path:
+        return self.directory / "apiserver-client.crt"
+
+    @property
+    def apiserver_client_key(self) -> Path:
+        return self.directory / "apiserver-client.key"
+
+    @property
+    def fakefleet_client_cert(self) -> Path:
+        return self.directory / "fakefleet-client.crt"
+
+    @property
+    def fakefleet_client_key(self) -> Path:
+        return self.directory / "fakefleet-client.key"
+
+    def files(self) -> Iterator[Path]:
+        """Every file of a complete PKI."""
+        yield from (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key,
+                    self.peer_cert, self.peer_key)
+        yield from (self.apiserver_client_cert, self.apiserver_client_key)
+        yield from (self.fakefleet_client_cert, self.fakefleet_client_key)
+
+
+def common_name(name: str, suffix: str = "") -> str:
+    """``name + suffix`` when it fits in a common name; otherwise ``name`` cut short and followed
+    by a digest of all of it, so that long names that share a beginning stay distinct."""
+    if len(name) + len(suffix) <= MAX_COMMON_NAME:
+        return name + suffix
+    digest = hashlib.sha256(name.encode()).hexdigest()[:_DIGEST_LENGTH]
+    keep = MAX_COMMON_NAME - len(suffix) - len(digest) - 1
+    return f"{name[:keep]}-{digest}{suffix}"
+
 
 def ensure_pki(directory: Path, cluster: str) -> ClusterPKI:
-    """Create the cluster's PKI in ``directory`` unless it is already complete there."""
-    pki = ClusterPKI(directory)
-    if pki.client_key("kube-controller-manager").exists():
-        return pki
-    directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+    """The PKI of ``cluster`` in ``directory``: reused if complete, else generated anew."""
+    _ensure(directory, lambda at: ClusterPKI(at).files(),
+            lambda staging: _generate_cluster(ClusterPKI(staging), cluster))
+    return ClusterPKI(directory)
 
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"fakefleet-{cluster}-ca")])
-    ca_cert = (
-        _builder(ca_name, ca_name, ca_key.public_key(), now)
+
+def ensure_etcd_pki(directory: Path) -> EtcdPKI:
+    """The shared etcd's PKI in ``directory``: reused if complete, else generated anew."""
+    _ensure(directory, lambda at: EtcdPKI(at).files(),
+            lambda staging: _generate_etcd(EtcdPKI(staging)))
+    return EtcdPKI(directory)
+
+
+def _ensure(directory: Path, files: Callable[[Path], Iterator[Path]],
+            generate: Callable[[Path], None]) -> None:
+    if all(_parses(path) for path in files(directory)):
+        return
+    # A fixed name: only one process generates a given PKI, and a staging directory that an
+    # interrupted run left behind is simply started over.
+    staging = directory.with_name(f".{directory.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    private_directory(staging)
+    try:
+        generate(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    # Whatever is there is incomplete: nothing of it is kept, so no stale CA signs a new key.
+    shutil.rmtree(directory, ignore_errors=True)
+    staging.rename(directory)
+
+
+def _parses(path: Path) -> bool:
+    try:
+        data = path.read_bytes()
+        if path.suffix == ".crt":
+            x509.load_pem_x509_certificate(data)
+        elif path.suffix == ".key":
+            serialization.load_pem_private_key(data, password=None)
+        else:
+            serialization.load_pem_public_key(data)
+    except (OSError, ValueError, TypeError):
+        return False
+    return True
+
+
+def _generate_cluster(pki: ClusterPKI, cluster: str) -> None:
+    now = _now()
+    ca_name = common_name(f"fakefleet-{cluster}", "-ca")
+    ca_cert, ca_key = _new_ca(pki.ca_cert, pki.ca_key, ca_name, now)
+    sans: list[x509.GeneralName] = [x509.DNSName(name) for name in _SERVER_DNS]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVER_IPS]
+    _issue(pki.serving_cert, pki.serving_key, "kube-apiserver", (), ca_cert, ca_key, now,
+           usages=(ExtendedKeyUsageOID.SERVER_AUTH,), sans=sans)
+    for stem, (name, organisations) in CLIENTS.items():
+        _issue(pki.client_cert(stem), pki.client_key(stem), name, organisations,
+               ca_cert, ca_key, now, usages=(ExtendedKeyUsageOID.CLIENT_AUTH,), sans=[])
+
+    sa_key = ec.generate_private_key(ec.SECP256R1())
+    _write_key(pki.service_account_key, sa_key)
+    pki.service_account_pub.write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+
+
+def _generate_etcd(pki: EtcdPKI) -> None:
+    now = _now()
+    ca_cert, ca_key = _new_ca(pki.ca_cert, pki.ca_key, "fakefleet-etcd-ca", now)
+    both = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
+    # The serving certificate is a client certificate too: with --client-cert-auth, etcd's JSON
+    # gateway dials etcd's own gRPC server presenting it. Peers are client and server alike.
+    _issue(pki.serving_cert, pki.serving_key, "fakefleet-etcd", (), ca_cert, ca_key, now,
+           usages=both, sans=list(_ETCD_SANS))
+    _issue(pki.peer_cert, pki.peer_key, "fakefleet-etcd-peer", (), ca_cert, ca_key, now,
+           usages=both, sans=list(_ETCD_SANS))
+    client = (ExtendedKeyUsageOID.CLIENT_AUTH,)
+    _issue(pki.apiserver_client_cert, pki.apiserver_client_key, "kube-apiserver-etcd-client",
+           (), ca_cert, ca_key, now, usages=client, sans=[])
+    _issue(pki.fakefleet_client_cert, pki.fakefleet_client_key, "fakefleet-etcd-client",
+           (), ca_cert, ca_key, now, usages=client, sans=[])
+
+
+def _now() -> datetime.datetime:
+    # Back-dated a little, so a clock that is slightly behind still accepts the certificates.
+    return datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
+
+
+def _new_ca(cert_path: Path, key_path: Path, name: str,
+            now: datetime.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    cert = (
+        _builder(subject, subject, key.public_key(), now)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -98,28 +273,12 @@ def ensure_pki(directory: Path, cluster: str) -> ClusterPKI:
             ),
             critical=True,
         )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        .sign(key, hashes.SHA256())
     )
-    _write_key(pki.ca_key, ca_key)
-    pki.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-
-    sans: list[x509.GeneralName] = [x509.DNSName(name) for name in _SERVER_DNS]
-    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in _SERVER_IPS]
-    _issue(pki.serving_cert, pki.serving_key, "kube-apiserver", (), ca_cert, ca_key, now,
-           usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans)
-    for stem, (common_name, organisations) in CLIENTS.items():
-        _issue(pki.client_cert(stem), pki.client_key(stem), common_name, organisations,
-               ca_cert, ca_key, now, usage=ExtendedKeyUsageOID.CLIENT_AUTH, sans=[])
-
-    sa_key = ec.generate_private_key(ec.SECP256R1())
-    pki.service_account_pub.write_bytes(
-        sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    _write_key(pki.service_account_key, sa_key)
-    return pki
+    _write_key(key_path, key)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert, key
 
 
 def _builder(
@@ -140,22 +299,22 @@ def _builder(
 def _issue(
     cert_path: Path,
     key_path: Path,
-    common_name: str,
+    name: str,
     organisations: tuple[str, ...],
     ca_cert: x509.Certificate,
     ca_key: ec.EllipticCurvePrivateKey,
     now: datetime.datetime,
     *,
-    usage: x509.ObjectIdentifier,
+    usages: tuple[x509.ObjectIdentifier, ...],
     sans: list[x509.GeneralName],
 ) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organisations]
-    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, name))
     builder = (
         _builder(x509.Name(attributes), ca_cert.subject, key.public_key(), now)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
         )
@@ -168,11 +327,8 @@ def _issue(
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
-        )
-    )
-    path.chmod(0o600)
+    write_private(path, key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    ))

@@ -1,15 +1,17 @@
 """One shared etcd and any number of local clusters on it, each a real kube-apiserver with its
 own ``--etcd-prefix`` (plus, optionally, kube-scheduler and kube-controller-manager).
 
-State directory layout (everything a restart needs to find the same clusters again)::
+State directory layout (everything a restart needs to find the same clusters again; etcd's
+files under ``<state>/etcd/`` are laid out in :mod:`~operators.controlplane.etcd`)::
 
-    <state>/etcd/data/            etcd's data; survives restarts
-    <state>/etcd/ports.json       etcd's client and peer ports (its peer URL is in its data)
-    <state>/etcd/etcd.log
     <state>/clusters/<name>/cluster.json   ports and options: endpoints stay stable
     <state>/clusters/<name>/pki/           CA, serving and client certificates
     <state>/clusters/<name>/kubeconfig     admin kubeconfig (certificates embedded)
+    <state>/clusters/<name>/<component>.kubeconfig   the scheduler's and controller-manager's
     <state>/clusters/<name>/*.log          one log per component
+
+The state directory is private (0700), and so are keys and kubeconfigs (0600), from their
+creation: they hold the credentials of every cluster.
 
 The substrate supervises its processes while its event loop runs and stops them all in
 :meth:`Substrate.stop` (or when the process dies, through the supervisor's death signal).
@@ -17,7 +19,6 @@ The substrate supervises its processes while its event loop runs and stops them 
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import json
@@ -28,13 +29,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import aiohttp
-
 from operators.controlplane import components, health, kubeconfigs
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.components import ClusterPorts, EtcdPorts, Profile
 from operators.controlplane.errors import PortInUseError, StateError
-from operators.controlplane.pki import ClusterPKI, ensure_pki
+from operators.controlplane.etcd import (
+    EtcdEndpoint,
+    EtcdFiles,
+    count_etcd_keys,
+    delete_etcd_prefix,
+    read_ports,
+    write_ports,
+)
+from operators.controlplane.files import private_directory, write_private
+from operators.controlplane.pki import CLIENTS, ClusterPKI, ensure_etcd_pki, ensure_pki
 from operators.controlplane.supervising import Supervised
 
 
@@ -80,7 +88,11 @@ class LocalCluster:
 
     @property
     def kubeconfig_path(self) -> Path:
-        return self.directory / "kubeconfig"
+        return self.kubeconfig_of("admin")
+
+    def kubeconfig_of(self, client: str) -> Path:
+        """The kubeconfig of ``client``, one of :data:`~operators.controlplane.pki.CLIENTS`."""
+        return self.directory / ("kubeconfig" if client == "admin" else f"{client}.kubeconfig")
 
     @property
     def apiserver(self) -> Supervised:
@@ -92,43 +104,14 @@ class LocalCluster:
         )
 
 
-async def count_etcd_keys(etcd_url: str, prefix: str) -> int:
-    """How many keys etcd holds under ``prefix`` (through etcd's JSON gateway)."""
-    body = await _etcd_range_call(etcd_url, "/v3/kv/range", prefix, count_only=True)
-    return int(body.get("count", 0))
-
-
-async def delete_etcd_prefix(etcd_url: str, prefix: str) -> int:
-    """Delete every key under ``prefix``; returns how many were deleted."""
-    body = await _etcd_range_call(etcd_url, "/v3/kv/deleterange", prefix)
-    return int(body.get("deleted", 0))
-
-
-async def _etcd_range_call(etcd_url: str, path: str, prefix: str,
-                           **extra: Any) -> dict[str, Any]:
-    if not prefix.endswith("/"):
-        raise ValueError(f"etcd prefix {prefix!r} must end with '/' to stay in its subtree")
-    range_end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-    payload = {
-        "key": base64.b64encode(prefix.encode()).decode(),
-        "range_end": base64.b64encode(range_end.encode()).decode(),
-        **extra,
-    }
-    async with aiohttp.ClientSession() as session, session.post(
-        etcd_url + path, json=payload
-    ) as response:
-        response.raise_for_status()
-        body: dict[str, Any] = await response.json()
-        return body
-
-
-def shared_etcd_url(state_dir: Path) -> str:
-    """The client URL of the etcd that the substrate in ``state_dir`` runs."""
-    try:
-        ports = json.loads((state_dir / "etcd" / "ports.json").read_text())
-    except FileNotFoundError as error:
-        raise StateError(f"no shared etcd in {state_dir}: start it with 'fakefleet up'") from error
-    return f"http://127.0.0.1:{ports['client']}"
+def write_kubeconfigs(cluster: LocalCluster) -> None:
+    """Write the kubeconfig of every client of ``cluster``, private from their creation."""
+    for client in CLIENTS:
+        write_private(cluster.kubeconfig_of(client), kubeconfigs.render(
+            cluster=cluster.name, server=cluster.endpoint, ca_cert=cluster.pki.ca_cert,
+            client_cert=cluster.pki.client_cert(client),
+            client_key=cluster.pki.client_key(client), user=client,
+        ).encode())
 
 
 def free_port() -> int:
@@ -162,16 +145,19 @@ class Substrate:
         binaries: Binaries,
         *,
         etcd_port: int | None = None,
-        etcd_url: str | None = None,
-        fsync: bool = False,
+        etcd: EtcdEndpoint | None = None,
+        fsync: bool = True,
         startup_timeout: float = 90.0,
     ) -> None:
-        """With ``etcd_url``, attach to an etcd that someone else runs (the host's)."""
+        """With ``etcd``, attach to an etcd that someone else runs (the host's:
+        :func:`~operators.controlplane.etcd.shared_etcd`). ``fsync=False`` is for tests and
+        benchmarks only: the etcd this substrate runs may then lose data on a machine crash."""
         self.state_dir = state_dir
         self.binaries = binaries
         self.startup_timeout = startup_timeout
         self._etcd_port = etcd_port
-        self._external_etcd = etcd_url
+        self._attached = etcd is not None
+        self._endpoint = etcd
         self._fsync = fsync
         self._etcd: Supervised | None = None
         self._etcd_ports: EtcdPorts | None = None
@@ -188,47 +174,47 @@ class Substrate:
         await self.stop()
 
     @property
-    def etcd_url(self) -> str:
-        if self._external_etcd is not None:
-            return self._external_etcd
-        if self._etcd_ports is None:
+    def etcd(self) -> EtcdEndpoint:
+        if self._endpoint is None:
             raise StateError("etcd is not started: call Substrate.start() first")
-        return f"http://127.0.0.1:{self._etcd_ports.client}"
+        return self._endpoint
 
     async def start(self) -> None:
         """Start the shared etcd (reusing its data and ports from an earlier run)."""
-        if self._external_etcd is not None:
-            healthy, detail = await health.probe(f"{self._external_etcd}/health")
+        private_directory(self.state_dir)
+        if self._attached:
+            healthy, detail = await health.probe(self.etcd.health_url, self.etcd.tls())
             if not healthy:
-                raise StateError(f"the shared etcd at {self._external_etcd} is not healthy "
+                raise StateError(f"the shared etcd at {self.etcd.url} is not healthy "
                                  f"({detail}): is 'fakefleet up' running?")
             return
-        directory = self.state_dir / "etcd"
-        directory.mkdir(parents=True, exist_ok=True)
-        ports_file = directory / "ports.json"
-        if ports_file.exists():
-            stored = json.loads(ports_file.read_text())
+        files = EtcdFiles.of(self.state_dir)
+        files.directory.mkdir(exist_ok=True)
+        pki = ensure_etcd_pki(files.pki.directory)
+        stored = read_ports(files)
+        if stored is not None:
             ports = EtcdPorts(
-                client=claim_port(self._etcd_port or stored["client"], "etcd"),
-                peer=claim_port(stored["peer"], "etcd's peer listener"),
+                client=claim_port(self._etcd_port or stored.client, "etcd"),
+                peer=claim_port(stored.peer, "etcd's peer listener"),
             )
         else:
             ports = EtcdPorts(
                 client=claim_port(self._etcd_port, "etcd"),
                 peer=claim_port(None, "etcd's peer listener"),
             )
-        ports_file.write_text(json.dumps(dataclasses.asdict(ports)) + "\n")
+        write_ports(files, ports)
         self._etcd_ports = ports
+        self._endpoint = EtcdEndpoint(components.etcd_client_url(ports), pki)
         argv = components.etcd_argv(
-            self.binaries.etcd, directory / "data", ports, fsync=self._fsync
+            self.binaries.etcd, files.data_dir, ports, pki, fsync=self._fsync
         )
         # etcd alone gets SIGTERM when orphaned: it stops quickly and flushes its data.
-        self._etcd = Supervised("etcd", argv, log_path=directory / "etcd.log",
+        self._etcd = Supervised("etcd", argv, log_path=files.log_path,
                                 death_signal=signal.SIGTERM)
         await self._etcd.start()
         try:
             await health.wait_healthy(
-                self._etcd, f"{self.etcd_url}/health", timeout=self.startup_timeout
+                self._etcd, self.etcd.health_url, self.etcd.tls(), timeout=self.startup_timeout
             )
         except BaseException:
             await self._etcd.stop()
@@ -246,14 +232,14 @@ class Substrate:
         ports = self._cluster_ports(directory, options)
         pki = ensure_pki(directory / "pki", name)
         cluster = LocalCluster(name, directory, ports, options, pki, processes={})
-        self._write_kubeconfigs(cluster)
+        write_kubeconfigs(cluster)
 
         binaries = options.binaries or self.binaries
         plan: list[tuple[str, list[str], str, Any]] = [(
             "kube-apiserver",
             components.apiserver_argv(
-                binaries.kube_apiserver, cluster=name, etcd_url=self.etcd_url,
-                port=ports.apiserver, pki=pki, profile=options.profile,
+                binaries.kube_apiserver, cluster=name, etcd_url=self.etcd.url,
+                etcd_pki=self.etcd.pki, port=ports.apiserver, pki=pki, profile=options.profile,
             ),
             f"{cluster.endpoint}/readyz",
             cluster.admin_tls(),
@@ -262,7 +248,7 @@ class Substrate:
             plan.append((
                 "kube-scheduler",
                 components.scheduler_argv(
-                    binaries.kube_scheduler, kubeconfig=directory / "kube-scheduler.kubeconfig",
+                    binaries.kube_scheduler, kubeconfig=cluster.kubeconfig_of("kube-scheduler"),
                     port=ports.scheduler, profile=options.profile,
                 ),
                 f"https://127.0.0.1:{ports.scheduler}/healthz",
@@ -273,7 +259,7 @@ class Substrate:
                 "kube-controller-manager",
                 components.controller_manager_argv(
                     binaries.kube_controller_manager,
-                    kubeconfig=directory / "kube-controller-manager.kubeconfig",
+                    kubeconfig=cluster.kubeconfig_of("kube-controller-manager"),
                     port=ports.controller_manager, pki=pki, profile=options.profile,
                 ),
                 f"https://127.0.0.1:{ports.controller_manager}/healthz",
@@ -317,7 +303,7 @@ class Substrate:
         if self._etcd is not None and self._etcd_ports is not None:
             found.append(Component(
                 None, "etcd", self._etcd.pid, self._etcd_ports.client,
-                f"{self.etcd_url}/health", self._etcd.log_path, self._etcd.restarts,
+                self.etcd.health_url, self._etcd.log_path, self._etcd.restarts,
             ))
         for cluster in self.clusters.values():
             ports = {
@@ -340,10 +326,10 @@ class Substrate:
         return found
 
     async def count_etcd_keys(self, prefix: str) -> int:
-        return await count_etcd_keys(self.etcd_url, prefix)
+        return await count_etcd_keys(self.etcd, prefix)
 
     async def delete_etcd_prefix(self, prefix: str) -> int:
-        return await delete_etcd_prefix(self.etcd_url, prefix)
+        return await delete_etcd_prefix(self.etcd, prefix)
 
     def _cluster_ports(self, directory: Path, options: ClusterOptions) -> ClusterPorts:
         state_file = directory / "cluster.json"
@@ -358,20 +344,6 @@ class Substrate:
         )
         state_file.write_text(json.dumps({"ports": dataclasses.asdict(ports)}, indent=2) + "\n")
         return ports
-
-    def _write_kubeconfigs(self, cluster: LocalCluster) -> None:
-        pki = cluster.pki
-        for client, path in (
-            ("admin", cluster.kubeconfig_path),
-            ("kube-scheduler", cluster.directory / "kube-scheduler.kubeconfig"),
-            ("kube-controller-manager", cluster.directory / "kube-controller-manager.kubeconfig"),
-        ):
-            path.write_text(kubeconfigs.render(
-                cluster=cluster.name, server=cluster.endpoint, ca_cert=pki.ca_cert,
-                client_cert=pki.client_cert(client), client_key=pki.client_key(client),
-                user=client,
-            ))
-            path.chmod(0o600)
 
     @staticmethod
     async def _stop_cluster(cluster: LocalCluster) -> None:

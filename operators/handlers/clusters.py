@@ -13,8 +13,6 @@ import asyncio
 import base64
 import contextlib
 import logging
-import os
-from pathlib import Path
 from typing import Any
 
 import kopf
@@ -25,6 +23,7 @@ from operators.api.nodepools import FakeNodePool
 from operators.api.status import pool_status
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import BinaryError, ControlPlaneError, PortInUseError
+from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.substrate import ClusterOptions
 from operators.engine.registering import remove_all
 from operators.handlers.runtime import Member, Runtime, wait_until_none
@@ -104,13 +103,15 @@ async def observe(runtime: Runtime, cluster: FakeCluster, key: str) -> planning.
         member = runtime.external.get(key)
         running = member is not None
         endpoint = member.access.server if member else ""
+    # Running means answering: a control plane that does not say its version yet is starting.
+    version = await _version(runtime, cluster, key) if running else ""
     nodes, ready = await _node_counts(runtime, cluster)
     return planning.Observed(
-        control_plane_running=running,
+        control_plane_running=running and bool(version),
         secret_current=local is not None and await _secret_current(runtime, cluster, local),
         engine_running=runtime.engine_running(key),
         endpoint=endpoint,
-        version=await _version(runtime, cluster, key) if running else "",
+        version=version,
         nodes=nodes,
         ready_nodes=ready,
     )
@@ -182,20 +183,9 @@ async def _connect(runtime: Runtime, namespace: str, key: str,
     text = base64.b64decode(data).decode()
     access = load_kubeconfig(text, untrusted=True, source=source)
     # The engine reads the same kubeconfig: a private file in the cluster's directory.
-    directory = runtime.state_dir / "clusters" / key
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = directory / "member.kubeconfig"
-    _write_private(path, text)
+    path = private_directory(runtime.state_dir / "clusters" / key) / "member.kubeconfig"
+    write_private(path, text.encode())
     return Member(access, path)
-
-
-def _write_private(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.unlink(missing_ok=True)
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    temporary.rename(path)
 
 
 def member_access(runtime: Runtime, cluster: FakeCluster, key: str) -> ClusterAccess | None:
