@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import signal
@@ -25,7 +24,7 @@ from operators.api.crdgen import crd
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.controlplane.etcd import EtcdFiles, shared_etcd
-from operators.controlplane.files import private_directory
+from operators.controlplane.state import ComponentState, OperatorState, StateDir, publish
 from operators.controlplane.substrate import Substrate
 from operators.handlers import registry
 from operators.handlers.runtime import Runtime
@@ -36,8 +35,8 @@ from operators.k8s.errors import K8sError
 
 logger = logging.getLogger("operators")
 
-READY_FILE = "operator.json"
 SHUTDOWN_GRACE = 10.0
+PUBLISH_INTERVAL = 1.0
 
 
 async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool, fsync: bool) -> None:
@@ -58,7 +57,7 @@ async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool, fsync:
             state_dir=state_dir, host=host, host_kubeconfig=kubeconfig_path.resolve(),
             substrate=substrate, resolve_binaries=lambda version: binaries_.resolve(version),
         )
-        announce = asyncio.create_task(_announce_ready(state_dir, ready_flag))
+        announce = asyncio.create_task(_publish(runtime, ready_flag))
         operator = asyncio.create_task(registry.run(
             runtime=runtime, stop_flag=stop_flag, ready_flag=ready_flag))
         stopping = asyncio.create_task(stop_flag.wait())
@@ -77,16 +76,23 @@ async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool, fsync:
                     await operator
         operator.result()
     finally:
-        (state_dir / READY_FILE).unlink(missing_ok=True)
+        StateDir(state_dir).operator_file.unlink(missing_ok=True)
         await substrate.stop()
         await host.close()
 
 
-async def _announce_ready(state_dir: Path, ready_flag: asyncio.Event) -> None:
+async def _publish(runtime: Runtime, ready_flag: asyncio.Event) -> None:
+    """Once the handlers run, say so, and keep saying what runs: the members' control
+    planes and their engines (``fakefleet status`` lists them)."""
     await ready_flag.wait()
-    temporary = state_dir / f".{READY_FILE}.tmp"
-    temporary.write_text(json.dumps({"pid": os.getpid(), "ready": True}) + "\n")
-    temporary.rename(state_dir / READY_FILE)
+    path = StateDir(runtime.state_dir).operator_file
+    while True:
+        engines = [ComponentState(cluster=key, name="engine", pid=engine.pid,
+                                  log=str(engine.log_path), restarts=engine.restarts)
+                   for key, engine in runtime.engines.items()]
+        publish(path, OperatorState(pid=os.getpid(), ready=True,
+                                    components=[*runtime.substrate.components(), *engines]))
+        await asyncio.sleep(PUBLISH_INTERVAL)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:  # kopf logs every timer run at INFO
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     state_dir: Path = args.state_dir.resolve()
-    kubeconfig = args.kubeconfig or state_dir / "clusters" / "host" / "kubeconfig"
-    private_directory(state_dir)
-    with (state_dir / "operator.lock").open("a") as lock:
+    state = StateDir(state_dir).create()
+    kubeconfig = args.kubeconfig or state.host_kubeconfig
+    with state.operator_lock.open("a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -30,7 +30,14 @@ from operators.controlplane import daemon, health
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.controlplane.etcd import shared_etcd
-from operators.controlplane.files import private_directory
+from operators.controlplane.pki import ClusterPKI
+from operators.controlplane.state import (
+    ComponentState,
+    HostState,
+    StateDir,
+    read_host,
+    read_operator,
+)
 from operators.controlplane.supervising import tail
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
@@ -117,16 +124,17 @@ def up(state_dir: Path, kubernetes_version: str, port: int | None, profile: str,
        timeout: float, unsafe_no_fsync: bool) -> None:
     """Start the host control plane (etcd, apiserver, scheduler, controller-manager)."""
     state_dir = state_dir.resolve()
+    state = StateDir(state_dir)
     if daemon.daemon_alive(state_dir):
-        host = daemon.read_host(state_dir)
-        if host and host.get("ready"):
+        host = read_host(state)
+        if host and host.ready:
             console.print(f"fakefleet is already up in {state_dir}")
             _print_usage(state_dir, host)
             return
         raise StateError(f"a fakefleet daemon on {state_dir} is starting or stuck: see "
-                         f"{state_dir / daemon.LOG_FILE}, or run 'fakefleet down'")
+                         f"{state.daemon_log}, or run 'fakefleet down'")
     _resolve_binaries(kubernetes_version)
-    (state_dir / daemon.HOST_FILE).unlink(missing_ok=True)
+    state.host_file.unlink(missing_ok=True)
     argv = [
         sys.executable, "-m", "operators.controlplane.daemon", "--state-dir", str(state_dir),
         "--kubernetes-version", kubernetes_version, "--profile", profile,
@@ -136,9 +144,9 @@ def up(state_dir: Path, kubernetes_version: str, port: int | None, profile: str,
         argv += ["--port", str(port)]
     if unsafe_no_fsync:
         argv.append("--unsafe-no-fsync")
-    private_directory(state_dir)
+    state.create()
     started = time.monotonic()
-    with (state_dir / daemon.LOG_FILE).open("ab") as log:
+    with state.daemon_log.open("ab") as log:
         process = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -151,21 +159,22 @@ def up(state_dir: Path, kubernetes_version: str, port: int | None, profile: str,
 
 
 def _wait_for_daemon(state_dir: Path, process: subprocess.Popen[bytes],
-                     timeout: float) -> dict[str, Any]:
+                     timeout: float) -> HostState:
+    state = StateDir(state_dir)
     deadline = time.monotonic() + timeout
     while True:
-        host = daemon.read_host(state_dir)
-        if host is not None and host.get("pid") == process.pid:
-            if host.get("ready"):
+        host = read_host(state)
+        if host is not None and host.pid == process.pid:
+            if host.ready:
                 return host
-            if host.get("error"):
+            if host.error:
                 process.wait(timeout=30)
-                raise StateError(str(host["error"]))
+                raise StateError(host.error)
         if process.poll() is not None:
             raise StateError(
                 f"the fakefleet daemon exited with code {process.returncode} before the host "
-                f"cluster was Ready; its log ({state_dir / daemon.LOG_FILE}) ends with:\n"
-                f"{tail(state_dir / daemon.LOG_FILE, 15)}"
+                f"cluster was Ready; its log ({state.daemon_log}) ends with:\n"
+                f"{tail(state.daemon_log, 15)}"
             )
         if time.monotonic() > deadline:
             process.send_signal(signal.SIGTERM)
@@ -174,11 +183,11 @@ def _wait_for_daemon(state_dir: Path, process: subprocess.Popen[bytes],
         time.sleep(0.2)
 
 
-def _print_usage(state_dir: Path, host: dict[str, Any]) -> None:
+def _print_usage(state_dir: Path, host: HostState) -> None:
     flag = "" if state_dir == default_state_dir().resolve() else f" --state-dir {state_dir}"
-    console.print(f"  endpoint:   {host['endpoint']}\n"
-                  f"  kubeconfig: {host['kubeconfig']}\n"
-                  f"  try:        kubectl --kubeconfig {host['kubeconfig']} get ns\n"
+    console.print(f"  endpoint:   {host.endpoint}\n"
+                  f"  kubeconfig: {host.kubeconfig}\n"
+                  f"  try:        kubectl --kubeconfig {host.kubeconfig} get ns\n"
                   f"              fakefleet status{flag}\n"
                   f"              fakefleet down{flag}", highlight=False, soft_wrap=True)
 
@@ -189,16 +198,19 @@ def _print_usage(state_dir: Path, host: dict[str, Any]) -> None:
 def down(state_dir: Path, timeout: float) -> None:
     """Stop everything `up` started. Data and certificates stay for the next `up`."""
     state_dir = state_dir.resolve()
-    host = daemon.read_host(state_dir)
+    state = StateDir(state_dir)
+    host = read_host(state)
     if not daemon.daemon_alive(state_dir):
-        (state_dir / daemon.HOST_FILE).unlink(missing_ok=True)
+        state.host_file.unlink(missing_ok=True)
         console.print(f"fakefleet is not running in {state_dir}")
         return
     if host is None:
-        raise StateError(f"a daemon holds {state_dir / daemon.LOCK_FILE} but published no "
-                         f"state; stop it by hand (see {state_dir / daemon.LOG_FILE})")
-    pid = int(host["pid"])
-    children = [int(c["pid"]) for c in host.get("components", []) if c.get("pid")]
+        raise StateError(f"a daemon holds {state.daemon_lock} but published no "
+                         f"state; stop it by hand (see {state.daemon_log})")
+    pid = host.pid
+    operator = read_operator(state)
+    children = [c.pid for c in [*host.components, *(operator.components if operator else [])]
+                if c.pid]
     with console.status("stopping the host control plane"):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
@@ -234,38 +246,47 @@ def _alive(pid: int) -> bool:
 @main.command()
 @state_dir_option
 def status(state_dir: Path) -> None:
-    """Show each component of the host control plane: pid, port, health."""
+    """Show every process: the host control plane, the operator, and each member cluster's
+    control plane and engine, with pid, port, restarts and health."""
     state_dir = state_dir.resolve()
-    host = daemon.read_host(state_dir)
+    state = StateDir(state_dir)
+    host = read_host(state)
     if host is None or not daemon.daemon_alive(state_dir):
         raise StateError(f"fakefleet is not running in {state_dir}: start it with 'fakefleet up'")
-    host_dir = state_dir / "clusters" / daemon.HOST_CLUSTER / "pki"
-    admin_tls = health.client_tls(host_dir / "ca.crt", host_dir / "admin.crt",
-                                  host_dir / "admin.key")
-    etcd_tls = shared_etcd(state_dir).tls()
-    results = asyncio.run(_probe_all(state_dir, host["components"], admin_tls, etcd_tls))
-    table = Table(title=f"fakefleet {host['kubernetesVersion']} in {state_dir}")
+    operator = read_operator(state)
+    members = operator.components if operator and any(
+        c.name == "operator" and c.pid == operator.pid for c in host.components) else []
+    components = [*host.components, *members]
+    results = asyncio.run(_probe_all(state, components))
+    table = Table(title=f"fakefleet {host.kubernetesVersion} in {state_dir}")
     for column in ("cluster", "component", "pid", "port", "restarts", "health"):
         table.add_column(column)
-    for component, (healthy, detail) in zip(host["components"], results, strict=True):
+    for component, (healthy, detail) in zip(components, results, strict=True):
         table.add_row(
-            component["cluster"] or "(shared)", component["name"], str(component["pid"]),
-            str(component["port"] or "-"), str(component["restarts"]),
+            component.cluster or "(shared)", component.name, str(component.pid),
+            str(component.port or "-"), str(component.restarts),
             "[green]ok[/]" if healthy else f"[red]{detail[:60]}[/]",
         )
     stdout.print(table)
 
 
-async def _probe_all(state_dir: Path, components: list[dict[str, Any]],
-                     admin_tls: Any, etcd_tls: Any) -> list[tuple[bool, str]]:
-    async def probe(component: dict[str, Any]) -> tuple[bool, str]:
-        url = component["healthUrl"]
-        if url is None:  # the operator: healthy once it has announced itself
-            ready = daemon.operator_ready(state_dir, component["pid"])
+async def _probe_all(state: StateDir, components: list[ComponentState]) -> list[
+        tuple[bool, str]]:
+    etcd_tls = shared_etcd(state.root).tls()
+
+    async def probe(component: ComponentState) -> tuple[bool, str]:
+        url = component.healthUrl
+        if component.name == "operator":  # healthy once it has announced itself
+            ready = daemon.operator_ready(state.root, component.pid)
             return ready, "ok" if ready else "not ready"
-        if component["name"] == "kube-apiserver":
-            return await health.probe(url, admin_tls)
-        if component["name"] == "etcd":
+        if url is None:  # an engine: alive is healthy (it retries whatever fails)
+            alive = component.pid is not None and _alive(component.pid)
+            return alive, "ok" if alive else "not running"
+        if component.name == "kube-apiserver" and component.cluster:
+            pki = ClusterPKI(state.pki(component.cluster))
+            return await health.probe(url, health.client_tls(
+                pki.ca_cert, pki.client_cert("admin"), pki.client_key("admin")))
+        if component.name == "etcd":
             return await health.probe(url, etcd_tls)
         return await health.probe(url, health.insecure_tls() if url.startswith("https") else None)
 
@@ -273,7 +294,7 @@ async def _probe_all(state_dir: Path, components: list[dict[str, Any]],
 
 
 def _host_client(state_dir: Path) -> Client:
-    path = state_dir.resolve() / "clusters" / daemon.HOST_CLUSTER / "kubeconfig"
+    path = StateDir(state_dir.resolve()).host_kubeconfig
     if not path.exists():
         raise StateError(f"no host cluster in {state_dir}: start it with 'fakefleet up'")
     return Client.connect(load_kubeconfig_file(path))
@@ -369,7 +390,7 @@ def kubeconfig(state_dir: Path, cluster: str | None) -> None:
     kubectl --kubeconfig <(fakefleet kubeconfig) get fakeclusters
     """
     if cluster is None:
-        path = state_dir.resolve() / "clusters" / daemon.HOST_CLUSTER / "kubeconfig"
+        path = StateDir(state_dir.resolve()).host_kubeconfig
         if not path.exists():
             raise StateError(f"no host cluster in {state_dir}: start it with 'fakefleet up'")
         sys.stdout.write(path.read_text())

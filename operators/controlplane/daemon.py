@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import dataclasses
 import fcntl
-import json
 import logging
 import os
 import signal
@@ -25,22 +24,25 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StartupError, StateError
-from operators.controlplane.files import private_directory
+from operators.controlplane.state import (
+    HOST_CLUSTER,
+    ComponentState,
+    HostState,
+    StateDir,
+    publish,
+    read_host,
+    read_operator,
+)
 from operators.controlplane.substrate import ClusterOptions, Substrate
 from operators.controlplane.supervising import Supervised, tail
 
 logger = logging.getLogger(__name__)
 
-HOST_CLUSTER = "host"
-LOCK_FILE = "daemon.lock"
-HOST_FILE = "host.json"
-LOG_FILE = "daemon.log"
-OPERATOR_READY_FILE = "operator.json"  # written by the operator once its handlers run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,15 +58,6 @@ class HostSettings:
     fsync: bool = True
 
 
-def read_host(state_dir: Path) -> dict[str, Any] | None:
-    """The published state of the daemon on ``state_dir``, or None if it never wrote one."""
-    try:
-        data: dict[str, Any] = json.loads((state_dir / HOST_FILE).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-    return data
-
-
 def daemon_alive(state_dir: Path) -> bool:
     """Whether a daemon holds the lock of ``state_dir`` right now."""
     try:
@@ -76,8 +69,7 @@ def daemon_alive(state_dir: Path) -> bool:
 
 @contextlib.contextmanager
 def _lock(state_dir: Path, *, blocking: bool) -> Iterator[IO[str]]:
-    private_directory(state_dir)
-    with (state_dir / LOCK_FILE).open("a") as handle:
+    with StateDir(state_dir).create().daemon_lock.open("a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError as error:
@@ -88,55 +80,36 @@ def _lock(state_dir: Path, *, blocking: bool) -> Iterator[IO[str]]:
         yield handle
 
 
-def _publish(state_dir: Path, data: dict[str, Any]) -> None:
-    temporary = state_dir / f".{HOST_FILE}.tmp"
-    temporary.write_text(json.dumps(data, indent=2) + "\n")
-    temporary.rename(state_dir / HOST_FILE)
-
-
 def _snapshot(substrate: Substrate, settings: HostSettings, started: str,
-              operator: Supervised | None) -> dict[str, Any]:
+              operator: Supervised | None) -> HostState:
     host = substrate.clusters.get(HOST_CLUSTER)
-    components = [
-        {
-            "cluster": c.cluster, "name": c.name, "pid": c.pid, "port": c.port,
-            "healthUrl": c.health_url, "log": str(c.log_path), "restarts": c.restarts,
-        }
-        for c in substrate.components()
-    ]
+    components = substrate.components()
     if operator is not None:
-        components.append({
-            "cluster": None, "name": "operator", "pid": operator.pid, "port": None,
-            "healthUrl": None, "log": str(operator.log_path), "restarts": operator.restarts,
-        })
-    return {
-        "pid": os.getpid(),
-        "ready": host is not None,
-        "startedAt": started,
-        "kubernetesVersion": settings.version,
-        "profile": str(settings.profile),
-        "endpoint": host.endpoint if host else None,
-        "kubeconfig": str(host.kubeconfig_path) if host else None,
-        "components": components,
-    }
+        components.append(ComponentState(cluster=None, name="operator", pid=operator.pid,
+                                         log=str(operator.log_path),
+                                         restarts=operator.restarts))
+    return HostState(
+        pid=os.getpid(), ready=host is not None, startedAt=started,
+        kubernetesVersion=settings.version, profile=str(settings.profile),
+        endpoint=host.endpoint if host else None,
+        kubeconfig=str(host.kubeconfig_path) if host else None, components=components,
+    )
 
 
 def operator_ready(state_dir: Path, pid: int | None) -> bool:
     """Whether the operator with ``pid`` announced that its handlers run."""
-    try:
-        announced = json.loads((state_dir / OPERATOR_READY_FILE).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return False
-    return pid is not None and announced.get("pid") == pid
+    announced = read_operator(StateDir(state_dir))
+    return pid is not None and announced is not None and announced.ready and \
+        announced.pid == pid
 
 
 async def _start_operator(state_dir: Path, timeout: float) -> Supervised:
     """The operator runs as a supervised child: killed, it is restarted (and adopts)."""
-    (state_dir / OPERATOR_READY_FILE).unlink(missing_ok=True)
+    StateDir(state_dir).operator_file.unlink(missing_ok=True)
     operator = Supervised(
         "operator",
         [sys.executable, "-m", "operators", "--state-dir", str(state_dir), "--install-crds"],
-        log_path=state_dir / "operator.log",
+        log_path=StateDir(state_dir).operator_log,
         death_signal=signal.SIGTERM,  # it stops its members and engines, within a bound
     )
     await operator.start()
@@ -162,6 +135,7 @@ async def run(
 ) -> None:
     """Run the host control plane until ``stop_flag`` is set; everything is stopped on return."""
     state_dir = settings.state_dir
+    state = StateDir(state_dir)
     with _lock(state_dir, blocking=False):
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         binaries = binaries_.resolve(settings.version, allow_build=False)
@@ -178,18 +152,18 @@ async def run(
             if ready_flag is not None:
                 ready_flag.set()
             while not stop_flag.is_set():
-                _publish(state_dir, _snapshot(substrate, settings, started, operator))
+                publish(state.host_file, _snapshot(substrate, settings, started, operator))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop_flag.wait(), publish_interval)
         except ControlPlaneError as error:
-            _publish(state_dir, {"pid": os.getpid(), "ready": False, "error": str(error)})
+            publish(state.host_file, HostState(pid=os.getpid(), error=str(error)))
             raise
         finally:
             if operator is not None:
                 await operator.stop(timeout=30)
             await substrate.stop()
-            if (read_host(state_dir) or {}).get("error") is None:
-                (state_dir / HOST_FILE).unlink(missing_ok=True)
+            if (published := read_host(state)) is None or published.error is None:
+                state.host_file.unlink(missing_ok=True)
 
 
 async def _main_async(settings: HostSettings) -> int:

@@ -1,16 +1,10 @@
 """One shared etcd and any number of local clusters on it, each a real kube-apiserver with its
 own ``--etcd-prefix`` (plus, optionally, kube-scheduler and kube-controller-manager).
 
-State directory layout (everything a restart needs to find the same clusters again; etcd's
-files under ``<state>/etcd/`` are laid out in :mod:`~operators.controlplane.etcd`)::
-
-    <state>/clusters/<name>/cluster.json   ports and options: endpoints stay stable
-    <state>/clusters/<name>/pki/           CA, serving and client certificates
-    <state>/clusters/<name>/kubeconfig     admin kubeconfig (certificates embedded)
-    <state>/clusters/<name>/<component>.kubeconfig   the scheduler's and controller-manager's
-    <state>/clusters/<name>/*.log          one log per component
-
-The state directory is private (0700), and so are keys and kubeconfigs (0600), from their
+Everything a restart needs to find the same clusters again lives in the state directory
+(:mod:`~operators.controlplane.state`): each cluster's ports (endpoints stay stable), PKI,
+kubeconfigs and logs. The state directory is private (0700), and so are keys and kubeconfigs
+(0600), from their
 creation: they hold the credentials of every cluster.
 
 The substrate supervises its processes while its event loop runs and stops them all in
@@ -43,6 +37,7 @@ from operators.controlplane.etcd import (
 )
 from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.pki import CLIENTS, ClusterPKI, ensure_etcd_pki, ensure_pki
+from operators.controlplane.state import ComponentState, StateDir
 from operators.controlplane.supervising import Supervised
 
 
@@ -58,29 +53,20 @@ class ClusterOptions:
     """Binaries of another Kubernetes version than the substrate's default."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Component:
-    """One running component, as shown by ``fakefleet status``."""
-
-    cluster: str | None
-    name: str
-    pid: int | None
-    port: int
-    health_url: str
-    log_path: Path
-    restarts: int
-
-
 @dataclasses.dataclass
 class LocalCluster:
     """A running local cluster."""
 
     name: str
-    directory: Path
+    state: StateDir
     ports: ClusterPorts
     options: ClusterOptions
     pki: ClusterPKI
     processes: dict[str, Supervised]
+
+    @property
+    def directory(self) -> Path:
+        return self.state.cluster(self.name)
 
     @property
     def endpoint(self) -> str:
@@ -92,7 +78,7 @@ class LocalCluster:
 
     def kubeconfig_of(self, client: str) -> Path:
         """The kubeconfig of ``client``, one of :data:`~operators.controlplane.pki.CLIENTS`."""
-        return self.directory / ("kubeconfig" if client == "admin" else f"{client}.kubeconfig")
+        return self.state.kubeconfig(self.name, client)
 
     @property
     def apiserver(self) -> Supervised:
@@ -227,11 +213,12 @@ class Substrate:
         if name in self.clusters:
             return self.clusters[name]
         options = options or ClusterOptions()
-        directory = self.state_dir / "clusters" / name
+        state = StateDir(self.state_dir)
+        directory = state.cluster(name)
         directory.mkdir(parents=True, exist_ok=True)
-        ports = self._cluster_ports(directory, options)
-        pki = ensure_pki(directory / "pki", name)
-        cluster = LocalCluster(name, directory, ports, options, pki, processes={})
+        ports = self._cluster_ports(state, name, options)
+        pki = ensure_pki(state.pki(name), name)
+        cluster = LocalCluster(name, state, ports, options, pki, processes={})
         write_kubeconfigs(cluster)
 
         binaries = options.binaries or self.binaries
@@ -287,7 +274,7 @@ class Substrate:
             await self._stop_cluster(cluster)
         if purge:
             await self.delete_etcd_prefix(components.etcd_prefix(name) + "/")
-            shutil.rmtree(self.state_dir / "clusters" / name, ignore_errors=True)
+            shutil.rmtree(StateDir(self.state_dir).cluster(name), ignore_errors=True)
 
     async def stop(self) -> None:
         """Stop every cluster, then etcd. Data stays for the next start."""
@@ -297,13 +284,14 @@ class Substrate:
             await self._etcd.stop()
             self._etcd = None
 
-    def components(self) -> list[Component]:
-        """Every supervised process, etcd first."""
-        found: list[Component] = []
+    def components(self) -> list[ComponentState]:
+        """Every supervised process, etcd first, as ``fakefleet status`` lists them."""
+        found: list[ComponentState] = []
         if self._etcd is not None and self._etcd_ports is not None:
-            found.append(Component(
-                None, "etcd", self._etcd.pid, self._etcd_ports.client,
-                self.etcd.health_url, self._etcd.log_path, self._etcd.restarts,
+            found.append(ComponentState(
+                cluster=None, name="etcd", pid=self._etcd.pid, port=self._etcd_ports.client,
+                healthUrl=self.etcd.health_url, log=str(self._etcd.log_path),
+                restarts=self._etcd.restarts,
             ))
         for cluster in self.clusters.values():
             ports = {
@@ -319,9 +307,9 @@ class Substrate:
             }
             for component, process in cluster.processes.items():
                 port, url = ports[component]
-                found.append(Component(
-                    cluster.name, component, process.pid, port, url, process.log_path,
-                    process.restarts,
+                found.append(ComponentState(
+                    cluster=cluster.name, name=component, pid=process.pid, port=port,
+                    healthUrl=url, log=str(process.log_path), restarts=process.restarts,
                 ))
         return found
 
@@ -331,12 +319,13 @@ class Substrate:
     async def delete_etcd_prefix(self, prefix: str) -> int:
         return await delete_etcd_prefix(self.etcd, prefix)
 
-    def _cluster_ports(self, directory: Path, options: ClusterOptions) -> ClusterPorts:
-        state_file = directory / "cluster.json"
+    def _cluster_ports(self, state: StateDir, name: str,
+                       options: ClusterOptions) -> ClusterPorts:
+        state_file = state.ports_file(name)
         stored: dict[str, Any] = {}
         if state_file.exists():
             stored = json.loads(state_file.read_text()).get("ports", {})
-        what = f"the kube-apiserver of cluster {directory.name!r}"
+        what = f"the kube-apiserver of cluster {name!r}"
         ports = ClusterPorts(
             apiserver=claim_port(options.apiserver_port or stored.get("apiserver"), what),
             scheduler=free_port(),

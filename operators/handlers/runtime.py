@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from operators.controlplane.binaries import Binaries
+from operators.controlplane.state import StateDir
 from operators.controlplane.substrate import Substrate
 from operators.controlplane.supervising import Supervised
 from operators.k8s.client import Client
@@ -61,7 +62,7 @@ class Runtime:
             f"{key}/engine",
             [sys.executable, "-m", "operators.engine", "--kubeconfig", str(member_kubeconfig),
              "--host-kubeconfig", str(self.host_kubeconfig), "--cluster", f"{namespace}/{name}"],
-            log_path=self.state_dir / "clusters" / key / "engine.log",
+            log_path=StateDir(self.state_dir).engine_log(key),
             stable_after=ENGINE_STABLE_AFTER, death_signal=signal.SIGTERM,
         )
         await engine.start()

@@ -1,0 +1,162 @@
+"""The state directory, spelled once: every path in it, and the two files that say what runs.
+
+    <state>/daemon.lock, daemon.log     the daemon of `fakefleet up` (one per directory)
+    <state>/host.json                   what the daemon runs (HostState)
+    <state>/operator.lock, operator.log the operator (one per directory)
+    <state>/operator.json               what the operator runs: members and engines (OperatorState)
+    <state>/etcd/                       the shared etcd (operators.controlplane.etcd)
+    <state>/clusters/<key>/             one cluster: cluster.json (ports), pki/, kubeconfig
+                                        (admin) and one per component, *.log, and for members
+                                        engine.log, member.kubeconfig (an adopted cluster's)
+
+``host`` is the key of the daemon's host cluster; members are keyed ``<namespace>.<name>``.
+Every reader and writer of these files imports this module; the JSON files are written
+atomically (a reader never sees half of one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from operators.controlplane.etcd import EtcdFiles
+from operators.controlplane.files import private_directory
+
+HOST_CLUSTER = "host"
+
+
+@dataclasses.dataclass(frozen=True)
+class StateDir:
+    """The paths of one state directory."""
+
+    root: Path
+
+    @property
+    def daemon_lock(self) -> Path:
+        return self.root / "daemon.lock"
+
+    @property
+    def daemon_log(self) -> Path:
+        return self.root / "daemon.log"
+
+    @property
+    def host_file(self) -> Path:
+        return self.root / "host.json"
+
+    @property
+    def operator_lock(self) -> Path:
+        return self.root / "operator.lock"
+
+    @property
+    def operator_log(self) -> Path:
+        return self.root / "operator.log"
+
+    @property
+    def operator_file(self) -> Path:
+        return self.root / "operator.json"
+
+    @property
+    def etcd(self) -> EtcdFiles:
+        return EtcdFiles.of(self.root)
+
+    @property
+    def clusters(self) -> Path:
+        return self.root / "clusters"
+
+    def cluster(self, key: str) -> Path:
+        return self.clusters / key
+
+    def kubeconfig(self, key: str, client: str = "admin") -> Path:
+        """A cluster's kubeconfig for ``client`` (admin, kube-scheduler, ...)."""
+        name = "kubeconfig" if client == "admin" else f"{client}.kubeconfig"
+        return self.cluster(key) / name
+
+    def pki(self, key: str) -> Path:
+        return self.cluster(key) / "pki"
+
+    def ports_file(self, key: str) -> Path:
+        return self.cluster(key) / "cluster.json"
+
+    def engine_log(self, key: str) -> Path:
+        return self.cluster(key) / "engine.log"
+
+    def member_kubeconfig(self, key: str) -> Path:
+        """The kubeconfig of an adopted cluster, as its engine reads it."""
+        return self.cluster(key) / "member.kubeconfig"
+
+    @property
+    def host_kubeconfig(self) -> Path:
+        return self.kubeconfig(HOST_CLUSTER)
+
+    def create(self) -> StateDir:
+        private_directory(self.root)
+        return self
+
+
+class _Published(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ComponentState(_Published):
+    """One process, as ``fakefleet status`` lists it."""
+
+    cluster: str | None
+    name: str
+    pid: int | None
+    port: int | None = None
+    healthUrl: str | None = None
+    log: str
+    restarts: int = 0
+
+
+class HostState(_Published):
+    """What the daemon of ``fakefleet up`` runs (``host.json``)."""
+
+    pid: int
+    ready: bool = False
+    error: str | None = None
+    startedAt: str = ""
+    kubernetesVersion: str = ""
+    profile: str = ""
+    endpoint: str | None = None
+    kubeconfig: str | None = None
+    components: list[ComponentState] = []
+
+
+class OperatorState(_Published):
+    """What the operator runs (``operator.json``): ready once its handlers run."""
+
+    pid: int
+    ready: bool = False
+    components: list[ComponentState] = []
+
+
+def publish(path: Path, state: _Published) -> None:
+    """Replace ``path`` with ``state`` at once (written aside, then renamed)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(state.model_dump_json(indent=2) + "\n")
+    temporary.rename(path)
+
+
+def read_host(state: StateDir) -> HostState | None:
+    """The daemon's published state, or None if it never wrote one."""
+    return _read(state.host_file, HostState)
+
+
+def read_operator(state: StateDir) -> OperatorState | None:
+    return _read(state.operator_file, OperatorState)
+
+
+Published = TypeVar("Published", bound=_Published)
+
+
+def _read(path: Path, model: type[Published]) -> Published | None:
+    try:
+        return model.model_validate(json.loads(path.read_text()))
+    except (FileNotFoundError, json.JSONDecodeError, ValidationError):
+        return None
