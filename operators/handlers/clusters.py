@@ -24,6 +24,7 @@ from operators.api.status import pool_status
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import BinaryError, ControlPlaneError, PortInUseError
 from operators.controlplane.files import private_directory, write_private
+from operators.controlplane.state import StateDir
 from operators.controlplane.substrate import ClusterOptions
 from operators.engine.registering import remove_all
 from operators.handlers.runtime import Member, Runtime, wait_until_none
@@ -45,15 +46,22 @@ SECRETS = "/api/v1/namespaces/{namespace}/secrets"
 async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Create/update/resume handler and timer of FakeCluster."""
     runtime: Runtime = memo.runtime
-    cluster = FakeCluster.model_validate(dict(body))
-    namespace, name = cluster.metadata["namespace"], cluster.metadata["name"]
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     key = planning.cluster_key(namespace, name)
     async with runtime.lock(key):
+        # The object as it is now: kopf's copy may predate our last status write, and
+        # conditions computed against it would bring back an old lastTransitionTime.
+        try:
+            cluster = FakeCluster.model_validate(
+                await runtime.host.get(CLUSTERS.format(namespace=namespace, name=name)))
+        except NotFound:
+            return  # deleted meanwhile
         observed = await observe(runtime, cluster, key)
         error, stalled, delay = "", False, 5.0
         actions = planning.plan(cluster, observed)
         reported = cluster.status
         if actions:  # say what is missing before mending it: a restart shows as not Ready
+            logger.info("cluster %s: %s", key, ", ".join(type(a).__name__ for a in actions))
             reported = await report(runtime, cluster, observed, reported)
         for action in actions:
             try:
@@ -159,6 +167,9 @@ async def report(runtime: Runtime, cluster: FakeCluster, observed: planning.Obse
                                             f"{status.phase}: {ready.message if ready else ''}")
     if status == previous:
         return status
+    if previous is None or status.phase != previous.phase:
+        logger.info("cluster %s/%s: %s", cluster.metadata["namespace"], cluster.metadata["name"],
+                    status.phase)
     path = CLUSTERS.format(namespace=cluster.metadata["namespace"],
                            name=cluster.metadata["name"])
     with contextlib.suppress(NotFound):  # deleted meanwhile
@@ -183,7 +194,9 @@ async def _connect(runtime: Runtime, namespace: str, key: str,
     text = base64.b64decode(data).decode()
     access = load_kubeconfig(text, untrusted=True, source=source)
     # The engine reads the same kubeconfig: a private file in the cluster's directory.
-    path = private_directory(runtime.state_dir / "clusters" / key) / "member.kubeconfig"
+    state = StateDir(runtime.state_dir)
+    private_directory(state.cluster(key))
+    path = state.member_kubeconfig(key)
     write_private(path, text.encode())
     return Member(access, path)
 
