@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from operators.controlplane import binaries as binaries_
+from operators.controlplane.state import StateDir, read_operator
 from operators.controlplane.substrate import Substrate
 
 BIN = Path(sys.executable).parent
@@ -116,7 +117,7 @@ spec:
 class Fleet:
     def __init__(self, state: Path) -> None:
         self.state = state
-        self.host = state / "clusters" / "host" / "kubeconfig"
+        self.host = StateDir(state).host_kubeconfig
 
     def apply(self, manifest: str) -> None:
         subprocess.run([str(KUBECTL), "--kubeconfig", str(self.host), "apply", "-f", "-"],
@@ -154,8 +155,12 @@ class Fleet:
         return result
 
     def operator_pid(self) -> int:
-        pid: int = json.loads((self.state / "operator.json").read_text())["pid"]
-        return pid
+        """The pid of the operator that announced itself ready (0: none yet)."""
+        announced = read_operator(StateDir(self.state))
+        return announced.pid if announced is not None and announced.ready else 0
+
+    def operator_restarted(self, old: int) -> bool:
+        return self.operator_pid() not in (0, old)
 
 
 @pytest.fixture(scope="session")

@@ -90,6 +90,28 @@ def test_cluster_and_pools_become_ready(fleet: Fleet, alpha: Path) -> None:
     assert "Ready" in table
 
 
+def test_status_lists_each_engine_with_its_pid(fleet: Fleet, alpha: Path) -> None:
+    engines = [pid for pid in processes_mentioning("--cluster default/alpha")
+               if "operators.engine" in Path(f"/proc/{pid}/cmdline").read_text()
+               and str(fleet.state) in Path(f"/proc/{pid}/cmdline").read_text()]
+    assert len(engines) == 1, "one engine process per cluster"
+
+    def listed() -> str | None:
+        table = fakefleet("status", "--state-dir", str(fleet.state)).stdout
+        row = next((line for line in table.splitlines()
+                    if "default.alpha" in line and "engine" in line), "")
+        return row if str(engines[0]) in row and " ok " in row else None
+
+    row = eventually(listed, timeout=10, what="the engine of alpha in fakefleet status")
+    assert "default.alpha" in row
+    table = fakefleet("status", "--state-dir", str(fleet.state)).stdout
+    member = [line for line in table.splitlines() if "default.alpha" in line]
+    assert {name for name in ("kube-apiserver", "kube-scheduler", "kube-controller-manager",
+                              "engine") if any(name in line for line in member)} == {
+        "kube-apiserver", "kube-scheduler", "kube-controller-manager", "engine"}
+    assert all(" ok " in line for line in member), member
+
+
 def test_kubectl_scale_changes_the_node_count_both_ways(fleet: Fleet, alpha: Path) -> None:
     kubectl(fleet.host, "scale", "fnp/cpu", "--replicas=6")
     fleet.wait_pool("cpu", 6)
@@ -146,8 +168,8 @@ def test_operator_restart_adopts_without_duplicates(fleet: Fleet, alpha: Path) -
     old = fleet.operator_pid()
     killed = rfc3339()
     os.kill(old, signal.SIGKILL)  # its member control planes die with it
-    eventually(lambda: (fleet.state / "operator.json").exists() and fleet.operator_pid() != old,
-               timeout=60, what="the daemon to restart the operator")
+    eventually(lambda: fleet.operator_restarted(old), timeout=60,
+               what="the daemon to restart the operator")
     fleet.wait_cluster_ready("alpha", since=killed)
     assert fleet.get("fc", "alpha")["status"]["endpoint"] == endpoint
     apiservers = [pid for pid in processes_mentioning(str(fleet.state))
@@ -157,6 +179,22 @@ def test_operator_restart_adopts_without_duplicates(fleet: Fleet, alpha: Path) -
     eventually(lambda: ready_nodes(alpha) == nodes_before, what="the same nodes, Ready")
     assert len(ready_nodes(alpha)) == 5, "the new engine adopted the nodes, created none"
     fleet.wait_pool("cpu", 3)
+
+
+def test_the_longest_names_the_api_accepts_work_end_to_end(fleet: Fleet) -> None:
+    """A 60-character FakeCluster name stayed Pending forever: its CA's common name did not
+    fit X.509's 64 characters. Names at the CRDs' limits (63 and 53) now get Ready nodes."""
+    cluster, pool = "c" * 63, "p" * 53
+    fleet.apply(CLUSTER.format(name=cluster))
+    fleet.apply(POOL.format(name=pool, cluster=cluster, replicas=1,
+                            extra="  gpu: {preset: GB200}"))
+    fleet.wait_cluster_ready(cluster, timeout=180)
+    fleet.wait_pool(pool, 1)
+    member = fleet.member(cluster)
+    node = kubectl_json(member, "get", "node", f"{pool}-0")
+    assert len(node["metadata"]["labels"]["nvidia.com/gpu.clique"]) <= 63
+    kubectl(fleet.host, "delete", "fnp", pool, "--timeout=60s")
+    kubectl(fleet.host, "delete", "fc", cluster, "--timeout=60s")
 
 
 def test_deleting_a_cluster_removes_its_control_plane_and_data(fleet: Fleet) -> None:

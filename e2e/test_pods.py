@@ -151,3 +151,20 @@ def test_bad_annotation_is_reported_as_a_warning_event_on_the_pod(beta: Path) ->
     eventually(lambda: kubectl_json(beta, "get", "pod", "typo")["status"].get(
         "phase") == "Running", what="the pod to run")
     kubectl(beta, "delete", "pod", "typo", "--timeout=60s")
+
+
+def test_a_pod_larger_than_a_watch_line_limit_runs_and_the_engine_keeps_going(
+        beta: Path) -> None:
+    """A watch event is one line; a pod of 700 KiB ended the whole engine when lines were
+    read with aiohttp's line reader."""
+    create(beta, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "huge"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "env": [
+            {"name": "BLOB", "value": "x" * (700 * 1024)}]}]}})
+    eventually(lambda: kubectl_json(beta, "get", "pod", "huge")["status"].get("phase")
+               == "Running", what="the 700 KiB pod to run")
+    create(beta, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "after-huge"},
+                  "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    eventually(lambda: kubectl_json(beta, "get", "pod", "after-huge")["status"].get("phase")
+               == "Running", what="the next pod to run too")
+    kubectl(beta, "delete", "pod", "huge", "after-huge", "--timeout=60s")

@@ -86,8 +86,7 @@ def test_kill_during_a_scale_up_recreates_no_node(fleet: Fleet, gamma: Path,
     else:
         old = fleet.operator_pid()
         os.kill(old, signal.SIGKILL)
-        eventually(lambda: (fleet.state / "operator.json").exists()
-                   and fleet.operator_pid() != old, timeout=60,
+        eventually(lambda: fleet.operator_restarted(old), timeout=60,
                    what="the daemon to restart the operator")
         fleet.wait_cluster_ready("gamma", since=killed)
     fleet.wait_pool("g", target, timeout=180)
@@ -146,8 +145,7 @@ def test_kill_during_200_running_pods_changes_no_pod(fleet: Fleet, gamma: Path,
     else:
         old = fleet.operator_pid()
         os.kill(old, signal.SIGKILL)
-        eventually(lambda: (fleet.state / "operator.json").exists()
-                   and fleet.operator_pid() != old, timeout=60,
+        eventually(lambda: fleet.operator_restarted(old), timeout=60,
                    what="the daemon to restart the operator")
         fleet.wait_cluster_ready("gamma", since=killed)
 

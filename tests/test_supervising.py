@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import subprocess
@@ -97,3 +98,28 @@ def test_tail_returns_last_lines(tmp_path: Path, lines: int) -> None:
     log = tmp_path / "x.log"
     log.write_text("".join(f"line {i}\n" for i in range(10)))
     assert tail(log, lines).splitlines() == [f"line {i}" for i in range(10 - lines, 10)]
+
+
+async def test_backoff_grows_while_crashing_and_resets_after_a_healthy_run(
+        tmp_path: Path) -> None:
+    """A crash after a healthy run waits the shortest back-off again, not the longest of an
+    earlier crash loop."""
+    starts = tmp_path / "starts"
+    # Runs 1-4 crash at once; run 5 is healthy for 0.6 s (> stable_after), then crashes.
+    script = (f"date +%s.%N >> {starts}; n=$(wc -l < {starts}); "
+              f"[ $n -eq 5 ] && sleep 0.6; [ $n -ge 6 ] && sleep 60; exit 1")
+    child = Supervised("flaky", ["sh", "-c", script], log_path=tmp_path / "f.log",
+                       min_backoff=0.1, max_backoff=5.0, stable_after=0.5)
+    await child.start()
+    try:
+        await _eventually(lambda: starts.exists() and
+                          len(starts.read_text().split()) >= 6, timeout=15)
+    finally:
+        await child.stop()
+    times = [float(line) for line in starts.read_text().split()]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    # Crash loop: 0.1, 0.2, 0.4, 0.8 s of back-off between the runs (plus a process start) ...
+    for gap, backoff in zip(gaps[:4], [0.1, 0.2, 0.4, 0.8], strict=True):
+        assert backoff <= gap < backoff + 0.25, gaps
+    # ... then 0.6 s of health, and the shortest back-off again (not 1.6 s).
+    assert 0.6 + 0.1 <= gaps[4] < 0.6 + 0.1 + 0.25, gaps
