@@ -6,7 +6,8 @@ Measures, through ``fakefleet up`` in a temporary state directory:
 - ``kubectl apply`` of a FakeCluster until its status says Ready (once per cluster);
 - a FakeNodePool of ``--nodes`` nodes: apply until the pool reports all Ready, and until the
   member's API server lists them all Ready;
-- the operator process's RSS (the engines run inside it) before and after the pool;
+- the RSS of the operator process and of the engine processes (one per cluster) before and
+  after the pool;
 - steady-state writes per second to the member API server once the pool is settled, from the
   apiserver's own ``apiserver_request_total`` counters over ``--window`` seconds.
 
@@ -29,6 +30,7 @@ from rich.table import Table
 
 from bench.controlplane import RESULTS, rss_mib
 from bench.metrics import mutating_requests
+from operators.controlplane.state import StateDir, read_operator
 
 BIN = Path(sys.executable).parent
 
@@ -68,7 +70,7 @@ def main() -> None:
         fakefleet = [str(BIN / "fakefleet")]
         subprocess.run([*fakefleet, "up", "--state-dir", state_name, "--unsafe-no-fsync"],
                        check=True, capture_output=True)
-        host = state / "clusters" / "host" / "kubeconfig"
+        host = StateDir(state).host_kubeconfig
         try:
             def phase(name: str) -> str:
                 return kubectl(host, "get", "fc", name, "-o", "jsonpath={.status.phase}")
@@ -84,8 +86,13 @@ def main() -> None:
                 ready_times.append(time.monotonic() - started)
             result["clusterReadySeconds"] = [round(s, 2) for s in ready_times]
 
-            operator_pid = json.loads((state / "operator.json").read_text())["pid"]
+            operator = read_operator(StateDir(state))
+            assert operator is not None, "the operator announced itself"
+            operator_pid = operator.pid
+            engines = {c.cluster: c.pid for c in operator.components
+                       if c.name == "engine" and c.pid}
             result["operatorRssBeforeMiB"] = round(rss_mib(operator_pid), 1)
+            result["engineRssBeforeMiB"] = round(rss_mib(engines["default.bench-0"]), 1)
             member = state / "member.kubeconfig"
             member.write_text(subprocess.run(
                 [*fakefleet, "kubeconfig", "--state-dir", state_name, "bench-0"],
@@ -124,6 +131,7 @@ def main() -> None:
             result["steadyWritesBreakdown"] = {k: round(v / elapsed, 2) for k, v in
                                                sorted(delta.items())}
             result["operatorRssAfterMiB"] = round(rss_mib(operator_pid), 1)
+            result["engineRssAfterMiB"] = round(rss_mib(engines["default.bench-0"]), 1)
         finally:
             subprocess.run([*fakefleet, "down", "--state-dir", state_name], check=False,
                            capture_output=True)
@@ -141,6 +149,10 @@ def main() -> None:
                   f"{result['operatorRssBeforeMiB']:.0f}")
     table.add_row(f"operator RSS with {args.nodes} nodes (MiB)",
                   f"{result['operatorRssAfterMiB']:.0f}")
+    table.add_row("engine RSS of an idle cluster (MiB)",
+                  f"{result['engineRssBeforeMiB']:.0f}")
+    table.add_row(f"engine RSS with {args.nodes} nodes (MiB)",
+                  f"{result['engineRssAfterMiB']:.0f}")
     table.add_row("steady-state writes to the member apiserver (/s)",
                   f"{result['steadyWritesPerSecond']:.1f}")
     for key, rate in result["steadyWritesBreakdown"].items():
