@@ -84,6 +84,8 @@ class EngineRun:
     phases: list[Phase] = dataclasses.field(default_factory=list)
     peak_rss_mib: float | None = None
     cpu_seconds: float | None = None
+    #: fakefleet only: how long its pod lifecycle held back for late heartbeats, in all.
+    held_back_seconds: float | None = None
     error: str = ""
 
 
@@ -203,6 +205,20 @@ class LeaseGaps(Watched):
         self._renewed[name] = max(renewed, previous or renewed)
 
 
+def held_back(log: Path) -> float:
+    """Seconds the engine's pod lifecycle spent holding back for heartbeats (from its log)."""
+    held, since = 0.0, None
+    for line in log.read_text(errors="replace").splitlines():
+        if "holding back" in line or "back to full speed" in line:
+            stamp = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S"))
+            if "holding back" in line:
+                since = stamp
+            elif since is not None:
+                held += stamp - since
+                since = None
+    return held
+
+
 def node_ready(node: Any) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (node.get("status") or {}).get("conditions") or ())
@@ -315,6 +331,8 @@ class Harness:
                     "pods deleted (scheduled)", self.pods, self._delete_deployments,
                     lambda: pod_tally.until(lambda t: t.present == 0, PHASE_TIMEOUT)))
             result.peak_rss_mib, result.cpu_seconds = self._engine_usage()
+            if self.engine == "fakefleet":
+                result.held_back_seconds = held_back(self.workdir / f"{self.engine}.log")
         finally:
             await node_tally.stop()
             await pod_tally.stop()
@@ -510,7 +528,8 @@ def report(runs: dict[str, EngineRun], console: Console, *, nodes: int, pods: in
                                  theirs.seconds if theirs else None))
         table.add_row(*row)
     for label, attribute in (("engine peak RSS (MiB)", "peak_rss_mib"),
-                             ("engine CPU (s)", "cpu_seconds")):
+                             ("engine CPU (s)", "cpu_seconds"),
+                             ("pods held back for heartbeats (s)", "held_back_seconds")):
         row = [label]
         for run in runs.values():
             value = getattr(run, attribute)

@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -195,6 +196,38 @@ def test_the_longest_names_the_api_accepts_work_end_to_end(fleet: Fleet) -> None
     assert len(node["metadata"]["labels"]["nvidia.com/gpu.clique"]) <= 63
     kubectl(fleet.host, "delete", "fnp", pool, "--timeout=60s")
     kubectl(fleet.host, "delete", "fc", cluster, "--timeout=60s")
+
+
+def test_a_kubeconfig_secret_that_names_local_files_is_refused_in_the_status(
+        fleet: Fleet) -> None:
+    """A tenant's kubeconfig must not make the operator read its files or run commands."""
+    sneaky = ("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+              "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+              "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+              "users: [{name: u, user: {client-certificate: /etc/hostname, "
+              "client-key: /etc/hostname}}]\n")
+    kubectl(fleet.host, "create", "secret", "generic", "sneaky-creds",
+            f"--from-literal=kubeconfig={sneaky}")
+    fleet.apply("""
+apiVersion: fakefleet.dev/v1alpha1
+kind: FakeCluster
+metadata: {name: sneaky}
+spec:
+  controlPlane: {backend: external, kubeconfigSecretRef: {name: sneaky-creds}}
+""")
+
+    def refused() -> dict[str, Any] | None:
+        status: dict[str, Any] = fleet.get("fc", "sneaky").get("status") or {}
+        return status if status.get("phase") == "Failed" else None
+
+    status = eventually(refused, what="the FakeCluster to be refused")
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert stalled["status"] == "True"
+    assert "Secret default/sneaky-creds sets users[0].user.client-certificate" in \
+        stalled["message"]
+    assert "must embed its credentials" in stalled["message"]
+    kubectl(fleet.host, "delete", "fc", "sneaky", "--timeout=60s")
+    kubectl(fleet.host, "delete", "secret", "sneaky-creds")
 
 
 def test_deleting_a_cluster_removes_its_control_plane_and_data(fleet: Fleet) -> None:

@@ -13,6 +13,7 @@ import pytest
 from operators.controlplane.components import ClusterPorts
 from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.pki import ensure_pki
+from operators.controlplane.state import StateDir
 from operators.controlplane.substrate import ClusterOptions, LocalCluster, write_kubeconfigs
 
 
@@ -72,10 +73,11 @@ def test_every_key_of_a_pki_is_0600_in_a_0700_directory(tmp_path: Path) -> None:
 
 
 def test_kubeconfigs_are_0600(tmp_path: Path) -> None:
-    directory = tmp_path / "clusters" / "a"
+    state = StateDir(tmp_path)
+    directory = state.cluster("a")
     directory.mkdir(parents=True)
     cluster = LocalCluster(
-        "a", directory, ClusterPorts(apiserver=1, scheduler=2, controller_manager=3),
+        "a", state, ClusterPorts(apiserver=1, scheduler=2, controller_manager=3),
         ClusterOptions(), ensure_pki(directory / "pki", "a"), processes={},
     )
     write_kubeconfigs(cluster)

@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 THROTTLE_POLL = 0.05
+BUSY_WINDOW = 2.0
 
 
 class Dispatcher(Generic[K]):
@@ -51,6 +52,7 @@ class Dispatcher(Generic[K]):
         self._throttle = throttle
         self._throttled_limit = throttled_limit
         self._throttled = False
+        self._waited_at = float("-inf")  # when a due key last had to wait for a slot
 
     def wake(self) -> None:
         """Tell the loop that the queue changed (a key may be due sooner than it waits)."""
@@ -61,6 +63,8 @@ class Dispatcher(Generic[K]):
             while True:
                 due = self._timers.pop_due(self._batch)
                 for key in due:
+                    if self._slots.locked():
+                        self._waited_at = self._clock.now()
                     await self._slots.acquire()
                     await self._yield_while_throttled()
                     call = self._fire(key)  # created only once it can run: never left unawaited
@@ -82,6 +86,11 @@ class Dispatcher(Generic[K]):
     @property
     def in_flight(self) -> int:
         return len(self._inflight)
+
+    def busy(self, window: float = BUSY_WINDOW) -> bool:
+        """Whether due keys had to wait for a free slot within the last ``window`` seconds:
+        more is due than the API server takes."""
+        return self._clock.now() - self._waited_at < window
 
     async def _yield_while_throttled(self) -> None:
         if self._throttle is None:

@@ -2,8 +2,9 @@
 heartbeat on or off), on connections and a dispatcher of their own.
 
 Liveness travels through Leases, renewed every quarter of their duration as the kubelet does
-(spread by ±4 % so renewals do not bunch up); a node's status is rewritten only when a stage
-says so (every 5 minutes by default, at once when its conditions change). A restarted engine
+(spread by ±4 % so renewals do not bunch up), stretched while the API server cannot keep up
+(:class:`Pace`); a node's status is rewritten only when a stage says so (every 5 minutes by
+default, at once when its conditions change). A restarted engine
 resumes every renewal from its Lease's ``renewTime``, so no node waits longer than it would
 have. Renewals have their own connections: pod churn must never delay them past the
 node-lifecycle controller's grace period. How late they go out is measured (``lag``): the pod
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from operators.engine import stages
@@ -61,6 +62,7 @@ class Heartbeats:
         connections: int,
         batch: int,
         slack: float,
+        loaded: Callable[[], bool] = lambda: False,
     ) -> None:
         self.cluster = cluster
         self.client = client
@@ -70,6 +72,8 @@ class Heartbeats:
         self._clock = clock
         self._rng = rng
         self._slack = slack
+        self._loaded = loaded
+        self.pace = Pace(clock)
         self._timers: DelayQueue[tuple[str, str]] = DelayQueue(clock)
         self._dispatcher = Dispatcher(self._timers, self._due, clock=clock, limit=connections,
                                       batch=batch, name=f"engine {cluster}: heartbeats")
@@ -170,8 +174,8 @@ class Heartbeats:
 
     async def _renew(self, name: str, record: NodeRecord) -> None:
         started = self._clock.now()
-        if record.renew_at:
-            self.lag = max(0.0, started - record.renew_at)
+        lag = max(0.0, started - record.renew_at) if record.renew_at else 0.0
+        self.lag = lag
         try:
             if record.leased:
                 try:
@@ -185,6 +189,7 @@ class Heartbeats:
         except K8sError as error:
             self._retry(("lease", name), record, f"renewing the lease of {name}", error)
             return
+        self.pace.observe(lag, self._clock.now() - started, loaded=self._loaded())
         record.failures = 0
         self._renewed(name, record)
 
@@ -214,7 +219,7 @@ class Heartbeats:
         self._schedule(("lease", name), record.renew_at)
 
     def _interval(self, record: NodeRecord) -> float:
-        return record.lease_duration * RENEW_FRACTION * self._rng.uniform(
+        return self.pace.interval(record.lease_duration) * self._rng.uniform(
             1 - RENEW_JITTER, 1 + RENEW_JITTER)
 
     async def _stage(self, name: str, record: NodeRecord, rule: NodeRule) -> None:
@@ -255,3 +260,47 @@ class Heartbeats:
         self._timers.schedule_at(key, when)
         self._dispatcher.wake()
 
+
+class Pace:
+    """How often Leases are renewed: every quarter of their duration, as the kubelet renews,
+    while the API server keeps up; stretched while it does not.
+
+    The API server has a throughput, and a renewal that waits for it counts against the
+    node-lifecycle controller's grace period (50 s) as much as one not sent. While the server
+    is busy (renewals answered slowly, or pods waiting for it) the interval is at least
+    LOADED times the kubelet's, giving the writes to the workload; while renewals go out late
+    it grows by a quarter a second until demand fits what the server takes; once the server
+    is quick and renewals punctual it shrinks back. It never exceeds 30 s (20 s of the grace
+    left for delays) nor three quarters of the lease.
+    """
+
+    LATE = 5.0  # renewals this late (s): more demand than the server takes
+    ON_TIME = 1.0
+    SLOW = 0.1  # renewals answered this slowly (s, on average): the server is busy
+    LOADED = 2.5
+    MOST = 3.0
+    CEILING = 30.0
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self.stretch = 1.0
+        self.latency = 0.0  # moving average of renewal round trips
+        self._adjusted = float("-inf")
+
+    def observe(self, lag: float, latency: float, *, loaded: bool) -> None:
+        """A renewal went out ``lag`` seconds late and took ``latency`` seconds."""
+        self.latency += (latency - self.latency) * 0.05
+        now = self._clock.now()
+        if now - self._adjusted < 1.0:
+            return
+        self._adjusted = now
+        if lag > self.LATE:
+            self.stretch = min(self.MOST, max(self.stretch, 1.0) * 1.25)
+        elif loaded or self.latency > self.SLOW:
+            self.stretch = max(self.stretch, self.LOADED)
+        elif lag < self.ON_TIME:
+            self.stretch = max(1.0, self.stretch * 0.9)
+
+    def interval(self, lease_duration: float) -> float:
+        nominal = lease_duration * RENEW_FRACTION
+        return max(nominal, min(nominal * self.stretch, lease_duration * 0.75, self.CEILING))

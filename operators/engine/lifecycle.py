@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 PODS = "/api/v1/pods"
 BOUND = {"fieldSelector": "spec.nodeName!="}
 RETRY_BASE, RETRY_MAX = 1.0, 30.0
+MAX_STAGES_PER_WRITE = 16
 
 
 class NodeDirectory(Protocol):
@@ -100,6 +101,10 @@ class PodLifecycle:
 
     def __len__(self) -> int:
         return len(self._pods)
+
+    def busy(self) -> bool:
+        """Whether pods wait for a free connection: more is due than the API server takes."""
+        return self._dispatcher.busy()
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -164,8 +169,7 @@ class PodLifecycle:
             return
         timing, seed = self._nodes.pod_timing(pod.facts.node)
         facts = pod.facts
-        rng = random.Random(f"{seed}:{facts.seed or facts.namespace + '/' + facts.name}")
-        pod.due = stages.pod_due(rule, facts, pod.life, timing, rng)
+        pod.due = stages.pod_due(rule, facts, pod.life, timing, _draws(facts, seed))
         self._timers.schedule_at(facts.uid, pod.due)
         self._dispatcher.wake()
 
@@ -194,14 +198,14 @@ class PodLifecycle:
         self._refresh.discard(facts.uid)
         before = pod.life
         after = before
+        applied: list[PodRule] = []
         try:
             if rule is not None and rule.stage.effect.delete:
                 await self._delete(path, facts)
                 return
             now = rfc3339(self._clock.now())
             if rule is not None and pod.due <= self._clock.now():
-                after = stages.apply_pod(rule.stage.effect, facts, before, now,
-                                         allocate=self._allocate)
+                after, applied = self._advance(facts, before, rule, now)
             await self.client.send(requests.patch(
                 f"{path}/status", {"status": render_status(facts, after, now)}, decode=False))
         except NotFound:
@@ -224,14 +228,33 @@ class PodLifecycle:
         pod.failures = 0
         if after is not before:
             pod.life = after  # committed: the status says so now
-            if rule is not None:
-                for event in rule.stage.effect.events:
+            for done in applied:
+                for event in done.stage.effect.events:
                     self._recorder.emit(kind="Pod", namespace=facts.namespace, name=facts.name,
                                         uid=facts.uid, event_type=event.type,
                                         reason=event.reason, message=event.message,
                                         host=facts.node)
         if facts.uid in self._pods:
             self._plan(pod)
+
+    def _advance(self, facts: PodFacts, life: PodLife, rule: PodRule,
+                 now: str) -> tuple[PodLife, list[PodRule]]:
+        """The life after ``rule``, and after every stage that falls due at the same moment
+        (init containers and a start without delays): one write for all of them."""
+        applied = [rule]
+        life = stages.apply_pod(rule.stage.effect, facts, life, now, allocate=self._allocate)
+        timing, seed = self._nodes.pod_timing(facts.node)
+        for _ in range(MAX_STAGES_PER_WRITE - 1):
+            following = stages.match_pod(self._rules, facts, life)
+            if following is None or following.stage.effect.delete:
+                break
+            if stages.pod_due(following, facts, life, timing, _draws(facts, seed)) > \
+                    self._clock.now():
+                break
+            life = stages.apply_pod(following.stage.effect, facts, life, now,
+                                    allocate=self._allocate)
+            applied.append(following)
+        return life, applied
 
     def _release_unwritten(self, before: PodLife, after: PodLife) -> None:
         if after.ip is not None and after.ip != before.ip:
@@ -250,3 +273,8 @@ class PodLifecycle:
         pod = self._pods.get(facts.uid)
         if pod is not None:
             pod.stage = None
+
+
+def _draws(facts: PodFacts, seed: int) -> random.Random:
+    """The pod's own random draws (jitter): the same seed and pod give the same timings."""
+    return random.Random(f"{seed}:{facts.seed or facts.namespace + '/' + facts.name}")

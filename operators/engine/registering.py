@@ -32,6 +32,8 @@ from operators.k8s.watching import list_all
 
 logger = logging.getLogger(__name__)
 
+BURST = 100  # more node writes than this at once load the API server
+
 
 class Registrar:
     """Creates, reshapes and deletes one cluster's fake nodes."""
@@ -46,6 +48,7 @@ class Registrar:
         self._gate = asyncio.Semaphore(concurrency)
         self.kubelet_version = ""
         self.problems: dict[str, str] = {}
+        self.busy = False  # a burst of node writes is under way
 
     async def reconcile(self, desired: Mapping[str, FakeNodePoolSpec]) -> bool:
         """Plan from the book and apply; True when every action succeeded. Idempotent."""
@@ -55,8 +58,12 @@ class Registrar:
         self.problems = self._name_conflicts(desired)
         deletions = [a for a in actions if isinstance(a, nodes.Delete)]
         others = [a for a in actions if not isinstance(a, nodes.Delete)]
-        done = await self._gather(self._delete(a.name) for a in deletions)
-        done &= await self._gather(self._apply(a, desired) for a in others)
+        self.busy = len(actions) > BURST
+        try:
+            done = await self._gather(self._delete(a.name) for a in deletions)
+            done &= await self._gather(self._apply(a, desired) for a in others)
+        finally:
+            self.busy = False
         return done
 
     def _name_conflicts(self, desired: Mapping[str, FakeNodePoolSpec]) -> dict[str, str]:

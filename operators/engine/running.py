@@ -61,13 +61,13 @@ def pod_timing(spec: FakeNodePoolSpec) -> Timing:
 class EngineSettings:
     concurrency: int = 32
     pod_concurrency: int = 64
-    heartbeat_connections: int = 48
+    heartbeat_connections: int = 384
     resync_interval: float = 30.0
     heartbeat_batch: int = 256
     #: Heartbeats this late (seconds past due) hold the pod lifecycle back until they catch
-    #: up: a renewal at twice the kubelet's interval, still far inside the node-lifecycle
+    #: up: with renewals stretched to at most 30 s, still inside the node-lifecycle
     #: controller's 50 s grace (node-monitor-grace-period).
-    heartbeat_slack: float = 10.0
+    heartbeat_slack: float = 5.0
     status_interval: float = 1.0
 
 
@@ -103,7 +103,7 @@ class ClusterEngine:
                                      self.recorder, clock=clock, rng=rng,
                                      connections=settings.heartbeat_connections,
                                      batch=settings.heartbeat_batch,
-                                     slack=settings.heartbeat_slack)
+                                     slack=settings.heartbeat_slack, loaded=self._loaded)
         self.registrar = Registrar(cluster, client, self.book, self.heartbeats, clock=clock,
                                    concurrency=settings.concurrency)
         self.pools = Pools(clock=clock, counts=self.book.counts,
@@ -164,6 +164,11 @@ class ClusterEngine:
 
     def _changed(self) -> None:
         self._dirty.set()
+
+    def _loaded(self) -> bool:
+        """More is due than the API server takes: pods wait for a connection, or nodes come
+        in a burst."""
+        return self.pods.busy() or self.registrar.busy
 
     async def _reconcile_loop(self) -> None:
         backoff = Backoff(base=1.0, cap=30.0)

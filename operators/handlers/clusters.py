@@ -60,8 +60,11 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         error, stalled, delay = "", False, 5.0
         actions = planning.plan(cluster, observed)
         reported = cluster.status
-        if actions:  # say what is missing before mending it: a restart shows as not Ready
+        if actions:
             logger.info("cluster %s: %s", key, ", ".join(type(a).__name__ for a in actions))
+        if actions and reported is not None and reported.phase == "Ready":
+            # Say what is missing before mending it: a restart shows as not Ready. (A cluster
+            # not Ready keeps its last message, say why it failed, until there is news.)
             reported = await report(runtime, cluster, observed, reported)
         for action in actions:
             try:

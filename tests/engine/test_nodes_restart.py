@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+
+from operators.k8s.times import parse
 from tests.engine.harness import LEASES, NODES, POOLS, Fleet, pool, ready
 
 
@@ -70,3 +73,58 @@ async def test_a_lease_missing_after_a_restart_is_created_at_once() -> None:
     async with fleet.running(fleet.engine(seed=4)):
         await fleet.clock.advance(1)
         assert sorted(fleet.leases()) == ["cpu-0", "cpu-1"]
+
+
+async def test_renewals_stretch_while_pods_wait_for_the_api_server() -> None:
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=1))
+    engine = fleet.engine()
+
+    def gaps() -> list[float]:
+        renewed = [parse(r.json()["spec"]["renewTime"])
+                   for r in fleet.member.sent("PATCH", f"{LEASES}/cpu-0")]
+        return [later - earlier for earlier, later in itertools.pairwise(renewed)]
+
+    async with fleet.running(engine):
+        await fleet.clock.advance(11)
+        fleet.member.requests.clear()
+        await fleet.clock.advance(60)
+        calm = gaps()
+        engine.pods.busy = lambda: True  # type: ignore[method-assign]
+        await fleet.clock.advance(11)
+        fleet.member.requests.clear()
+        await fleet.clock.advance(100)
+        loaded = gaps()
+    assert len(calm) >= 4
+    assert all(9.5 < gap < 10.5 for gap in calm), f"a quarter of 40 s: {calm}"
+    assert len(loaded) >= 2
+    assert all(24 < gap < 26 for gap in loaded), f"stretched to 25 s: {loaded}"
+
+
+async def test_the_pace_stretches_when_renewals_run_late_and_recovers() -> None:
+    from operators.engine.heartbeating import Pace
+    from operators.k8s.clock import FakeClock
+
+    clock = FakeClock()
+    pace = Pace(clock)
+    assert pace.interval(40) == 10.0, "a quarter of the lease, as the kubelet"
+    for _ in range(10):
+        await clock.advance(1)
+        pace.observe(12.0, 0.01, loaded=False)  # renewals 12 s late: too much demand
+    assert pace.interval(40) == 30.0, "stretched to the ceiling, never beyond"
+    assert pace.interval(10) == 7.5, "nor beyond three quarters of a short lease"
+    for _ in range(30):
+        await clock.advance(1)
+        pace.observe(0.0, 0.01, loaded=False)
+    assert pace.interval(40) == 10.0, "back to the kubelet's pace once punctual"
+    await clock.advance(1)
+    pace.observe(0.0, 0.01, loaded=True)
+    assert pace.interval(40) == 25.0, "stretched while pods wait for the API server"
+    for _ in range(30):
+        await clock.advance(1)
+        pace.observe(0.0, 0.01, loaded=False)
+    for _ in range(100):  # renewals answered in half a second: the server is busy
+        pace.observe(0.0, 0.5, loaded=False)
+    await clock.advance(1)
+    pace.observe(0.0, 0.5, loaded=False)
+    assert pace.interval(40) == 25.0

@@ -133,3 +133,19 @@ async def test_an_address_given_for_a_failed_write_is_given_again() -> None:
         await fleet.clock.advance(3)
         assert fleet.pod("a")["status"]["podIP"] == "10.128.0.2"
         assert len(engine.pods.addresses) == 1
+
+
+async def test_transitions_due_together_are_one_write() -> None:
+    fleet = Fleet()
+    await started(fleet)  # no init delay, no start delay
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(1)
+        fleet.member.put(PODS, pod("quick", "cpu-0", init=[{"name": "a", "image": "i"},
+                                                          {"name": "b", "image": "i"}]))
+        await fleet.clock.advance(1)
+    writes = fleet.member.sent("PATCH", f"{PODS}/quick/status")
+    assert len(writes) == 1, "two init containers and the start in one PATCH"
+    status = writes[0].json()["status"]
+    assert status["phase"] == "Running"
+    assert [list(s["state"]) for s in status["initContainerStatuses"]] == [
+        ["terminated"], ["terminated"]]
