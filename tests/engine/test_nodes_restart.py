@@ -98,7 +98,7 @@ async def test_renewals_stretch_while_pods_wait_for_the_api_server() -> None:
     assert len(calm) >= 4
     assert all(9.5 < gap < 10.5 for gap in calm), f"a quarter of 40 s: {calm}"
     assert len(loaded) >= 2
-    assert all(24 < gap < 26 for gap in loaded), f"stretched to 25 s: {loaded}"
+    assert all(18.5 < gap <= 25.1 for gap in loaded), f"stretched, at most 25 s: {loaded}"
 
 
 async def test_the_pace_stretches_when_renewals_run_late_and_recovers() -> None:
@@ -111,8 +111,8 @@ async def test_the_pace_stretches_when_renewals_run_late_and_recovers() -> None:
     for _ in range(10):
         await clock.advance(1)
         pace.observe(12.0, 0.01, loaded=False)  # renewals 12 s late: too much demand
-    assert pace.interval(40) == 30.0, "stretched to the ceiling, never beyond"
-    assert pace.interval(10) == 7.5, "nor beyond three quarters of a short lease"
+    assert pace.interval(40) == 35.0, "stretched to the ceiling, never beyond"
+    assert pace.interval(10) == 8.75, "nor beyond seven eighths of a short lease"
     for _ in range(30):
         await clock.advance(1)
         pace.observe(0.0, 0.01, loaded=False)
