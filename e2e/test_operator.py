@@ -182,6 +182,23 @@ def test_operator_restart_adopts_without_duplicates(fleet: Fleet, alpha: Path) -
     fleet.wait_pool("cpu", 3)
 
 
+def test_a_node_annotated_not_ready_turns_not_ready_and_back(alpha: Path) -> None:
+    """Node behaviour is stages too: the default ones read fakefleet.dev/state."""
+    kubectl(alpha, "annotate", "node", "cpu-1", "fakefleet.dev/state=NotReady")
+
+    def ready_status() -> str:
+        node = kubectl_json(alpha, "get", "node", "cpu-1")
+        return str(next(c for c in node["status"]["conditions"] if c["type"] == "Ready")[
+            "status"])
+
+    eventually(lambda: ready_status() == "False", timeout=30, what="cpu-1 NotReady")
+    node = kubectl_json(alpha, "get", "node", "cpu-1")
+    condition = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    assert condition["reason"] == "KubeletNotReady"
+    kubectl(alpha, "annotate", "node", "cpu-1", "fakefleet.dev/state-")
+    eventually(lambda: ready_status() == "True", timeout=30, what="cpu-1 Ready again")
+
+
 def test_the_longest_names_the_api_accepts_work_end_to_end(fleet: Fleet) -> None:
     """A 60-character FakeCluster name stayed Pending forever: its CA's common name did not
     fit X.509's 64 characters. Names at the CRDs' limits (63 and 53) now get Ready nodes."""

@@ -34,6 +34,16 @@ kubectl --kubeconfig "$west" version | grep Server
 kubectl --kubeconfig "$west" get nodes \
   -L topology.kubernetes.io/zone,fakefleet.dev/rack,nvidia.com/gpu.product,nvidia.com/gpu.count
 
+step "fakefleet status: each cluster's control plane and its engine process"
+fakefleet status
+
+step "node behaviour is stages: annotate a node NotReady, and heal it"
+kubectl --kubeconfig "$west" annotate node west-cpu-0 fakefleet.dev/state=NotReady
+kubectl --kubeconfig "$west" wait --for=condition=Ready=false node/west-cpu-0 --timeout=60s
+kubectl --kubeconfig "$west" get node west-cpu-0
+kubectl --kubeconfig "$west" annotate node west-cpu-0 fakefleet.dev/state-
+kubectl --kubeconfig "$west" wait --for=condition=Ready node/west-cpu-0 --timeout=60s
+
 step "kubectl scale fnp/west-h100 --replicas=12"
 k scale fnp/west-h100 --replicas=12
 fakefleet wait --timeout 120
