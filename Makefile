@@ -49,12 +49,14 @@ generate: $(STAMP)
 verify: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/verify-generated.sh
 
-## bench: control-plane figures, the operator with 1000 nodes, and the engines side by side
-## with KWOK v0.8.0 and a raw ceiling at KWOK's benchmark size (5000 nodes, 10000 pods)
+## bench: control-plane figures, the operator with 1000 nodes, the engines side by side
+## with KWOK v0.8.0 and a raw ceiling at KWOK's benchmark size (5000 nodes, 10000 pods),
+## and four member clusters with an engine process each at once
 bench: setup
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
 	$(BIN)/python -m bench.engines
+	$(BIN)/python -m bench.fleet
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
