@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from operators.engine.dispatching import Dispatcher
+from operators.engine.dispatching import RETRY_UNEXPECTED, Dispatcher
 from operators.engine.queues import DelayQueue
 from operators.k8s.clock import SYSTEM_CLOCK, FakeClock
 
@@ -105,3 +105,24 @@ async def test_a_throttled_dispatcher_keeps_few_in_flight_and_still_progresses()
     running.cancel()
     assert peak > 2, "full speed once the throttle lifts"
     assert sorted(done) == list(range(40))
+
+
+async def test_a_step_that_raises_unexpectedly_fires_again_later() -> None:
+    """Defect: a step raising anything but an API error lost its key (a Lease never renewed)."""
+    clock = FakeClock()
+    queue: DelayQueue[str] = DelayQueue(clock)
+    fired: list[float] = []
+
+    async def fire(key: str) -> None:
+        fired.append(clock.now())
+        if len(fired) == 1:
+            raise ValueError("a response that is not JSON")
+
+    dispatcher = Dispatcher(queue, fire, clock=clock, limit=4, name="test")
+    running = asyncio.create_task(dispatcher.run())
+    start = clock.now()
+    queue.schedule("lease", 10)
+    dispatcher.wake()
+    await clock.advance(60)
+    running.cancel()
+    assert fired == [start + 10, start + 10 + RETRY_UNEXPECTED]

@@ -12,6 +12,7 @@ server serves every client in proportion to its requests in flight. So a dispatc
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Coroutine, Hashable
 from typing import Any, Generic, TypeVar
@@ -24,6 +25,7 @@ logger = logging.getLogger(__name__)
 K = TypeVar("K", bound=Hashable)
 THROTTLE_POLL = 0.05
 BUSY_WINDOW = 2.0
+RETRY_UNEXPECTED = 5.0  # seconds before a step that raised an unexpected error fires again
 
 
 class Dispatcher(Generic[K]):
@@ -73,7 +75,7 @@ class Dispatcher(Generic[K]):
                         continue
                     task = asyncio.create_task(call)
                     self._inflight.add(task)
-                    task.add_done_callback(self._finished)
+                    task.add_done_callback(functools.partial(self._finished, key))
                 if due:
                     continue
                 wait = self._timers.next_delay()
@@ -104,8 +106,14 @@ class Dispatcher(Generic[K]):
             await self._clock.sleep(THROTTLE_POLL)
             throttled = self._throttle()
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
+    def _finished(self, key: K, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
         self._slots.release()
         if not task.cancelled() and task.exception() is not None:
-            logger.error("%s: a step failed", self._name, exc_info=task.exception())
+            # A step handles the API's errors itself; anything else is a defect, and still its
+            # key must not be lost (a Lease never renewed again): it fires again later.
+            logger.error("%s: a step for %s failed; trying again in %.0fs", self._name, key,
+                         RETRY_UNEXPECTED, exc_info=task.exception())
+            if key not in self._timers:
+                self._timers.schedule(key, RETRY_UNEXPECTED)
+                self.wake()

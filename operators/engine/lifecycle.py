@@ -34,7 +34,7 @@ from operators.engine.stages import PodRule, Timing
 from operators.k8s import requests
 from operators.k8s.client import Client
 from operators.k8s.clock import Clock
-from operators.k8s.errors import Conflict, K8sError, NotFound
+from operators.k8s.errors import Conflict, Invalid, K8sError, NotFound
 from operators.k8s.times import rfc3339
 from operators.k8s.watching import list_and_watch
 
@@ -206,14 +206,20 @@ class PodLifecycle:
             now = rfc3339(self._clock.now())
             if rule is not None and pod.due <= self._clock.now():
                 after, applied = self._advance(facts, before, rule, now)
+            # The uid makes the write conditional, as the kubelet's: a pod deleted and made
+            # again under the same name (a StatefulSet's) never gets the old one's status.
             await self.client.send(requests.patch(
-                f"{path}/status", {"status": render_status(facts, after, now)}, decode=False))
+                f"{path}/status", {"metadata": {"uid": facts.uid},
+                                   "status": render_status(facts, after, now)}, decode=False))
         except NotFound:
             self._release_unwritten(before, after)
             self._forget(facts.uid)
             return
         except K8sError as error:
             self._release_unwritten(before, after)
+            if isinstance(error, Invalid) and "metadata.uid" in error.message:
+                self._forget(facts.uid)  # replaced: the watch brings the new pod
+                return
             pod.failures += 1
             delay = min(RETRY_BASE * 2 ** (pod.failures - 1), RETRY_MAX)
             logger.debug("engine %s: %s on %s/%s failed (retry in %.0fs): %s", self.cluster,

@@ -149,16 +149,20 @@ class Pools:
             await self._dirty.wait()
             await self._clock.sleep(self._interval)  # coalesce a burst of changes
             self._dirty.clear()
-            try:
-                for name in list(self._objects):
+            failed: list[K8sError] = []
+            for name in list(self._objects):  # one pool's failure does not hold back the rest
+                try:
                     await self._write(name)
+                except K8sError as error:
+                    logger.warning("writing the status of pool %s failed: %s", name, error)
+                    failed.append(error)
+            if not failed:
                 backoff.reset()
-            except K8sError as error:
-                delay = backoff.next()
-                logger.warning("writing pool status failed, retrying in %.1fs: %s", delay,
-                               error)
-                self._dirty.set()
-                await self._clock.sleep(delay)
+                continue
+            delay = backoff.next()
+            logger.warning("retrying %d pool status writes in %.1fs", len(failed), delay)
+            self._dirty.set()
+            await self._clock.sleep(delay)
 
     async def _write(self, name: str) -> None:
         pool = self._objects.get(name)
@@ -176,8 +180,10 @@ class Pools:
                 {"status": status.model_dump(mode="json")})
         except NotFound:
             return  # deleted meanwhile
-        # Committed: the next comparison is against what was written (the watch confirms).
-        self._objects[name] = pool.model_copy(update={"status": status})
+        # Committed: the next comparison is against what was written (the watch confirms),
+        # unless the watch brought a newer object (or its deletion) during the write.
+        if self._objects.get(name) is pool:
+            self._objects[name] = pool.model_copy(update={"status": status})
 
 
 def _served(pool: FakeNodePool) -> FakeNodePoolSpec:

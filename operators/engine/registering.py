@@ -77,8 +77,8 @@ class Registrar:
             if taken:
                 names = ", ".join(name for _, name in taken[:5])
                 problems[pool] = (f"{len(taken)} of its node names are held by nodes this "
-                                  f"engine did not make ({names}): delete them or remove their "
-                                  f"{POOL_LABEL} label")
+                                  f"engine did not make ({names}): delete them, or give the "
+                                  f"pool another name")
         return problems
 
     async def _apply(self, action: nodes.Action, desired: Mapping[str, FakeNodePoolSpec]) -> bool:
@@ -105,7 +105,7 @@ class Registrar:
             created = await self.client.create(NODES, body)
         except Conflict as error:
             if error.already_exists:
-                return await self._adopt(name)  # keeps the slot if it is ours, with it
+                return await self._adopt(pool, name)  # keeps the slot if it is ours, with it
             self._book.release_slot(name)
             return False
         except TransportError as error:  # no answer: the node may exist, with this slot
@@ -122,7 +122,7 @@ class Registrar:
         await self._heartbeats.create_lease(name, record)
         return True
 
-    async def _adopt(self, name: str) -> bool:
+    async def _adopt(self, pool: str, name: str) -> bool:
         """A POST found the name taken: take the node if it is ours, report it if not."""
         try:
             existing = await self.client.get(f"{NODES}/{name}")
@@ -132,7 +132,11 @@ class Registrar:
         self._book.changed("ADDED", existing)  # as if the watch had shown it: adopt or report
         if name not in self._book.records:
             self._book.release_slot(name)  # someone else's: its slot was never used
-            return False
+            # Not ours (made by someone else, or ours with the pool label taken off): retrying
+            # cannot help, so the pool says why it stays short until the node goes.
+            self.problems.setdefault(pool, (
+                f"node {name} exists and was not made by this engine (or lost its {POOL_LABEL} "
+                f"label): delete it, or give the pool another name"))
         return True
 
     async def _reshape(self, pool: str, spec: FakeNodePoolSpec, index: int) -> bool:

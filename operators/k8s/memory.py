@@ -270,6 +270,10 @@ class MemoryTransport:
         expected = (patch.get("metadata") or {}).get("resourceVersion")
         if expected is not None and expected != current["metadata"]["resourceVersion"]:
             return _status(409, "Conflict", "the object has been modified")
+        uid = (patch.get("metadata") or {}).get("uid")
+        if uid is not None and uid != current["metadata"].get("uid"):  # as the API server says
+            return _status(422, "Invalid", f'{target.name!r} is invalid: metadata.uid: Invalid '
+                                           f'value: "{uid}": field is immutable')
         status_only = target.subresource == "status"
         if status_only:
             patch = {"status": patch.get("status")} if "status" in patch else {}

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from operators.k8s import requests
 from tests.engine.harness import LEASES, NODES, POOLS, Fleet, pool, ready
 
 
@@ -115,6 +117,34 @@ async def test_foreign_and_unusable_nodes_are_left_alone_with_a_warning() -> Non
     assert "not made by this engine" in events[0]["message"]
 
 
+async def test_a_name_held_by_a_node_without_the_pool_label_stalls_the_pool_until_it_goes(
+) -> None:
+    """Defect: a node without the pool label holding a pool's name (someone's node, or ours
+    with the label taken off) failed every reconcile and said nothing."""
+    fleet = Fleet()
+    unlabelled = foreign_node("cpu-1")
+    del unlabelled["metadata"]["labels"]
+    fleet.member.put(NODES, unlabelled)
+    fleet.host.put(POOLS, pool("cpu", replicas=2))
+    async with fleet.running(fleet.engine()) as engine:
+        await fleet.clock.advance(120)
+        assert sorted(engine.book.records) == ["cpu-0"]
+        stalled = {c["type"]: c for c in fleet.pool_status("cpu")["conditions"]}["Stalled"]
+        assert stalled["status"] == "True"
+        assert "node cpu-1 exists and was not made by this engine" in stalled["message"]
+        posts = [json.loads(r.body or b"{}")["metadata"]["name"]
+                 for r in fleet.member.sent("POST", NODES)]
+        assert posts.count("cpu-1") <= 1 + 120 / 30, "tried again once per resync, no faster"
+        await fleet.member.send(requests.delete(f"{NODES}/cpu-1"))  # the user deletes it
+        await fleet.clock.advance(35)
+        assert sorted(engine.book.records) == ["cpu-0", "cpu-1"]
+        node = fleet.member.object(f"{NODES}/cpu-1")
+        assert node is not None
+        assert node["metadata"]["labels"]["fakefleet.dev/pool"] == "cpu"
+        stalled = {c["type"]: c for c in fleet.pool_status("cpu")["conditions"]}["Stalled"]
+        assert stalled["status"] == "False"
+
+
 async def test_a_full_pod_network_stalls_the_pool_with_a_message(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("operators.engine.nodes.MAX_NODES_PER_CLUSTER", 3)
@@ -129,3 +159,16 @@ async def test_a_full_pod_network_stalls_the_pool_with_a_message(
     assert stalled["status"] == "True"
     assert "has room for 3 nodes" in stalled["message"]
     assert "lower the replicas" in stalled["message"]
+
+
+async def test_one_pool_whose_status_cannot_be_written_holds_back_no_other() -> None:
+    """Defect: the first pool whose status write failed (a 403, say) stopped the status writes
+    of every pool after it until it succeeded."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("a", replicas=1))
+    fleet.host.put(POOLS, pool("b", replicas=2))
+    fleet.host.fail("PATCH", f"{POOLS}/a/status", status=403, times=1000)
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(30)
+        assert fleet.pool_status("a") == {}
+        assert fleet.pool_status("b")["readyReplicas"] == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from operators.k8s import requests
 from operators.k8s.times import parse
 from tests.engine.harness import NODES, PODS, POOLS, Fleet, pod, pool
 
@@ -149,3 +150,29 @@ async def test_transitions_due_together_are_one_write() -> None:
     assert status["phase"] == "Running"
     assert [list(s["state"]) for s in status["initContainerStatuses"]] == [
         ["terminated"], ["terminated"]]
+
+
+async def test_a_pod_made_again_under_its_name_never_gets_the_old_one_s_status() -> None:
+    """Defect: a write for a pod that was deleted and made again under the same name (a
+    StatefulSet's) landed on the new pod, which then carried the old one's status."""
+    fleet = Fleet()
+    await started(fleet, replicas=2)
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(1)
+        fleet.member.put(PODS, pod("web-0", "cpu-0", annotations={
+            "fakefleet.dev/run-time": "5s"}))
+        await fleet.clock.advance(1)
+        old = fleet.pod("web-0")
+        assert old["status"]["phase"] == "Running"
+        fleet.member.fail("PATCH", f"{PODS}/web-0/status", delay=3)  # its exit, in flight
+        await fleet.clock.advance(4.5)
+        await fleet.member.send(requests.delete(f"{PODS}/web-0",
+                                                body={"gracePeriodSeconds": 0}))
+        fleet.member.put(PODS, pod("web-0", "cpu-1"))
+        await fleet.clock.advance(3)
+        new = fleet.pod("web-0")
+        assert new["metadata"]["uid"] != old["metadata"]["uid"]
+        assert new["status"].get("phase") != "Succeeded", "the old pod's exit is not written"
+        await fleet.clock.advance(2)
+        assert fleet.pod("web-0")["status"]["phase"] == "Running"
+        assert fleet.pod("web-0")["status"]["hostIP"] != old["status"]["hostIP"]
