@@ -13,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import time
 from typing import Any
 
 import kopf
@@ -31,13 +32,15 @@ from operators.handlers.runtime import Member, Runtime, wait_until_none
 from operators.k8s.applying import apply
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess, load_kubeconfig, load_kubeconfig_file
-from operators.k8s.errors import ConfigError, K8sError, NotFound
-from operators.k8s.times import rfc3339
+from operators.k8s.errors import ConfigError, K8sError, NotFound, transient
+from operators.k8s.times import parse, rfc3339
 from operators.reconciling import clusters as planning
 
 logger = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT = 120.0
+#: How long after its deletion an adopted cluster that does not answer is waited for.
+DRAIN_GIVE_UP = 300.0
 CLUSTERS = "/apis/fakefleet.dev/v1alpha1/namespaces/{namespace}/fakeclusters/{name}"
 POOLS = "/apis/fakefleet.dev/v1alpha1/namespaces/{namespace}/fakenodepools"
 SECRETS = "/api/v1/namespaces/{namespace}/secrets"
@@ -228,25 +231,30 @@ async def _version(runtime: Runtime, cluster: FakeCluster, key: str) -> str:
 
 
 async def _drain(runtime: Runtime, cluster: FakeCluster, key: str) -> None:
-    """Delete the fake nodes from an adopted cluster (the engine has stopped)."""
+    """Delete the fake nodes from an adopted cluster (the engine has stopped).
+
+    A transient failure (no answer, 429, 5xx) is retried: one hiccup must not leave every fake
+    node behind. A cluster that stays unreachable for DRAIN_GIVE_UP after the deletion, or
+    refuses for good (its Secret gone, credentials refused), is let go with a warning.
+    """
     access = member_access(runtime, cluster, key)
-    if access is None:
-        try:
+    try:
+        if access is None:
             runtime.external[key] = await _connect(
                 runtime, cluster.metadata["namespace"], key, planning.ConnectExternal(
                     *_secret_ref(cluster)))
-        except K8sError as error:
-            logger.warning("cluster %s: unreachable (%s); its fake nodes, if any, stay there",
-                           key, error)
-            return
-        access = runtime.external[key].access
-    async with Client.connect(access, connections=8, timeout=10) as client:
-        try:
+            access = runtime.external[key].access
+        async with Client.connect(access, connections=8, timeout=10) as client:
             left = await wait_until_none(lambda: remove_all(client, key), DRAIN_TIMEOUT)
-        except K8sError as error:
-            logger.warning("cluster %s: unreachable (%s); its fake nodes, if any, stay there",
-                           key, error)
-            return
+    except K8sError as error:
+        deleted = cluster.metadata.get("deletionTimestamp")
+        waited = time.time() - parse(deleted) if deleted else 0.0
+        if transient(error) and waited < DRAIN_GIVE_UP:
+            raise kopf.TemporaryError(f"cannot reach the adopted cluster to delete its fake "
+                                      f"nodes ({error}); trying again", delay=10) from error
+        logger.warning("cluster %s: unreachable (%s); its fake nodes, if any, stay there",
+                       key, error)
+        return
     if left:
         raise kopf.TemporaryError(f"{left} fake nodes still being deleted from the adopted "
                                   f"cluster", delay=5)
