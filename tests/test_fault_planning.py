@@ -3,11 +3,12 @@
 Example tests pin the rules; property tests (hypothesis) check them over generated fleets and
 steps: a seed always gives the same victims and times, whatever order the fleet is listed in;
 no injection exceeds maxTargets; every injection with a duration recovers after it injects;
-a step waiting for others starts only once they finished.
+a step waiting for others starts only once they finished; occurrences of a step never overlap.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -15,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from operators.faults import xid
 from operators.faults.planning import PlanError, Step, Timing, plan
 from operators.faults.targets import (
     Clusters,
@@ -202,7 +204,8 @@ def test_at_the_same_moment_recovery_comes_before_the_next_injection() -> None:
     ([step(delay=-1.0)], "delay must not be negative"),
     ([step(times=3)], "repeat.times above 1 needs repeat.every"),
     ([step(times=0)], "repeat.times must be at least 1"),
-    ([step(times=2, every=10.0, duration=20.0)], "duration is longer than repeat.every"),
+    ([step(times=2, every=10.0, duration=20.0)], "duration plus jitter is longer than repeat"),
+    ([step(times=2, every=10.0, duration=6.0, jitter=5.0)], "duration plus jitter is longer"),
     ([step("a", at=None, after=("c",)), step("b", at=None, after=("a",)),
       step("c", at=None, after=("b",))], "cycle: a → c → b → a"),
 ])
@@ -233,7 +236,7 @@ targets = st.builds(
 )
 timings = st.builds(
     Timing, at=st.floats(0, 600), delay=st.floats(0, 60), jitter=st.floats(0, 60),
-    duration=st.none() | st.floats(0, 100), every=st.just(100.0), times=st.integers(1, 4))
+    duration=st.none() | st.floats(0, 40), every=st.just(100.0), times=st.integers(1, 4))
 seeds = st.integers(0, 2**32) | st.text(max_size=8)
 
 
@@ -290,6 +293,30 @@ def test_every_duration_recovers_and_after_waits(fleet: Fleet, first: Timing, se
             assert injection.recover_at == pytest.approx(injection.inject_at + duration)
     recoveries = [a for a in schedule.actions() if a.kind == "recover"]
     assert len(recoveries) == sum(i.recover_at is not None for i in schedule.injections)
+    for name in ("first", "second"):
+        occurrences = sorted(schedule.of(name), key=lambda i: i.occurrence)
+        for earlier, later in itertools.pairwise(occurrences):
+            assert later.inject_at >= earlier.finished_at, "occurrences never overlap"
     first_done = max(i.finished_at for i in schedule.of("first"))
     assert all(i.inject_at >= first_done for i in schedule.of("second"))
     assert schedule.finished["first"] == first_done
+
+
+# -- Xid codes ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code", [48, 63, 64, 74, 79, 92, 94, 95, 119, 120])
+def test_xids_that_need_a_reset_or_a_drain_are_fatal(code: int) -> None:
+    assert xid.describe(code).fatal
+
+
+@pytest.mark.parametrize("code", [13, 31, 43, 45, 154, 9999])
+def test_application_and_unlisted_xids_only_signal(code: int) -> None:
+    described = xid.describe(code)
+    assert not described.fatal
+    assert described.code == code
+
+
+@pytest.mark.parametrize("code", [0, -79, True, "79"])
+def test_an_xid_must_be_a_positive_integer(code: object) -> None:
+    with pytest.raises(ValueError, match="give a positive integer such as 79"):
+        xid.describe(code)  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ apart, each with new victims and its own jitter; ``duration`` then recovery.
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
@@ -50,10 +51,10 @@ class Timing:
             found.append("repeat.times must be at least 1")
         elif self.times > 1 and not self.every:
             found.append("repeat.times above 1 needs repeat.every, the time between occurrences")
-        if (self.times > 1 and self.every and self.duration is not None
-                and self.duration > self.every):
-            found.append("duration is longer than repeat.every: an occurrence would start "
-                         "before the previous one recovered; shorten duration or lengthen every")
+        elif self.times > 1 and self.every and (self.duration or 0.0) + self.jitter > self.every:
+            found.append("duration plus jitter is longer than repeat.every: an occurrence could "
+                         "start before the previous one recovered (or before it started); "
+                         "shorten them or lengthen every")
         return found
 
 
@@ -181,6 +182,6 @@ def _sources(seed: int | str, step: str, occurrence: int) -> Callable[[str], ran
 
 def _rng(seed: int | str, *parts: object) -> random.Random:
     # Seeding with a string hashes it (SHA-512): the same parts give the same numbers on every
-    # machine and Python run, unlike hash().
-    return random.Random("/".join(str(part) for part in (seed, *parts)))
+    # machine and Python run, unlike hash(); JSON keeps ("a/b", "c") apart from ("a", "b/c").
+    return random.Random(json.dumps([seed, *parts]))
 

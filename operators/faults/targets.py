@@ -233,7 +233,8 @@ def how_many(target: Target, available: int) -> int:
 def choose(target: Target, fleet: Fleet,
            rng: Callable[[str], random.Random]) -> tuple[Victim, ...]:
     """The victims of one injection. ``rng(part)`` gives the random source for a part of the
-    choice (a cluster's name, or "cap"), so adding a cluster does not change another's picks."""
+    choice (a cluster's name, or the cap), so adding a cluster does not change another's
+    picks."""
     picked: list[Victim] = []
     for cluster in sorted(fleet.clusters, key=lambda c: c.name):
         if not target.clusters.holds(cluster):
@@ -241,7 +242,8 @@ def choose(target: Target, fleet: Fleet,
         found = candidates(target, cluster)
         picked.extend(rng(cluster.name).sample(found, how_many(target, len(found))))
     if target.max_targets is not None and len(picked) > target.max_targets:
-        picked = rng("cap").sample(sorted(picked), target.max_targets)
+        # Not a cluster name: those are lower case, so the cap has a random source of its own.
+        picked = rng("MaxTargets").sample(sorted(picked), target.max_targets)
     return tuple(sorted(picked))
 
 
