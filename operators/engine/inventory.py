@@ -112,6 +112,9 @@ class NodeBook:
 
     def _see(self, facts: NodeFacts, node: Mapping[str, Any]) -> None:
         record = self.records.get(facts.name)
+        if record is not None and record.uid != facts.uid:  # made again while the watch was away
+            self._drop(facts.name)
+            record = None
         if record is not None and record.uid == facts.uid:
             self._listener.updated(facts.name)
         elif facts.foreign or facts.slot is None:

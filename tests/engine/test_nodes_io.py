@@ -172,3 +172,28 @@ async def test_one_pool_whose_status_cannot_be_written_holds_back_no_other() -> 
         await fleet.clock.advance(30)
         assert fleet.pool_status("a") == {}
         assert fleet.pool_status("b")["readyReplicas"] == 2
+
+
+async def test_a_node_made_again_while_the_watch_was_away_is_adopted_under_its_new_uid() -> None:
+    """Defect: a relist showing a node of the same name with a new uid kept the old uid, so
+    its new Lease named a gone owner (and the garbage collector deleted it again)."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=1))
+    async with fleet.running(fleet.engine()) as engine:
+        await fleet.clock.advance(5)
+        node = fleet.member.object(f"{NODES}/cpu-0")
+        assert node is not None
+        old_uid = node["metadata"]["uid"]
+        fleet.member.break_watches()
+        await fleet.member.send(requests.delete(f"{NODES}/cpu-0"))
+        await fleet.member.send(requests.delete(f"{LEASES}/cpu-0"))
+        for field in ("uid", "resourceVersion", "creationTimestamp"):
+            node["metadata"].pop(field, None)
+        new_uid = fleet.member.put(NODES, node)["metadata"]["uid"]
+        assert new_uid != old_uid
+        fleet.member.compact()  # the watch cannot resume: the engine sees only a new list
+        await fleet.clock.advance(60)
+        assert engine.book.records["cpu-0"].uid == new_uid
+        lease = fleet.member.object(f"{LEASES}/cpu-0")
+        assert lease is not None
+        assert lease["metadata"]["ownerReferences"][0]["uid"] == new_uid
