@@ -94,6 +94,7 @@ class PodLifecycle:
         self._pods: dict[str, _Pod] = {}
         self._timers: DelayQueue[str] = DelayQueue(clock)
         self._refresh: set[str] = set()  # pods whose Ready must be re-reported (gates flipped)
+        self._stepping: set[str] = set()  # pods whose step is being written
         self._dispatcher = Dispatcher(self._timers, self._due, clock=clock, limit=concurrency,
                                       batch=batch, name=f"engine {cluster}: pods",
                                       throttle=throttle)
@@ -188,7 +189,19 @@ class PodLifecycle:
             return None
         if pod.stage is None and uid not in self._refresh:
             return None
-        return self._step(pod)
+        if uid in self._stepping:
+            return None  # a step is being written: it plans the next one when it is done
+        self._stepping.add(uid)
+        return self._stepping_done(uid, self._step(pod))
+
+    async def _stepping_done(self, uid: str, step: Coroutine[Any, Any, None]) -> None:
+        try:
+            await step
+        finally:
+            self._stepping.discard(uid)
+        if uid in self._refresh and uid in self._pods and uid not in self._timers:
+            self._timers.schedule(uid, 0.0)  # a readiness gate flipped during the write
+            self._dispatcher.wake()
 
     async def _step(self, pod: _Pod) -> None:
         facts = pod.facts

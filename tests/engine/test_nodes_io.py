@@ -197,3 +197,26 @@ async def test_a_node_made_again_while_the_watch_was_away_is_adopted_under_its_n
         lease = fleet.member.object(f"{LEASES}/cpu-0")
         assert lease is not None
         assert lease["metadata"]["ownerReferences"][0]["uid"] == new_uid
+
+
+async def test_a_change_while_a_node_stage_is_written_does_not_write_it_twice() -> None:
+    """Defect: a node update during a slow stage write chose the same stage again from the
+    uncommitted state and wrote it twice."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=1))
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(5)
+        status_path = f"{NODES}/cpu-0/status"
+        before = len(fleet.member.sent("PATCH", status_path))
+        fleet.member.fail("PATCH", status_path, delay=3)
+        await fleet.member.send(requests.patch(
+            f"{NODES}/cpu-0", {"metadata": {"annotations": {"fakefleet.dev/state": "NotReady"}}}))
+        await fleet.clock.advance(1)  # NotReady is being written, slowly
+        await fleet.member.send(requests.patch(
+            f"{NODES}/cpu-0", {"metadata": {"labels": {"example.com/team": "ml"}}}))
+        await fleet.clock.advance(5)
+        assert len(fleet.member.sent("PATCH", status_path)) - before == 1
+        node = fleet.member.object(f"{NODES}/cpu-0")
+        assert node is not None
+        ready = {c["type"]: c for c in node["status"]["conditions"]}["Ready"]
+        assert ready["status"] == "False"

@@ -176,3 +176,21 @@ async def test_a_pod_made_again_under_its_name_never_gets_the_old_one_s_status()
         await fleet.clock.advance(2)
         assert fleet.pod("web-0")["status"]["phase"] == "Running"
         assert fleet.pod("web-0")["status"]["hostIP"] != old["status"]["hostIP"]
+
+
+async def test_a_change_while_a_step_is_written_does_not_write_it_twice() -> None:
+    """Defect: a pod update (a finalizer added) during a slow status write started the same
+    step again from the same state: two writes, two addresses taken, one of them leaked."""
+    fleet = Fleet()
+    await started(fleet)
+    async with fleet.running(fleet.engine()) as engine:
+        await fleet.clock.advance(1)
+        fleet.member.fail("PATCH", f"{PODS}/p/status", delay=3)
+        fleet.member.put(PODS, pod("p", "cpu-0"))
+        await fleet.clock.advance(1.5)  # its start is being written, slowly
+        await fleet.member.send(requests.patch(
+            f"{PODS}/p", {"metadata": {"finalizers": ["example.com/keep"]}}))
+        await fleet.clock.advance(5)
+        assert len(fleet.member.sent("PATCH", f"{PODS}/p/status")) == 1
+        assert fleet.pod("p")["status"]["phase"] == "Running"
+        assert len(engine.pods.addresses) == 1
