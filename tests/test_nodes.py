@@ -152,3 +152,25 @@ def test_a_long_cluster_name_still_gives_a_valid_clique_label() -> None:
     assert len(clique) <= 63
     assert clique[0].isalnum()
     assert clique[-1].isalnum()
+
+
+def test_reshape_removes_only_the_old_template_s_keys_and_guards_the_version() -> None:
+    old = spec(template={"labels": {"team": "a"}, "capacity": {"example.com/fpga": 2}})
+    new = spec(template={"labels": {"tier": "b"}})
+    node = nodes.render_node("c", "cpu", old, 0, 0, life=LIFE, kubelet_version="v1.36.3")
+    node["metadata"]["resourceVersion"] = "42"
+    node["metadata"]["labels"]["example.com/owner"] = "ml"
+    meta, status = nodes.reshape_patches("c", "cpu", new, 0, node)
+    assert meta["metadata"]["resourceVersion"] == "42"
+    labels = meta["metadata"]["labels"]
+    assert labels["team"] is None
+    assert labels["tier"] == "b"
+    assert "example.com/owner" not in labels, "others' labels are not touched"
+    assert status["status"]["capacity"]["example.com/fpga"] is None
+
+
+def test_reshape_of_a_node_without_template_keys_removes_nothing() -> None:
+    node = {"metadata": {"name": "cpu-0", "labels": {"team": "a"},
+                         "annotations": {nodes.TEMPLATE_KEYS: "not json"}}}
+    meta, _ = nodes.reshape_patches("c", "cpu", spec(), 0, node)
+    assert None not in meta["metadata"]["labels"].values()

@@ -28,6 +28,9 @@ from operators.api.nodepools import node_name as node_name
 
 RACK_LABEL = "fakefleet.dev/rack"
 TEMPLATE_HASH = "fakefleet.dev/template-hash"
+#: The label, annotation, capacity and taint keys the template gave the node, so that a change
+#: of template can remove what the new one no longer has and leave everyone else's keys alone.
+TEMPLATE_KEYS = "fakefleet.dev/template-keys"
 MANAGED_SELECTOR = POOL_LABEL  # every node we own carries the pool label
 
 #: Pod CIDRs are /24 slices of 10.128.0.0/9 (MAX_NODES_PER_CLUSTER of them); node InternalIPs
@@ -103,6 +106,10 @@ def node_shape(cluster: str, pool: str, spec: FakeNodePoolSpec, index: int) -> d
     labels[POOL_LABEL] = pool
     # No node.alpha.kubernetes.io/ttl: the controller-manager's TTL controller owns it.
     annotations = {**spec.template.annotations, TEMPLATE_HASH: template_hash(spec)}
+    annotations[TEMPLATE_KEYS] = json.dumps({
+        "labels": sorted(labels), "annotations": sorted(spec.template.annotations),
+        "capacity": sorted(capacity), "taints": sorted({t["key"] for t in taints})},
+        separators=(",", ":"))
     return {"labels": labels, "annotations": annotations, "taints": taints,
             "capacity": capacity}
 
@@ -226,13 +233,34 @@ def render_node(
 
 
 def reshape_patches(
-    cluster: str, pool: str, spec: FakeNodePoolSpec, index: int
+    cluster: str, pool: str, spec: FakeNodePoolSpec, index: int, observed: Mapping[str, Any],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Merge patches (object, status) that bring an existing node to the current template."""
+    """Merge patches (object, status) that bring the ``observed`` node to the current template:
+    keys the old template gave and the new one has not are removed; keys and taints others
+    added (controllers' taints, users' labels) stay. The object patch carries the observed
+    resourceVersion, so a change made meanwhile makes it fail (409) rather than be undone."""
     shape = node_shape(cluster, pool, spec, index)
-    meta = {"metadata": {"labels": shape["labels"], "annotations": shape["annotations"]},
-            "spec": {"taints": shape["taints"]}}
-    status = {"status": {"capacity": shape["capacity"], "allocatable": shape["capacity"]}}
+    metadata = observed.get("metadata") or {}
+    try:
+        old = json.loads((metadata.get("annotations") or {}).get(TEMPLATE_KEYS, "{}"))
+    except ValueError:
+        old = {}
+    old = old if isinstance(old, dict) else {}
+
+    def removed(kind: str, kept: Mapping[str, Any]) -> dict[str, None]:
+        return {key: None for key in old.get(kind) or () if key not in kept}
+
+    template_taints = set(old.get("taints") or ()) | {t["key"] for t in shape["taints"]}
+    others = [taint for taint in (observed.get("spec") or {}).get("taints") or ()
+              if taint.get("key") not in template_taints]
+    meta = {"metadata": {
+        "resourceVersion": metadata.get("resourceVersion"),
+        "labels": {**removed("labels", shape["labels"]), **shape["labels"]},
+        "annotations": {**removed("annotations", shape["annotations"]),
+                        **shape["annotations"]}},
+        "spec": {"taints": others + shape["taints"]}}
+    capacity = {**removed("capacity", shape["capacity"]), **shape["capacity"]}
+    status = {"status": {"capacity": capacity, "allocatable": capacity}}
     return meta, status
 
 

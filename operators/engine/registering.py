@@ -141,8 +141,9 @@ class Registrar:
 
     async def _reshape(self, pool: str, spec: FakeNodePoolSpec, index: int) -> bool:
         name = nodes.node_name(pool, index)
-        meta, status = nodes.reshape_patches(self.cluster, pool, spec, index)
         try:
+            observed = await self.client.get(f"{NODES}/{name}")
+            meta, status = nodes.reshape_patches(self.cluster, pool, spec, index, observed)
             await self.client.patch(f"{NODES}/{name}", meta)
             await self.client.patch(f"{NODES}/{name}/status", status)
         except NotFound:

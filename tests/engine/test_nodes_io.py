@@ -220,3 +220,32 @@ async def test_a_change_while_a_node_stage_is_written_does_not_write_it_twice() 
         assert node is not None
         ready = {c["type"]: c for c in node["status"]["conditions"]}["Ready"]
         assert ready["status"] == "False"
+
+
+async def test_a_template_change_removes_what_the_old_template_gave_and_nothing_else() -> None:
+    """Defect: reshaping merged the new template over the old one, so a pool that dropped its
+    GPUs kept nvidia.com labels and capacity (the scheduler kept placing GPU pods there), and
+    the taint list was replaced whole, wiping the controllers' taints."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("gpu", replicas=1, gpu={"preset": "H100-SXM5-80GB"},
+                               template={"labels": {"team": "a"}}))
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(5)
+        await fleet.member.send(requests.patch(f"{NODES}/gpu-0", {
+            "metadata": {"labels": {"example.com/owner": "ml"}},
+            "spec": {"taints": [
+                {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+                {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]}}))
+        await fleet.host.send(requests.patch(f"{POOLS}/gpu", {"metadata": {"generation": 2},
+            "spec": {"gpu": None, "template": {"labels": {"team": None, "tier": "b"}}}}))
+        await fleet.clock.advance(35)
+        node = fleet.member.object(f"{NODES}/gpu-0")
+        assert node is not None
+        labels = node["metadata"]["labels"]
+        assert not [key for key in labels if key.startswith("nvidia.com/")]
+        assert "team" not in labels
+        assert labels["tier"] == "b"
+        assert labels["example.com/owner"] == "ml", "a label someone else set stays"
+        assert [t["key"] for t in node["spec"]["taints"]] == ["node.kubernetes.io/unschedulable"]
+        assert "nvidia.com/gpu" not in node["status"]["capacity"]
+        assert "nvidia.com/gpu" not in node["status"]["allocatable"]
