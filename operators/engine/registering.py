@@ -48,6 +48,7 @@ class Registrar:
         self._gate = asyncio.Semaphore(concurrency)
         self.kubelet_version = ""
         self.problems: dict[str, str] = {}
+        self._found: dict[str, str] = {}  # this round's, while it runs
         self.busy = False  # a burst of node writes is under way
 
     async def reconcile(self, desired: Mapping[str, FakeNodePoolSpec]) -> bool:
@@ -55,7 +56,9 @@ class Registrar:
         self._book.lease_seconds = {pool: spec.leaseDurationSeconds
                                     for pool, spec in desired.items()}
         actions = nodes.plan(desired, list(self._book.facts.values()))
-        self.problems = self._name_conflicts(desired)
+        # Problems found in this round replace the last round's only when it is over, so the
+        # pool status never sees a problem vanish for the length of a round.
+        self._found = self._name_conflicts(desired)
         deletions = [a for a in actions if isinstance(a, nodes.Delete)]
         others = [a for a in actions if not isinstance(a, nodes.Delete)]
         self.busy = len(actions) > BURST
@@ -64,6 +67,7 @@ class Registrar:
             done &= await self._gather(self._apply(a, desired) for a in others)
         finally:
             self.busy = False
+            self.problems = self._found
         return done
 
     def _name_conflicts(self, desired: Mapping[str, FakeNodePoolSpec]) -> dict[str, str]:
@@ -92,7 +96,7 @@ class Registrar:
         name = nodes.node_name(pool, index)
         slot = self._book.allocate_slot(name)
         if slot is None:
-            self.problems[pool] = (
+            self._found[pool] = (
                 f"the cluster's pod network ({nodes.POD_NETWORK}, a /24 per node) has room for "
                 f"{nodes.MAX_NODES_PER_CLUSTER} nodes across all its pools, and it is full: "
                 f"lower the replicas of this or another pool")
@@ -134,7 +138,7 @@ class Registrar:
             self._book.release_slot(name)  # someone else's: its slot was never used
             # Not ours (made by someone else, or ours with the pool label taken off): retrying
             # cannot help, so the pool says why it stays short until the node goes.
-            self.problems.setdefault(pool, (
+            self._found.setdefault(pool, (
                 f"node {name} exists and was not made by this engine (or lost its {POOL_LABEL} "
                 f"label): delete it, or give the pool another name"))
         return True
