@@ -123,3 +123,24 @@ async def test_backoff_grows_while_crashing_and_resets_after_a_healthy_run(
         assert backoff <= gap < backoff + 0.25, gaps
     # ... then 0.6 s of health, and the shortest back-off again (not 1.6 s).
     assert 0.6 + 0.1 <= gaps[4] < 0.6 + 0.1 + 0.25, gaps
+
+
+async def test_a_restart_that_cannot_start_is_tried_again(tmp_path: Path) -> None:
+    """Defect: one failed respawn (the binary gone for a moment) ended supervision for good."""
+    program = tmp_path / "program"
+    program.write_text("#!/bin/sh\nexec sleep 60\n")
+    program.chmod(0o755)
+    child = Supervised("program", [str(program)], log_path=tmp_path / "p.log",
+                       min_backoff=0.05, max_backoff=0.2)
+    await child.start()
+    first = child.pid
+    assert first is not None
+    program.rename(tmp_path / "away")
+    os.kill(first, signal.SIGKILL)
+    await _eventually(lambda: child.pid is None)
+    await asyncio.sleep(0.5)  # several failed starts
+    assert child.pid is None
+    (tmp_path / "away").rename(program)
+    await _eventually(lambda: child.pid not in (None, first))
+    assert child.restarts == 1
+    await child.stop()

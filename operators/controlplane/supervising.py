@@ -144,7 +144,13 @@ class Supervised:
                 self._on_exit(self, code)
             if time.monotonic() - self._started_at > self._stable_after:
                 backoff = self._min_backoff
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self._max_backoff)
-            await self._spawn()
+            while True:  # a start that fails (binary gone, no file descriptors) is retried too
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self._max_backoff)
+                try:
+                    await self._spawn()
+                    break
+                except OSError as error:
+                    logger.error("%s could not be started (%s); trying again in %.1fs",
+                                 self.name, error, backoff)
             self.restarts += 1
