@@ -4,10 +4,12 @@ etcd over TLS with client certificates, private state."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import ssl
 import stat
+import sys
 import time
 from pathlib import Path
 
@@ -144,3 +146,38 @@ async def test_state_is_private(substrate: Substrate) -> None:
     assert len(keys) == 6 + 5
     for key in keys:
         assert mode(key) == 0o600, key
+
+
+async def test_a_standalone_operator_restarts_on_its_own_state(substrate: Substrate,
+                                                               tmp_path: Path) -> None:
+    """`python -m operators --state-dir DIR --kubeconfig HOST` on a host cluster of its own:
+    killed, it starts again on the same DIR (it took the etcd files its first run left behind
+    for a shared etcd's, and exited)."""
+    host = await substrate.add_cluster("standalone-host", ClusterOptions(
+        scheduler=False, controller_manager=False))
+    state = tmp_path / "operator"
+
+    def ready() -> bool:
+        try:
+            return bool(json.loads((state / "operator.json").read_text()).get("ready"))
+        except (OSError, ValueError):
+            return False
+
+    for run in (1, 2):
+        (state / "operator.json").unlink(missing_ok=True)
+        with (tmp_path / f"operator-{run}.log").open("wb") as log:
+            operator = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "operators", "--state-dir", str(state), "--kubeconfig",
+                str(host.kubeconfig_path), "--install-crds", "--unsafe-no-fsync",
+                stdout=log, stderr=asyncio.subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 90
+            while not ready() and operator.returncode is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+            assert ready(), (f"run {run}: not ready (exit {operator.returncode}): "
+                             f"{(tmp_path / f'operator-{run}.log').read_text()[-2000:]}")
+        finally:
+            if operator.returncode is None:
+                operator.kill()
+            await operator.wait()
+    await substrate.remove_cluster("standalone-host", purge=True)

@@ -22,8 +22,9 @@ from pathlib import Path
 from operators.api import RESOURCES
 from operators.api.crdgen import crd
 from operators.controlplane import binaries as binaries_
+from operators.controlplane.daemon import daemon_alive
 from operators.controlplane.errors import ControlPlaneError, StateError
-from operators.controlplane.etcd import EtcdFiles, shared_etcd
+from operators.controlplane.etcd import shared_etcd
 from operators.controlplane.state import ComponentState, OperatorState, StateDir, publish
 from operators.controlplane.substrate import Substrate
 from operators.handlers import registry
@@ -41,8 +42,9 @@ PUBLISH_INTERVAL = 1.0
 
 async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool, fsync: bool) -> None:
     binaries = binaries_.resolve(allow_build=False)
-    # The daemon's etcd when there is one; else (a real host cluster) the operator runs its own.
-    etcd = shared_etcd(state_dir) if EtcdFiles.of(state_dir).ports_file.exists() else None
+    # The daemon's etcd while a daemon runs (`fakefleet up`); else (a real host cluster) the
+    # operator runs its own, also when an earlier operator's etcd left its files behind.
+    etcd = shared_etcd(state_dir) if daemon_alive(state_dir) else None
     substrate = Substrate(state_dir, binaries, etcd=etcd, fsync=fsync)
     host = Client.connect(load_kubeconfig_file(kubeconfig_path))
     stop_flag, ready_flag = asyncio.Event(), asyncio.Event()
@@ -90,8 +92,11 @@ async def _publish(runtime: Runtime, ready_flag: asyncio.Event) -> None:
         engines = [ComponentState(cluster=key, name="engine", pid=engine.pid,
                                   log=str(engine.log_path), restarts=engine.restarts)
                    for key, engine in runtime.engines.items()]
-        publish(path, OperatorState(pid=os.getpid(), ready=True,
-                                    components=[*runtime.substrate.components(), *engines]))
+        try:
+            publish(path, OperatorState(pid=os.getpid(), ready=True,
+                                        components=[*runtime.substrate.components(), *engines]))
+        except OSError as error:  # a full disk, say: `fakefleet status` goes stale, not dark
+            logger.warning("cannot write %s: %s", path, error)
         await asyncio.sleep(PUBLISH_INTERVAL)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from operators.controlplane.components import EtcdPorts
 from operators.controlplane.errors import StateError
-from operators.controlplane.etcd import EtcdFiles, shared_etcd, write_ports
+from operators.controlplane.etcd import EtcdFiles, read_ports, shared_etcd, write_ports
 from operators.controlplane.pki import ensure_etcd_pki
 
 
@@ -35,3 +35,15 @@ def test_shared_etcd_without_credentials_names_them(tmp_path: Path) -> None:
     with pytest.raises(StateError, match=r"fakefleet-client\.key") as error:
         shared_etcd(tmp_path)
     assert "'fakefleet down' and 'fakefleet up'" in str(error.value)
+
+
+def test_ports_are_written_whole_and_a_truncated_file_reads_as_none(tmp_path: Path) -> None:
+    """Defect: a crash in the middle of writing ports.json left a file that made every later
+    start fail; it is now written aside and renamed, and an unreadable one is chosen anew."""
+    files = EtcdFiles.of(tmp_path)
+    files.directory.mkdir(parents=True)
+    write_ports(files, EtcdPorts(client=2379, peer=2380))
+    assert read_ports(files) == EtcdPorts(client=2379, peer=2380)
+    assert oct(files.ports_file.stat().st_mode & 0o777) == "0o600"
+    files.ports_file.write_text('{"client": 23')
+    assert read_ports(files) is None

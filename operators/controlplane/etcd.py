@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import logging
 import ssl
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,10 @@ import aiohttp
 from operators.controlplane import components, health
 from operators.controlplane.components import EtcdPorts
 from operators.controlplane.errors import StateError
+from operators.controlplane.files import write_private
 from operators.controlplane.pki import EtcdPKI
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,13 +84,17 @@ def read_ports(files: EtcdFiles) -> EtcdPorts | None:
     """The ports an earlier run used, or None if etcd never ran here."""
     try:
         stored = json.loads(files.ports_file.read_text())
+        return EtcdPorts(client=int(stored["client"]), peer=int(stored["peer"]))
     except FileNotFoundError:
         return None
-    return EtcdPorts(client=stored["client"], peer=stored["peer"])
+    except (ValueError, KeyError, TypeError):  # cut short by a crash: choose ports anew
+        logger.warning("%s is unreadable; choosing new ports", files.ports_file)
+        return None
 
 
 def write_ports(files: EtcdFiles, ports: EtcdPorts) -> None:
-    files.ports_file.write_text(json.dumps(dataclasses.asdict(ports)) + "\n")
+    # Written aside and renamed: a crash leaves the old file or the new one, never half.
+    write_private(files.ports_file, (json.dumps(dataclasses.asdict(ports)) + "\n").encode())
 
 
 def shared_etcd(state_dir: Path) -> EtcdEndpoint:

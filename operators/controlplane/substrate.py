@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import shutil
 import signal
 import socket
@@ -39,6 +40,8 @@ from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.pki import CLIENTS, ClusterPKI, ensure_etcd_pki, ensure_pki
 from operators.controlplane.state import ComponentState, StateDir
 from operators.controlplane.supervising import Supervised
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,14 +327,18 @@ class Substrate:
         state_file = state.ports_file(name)
         stored: dict[str, Any] = {}
         if state_file.exists():
-            stored = json.loads(state_file.read_text()).get("ports", {})
+            try:
+                stored = json.loads(state_file.read_text()).get("ports", {})
+            except (ValueError, AttributeError):  # cut short by a crash: choose ports anew
+                logger.warning("%s is unreadable; choosing new ports", state_file)
         what = f"the kube-apiserver of cluster {name!r}"
         ports = ClusterPorts(
             apiserver=claim_port(options.apiserver_port or stored.get("apiserver"), what),
             scheduler=free_port(),
             controller_manager=free_port(),
         )
-        state_file.write_text(json.dumps({"ports": dataclasses.asdict(ports)}, indent=2) + "\n")
+        write_private(state_file,  # aside, then renamed: never half a file
+                      (json.dumps({"ports": dataclasses.asdict(ports)}, indent=2) + "\n").encode())
         return ports
 
     @staticmethod
