@@ -247,6 +247,33 @@ spec:
     kubectl(fleet.host, "delete", "secret", "sneaky-creds")
 
 
+def test_a_kubeconfig_secret_that_is_not_utf8_is_refused_and_deletes_cleanly(
+        fleet: Fleet, tmp_path: Path) -> None:
+    """A kubeconfig saved as UTF-16 (PowerShell's '>') is refused with a message, and the
+    FakeCluster can still be deleted."""
+    utf16 = tmp_path / "kubeconfig"
+    utf16.write_bytes("apiVersion: v1\nkind: Config\n".encode("utf-16"))
+    kubectl(fleet.host, "create", "secret", "generic", "utf16-creds",
+            f"--from-file=kubeconfig={utf16}")
+    fleet.apply("""
+apiVersion: fakefleet.dev/v1alpha1
+kind: FakeCluster
+metadata: {name: utf16}
+spec:
+  controlPlane: {backend: external, kubeconfigSecretRef: {name: utf16-creds}}
+""")
+
+    def refused() -> dict[str, Any] | None:
+        status: dict[str, Any] = fleet.get("fc", "utf16").get("status") or {}
+        return status if status.get("phase") == "Failed" else None
+
+    status = eventually(refused, what="the FakeCluster to be refused")
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert "is not a kubeconfig in UTF-8 text" in stalled["message"]
+    kubectl(fleet.host, "delete", "fc", "utf16", "--timeout=60s")
+    kubectl(fleet.host, "delete", "secret", "utf16-creds")
+
+
 def test_deleting_a_cluster_removes_its_control_plane_and_data(fleet: Fleet) -> None:
     fleet.apply(CLUSTER.format(name="doomed"))
     fleet.apply(POOL.format(name="doomed-nodes", cluster="doomed", replicas=2, extra=""))

@@ -197,7 +197,11 @@ async def _connect(runtime: Runtime, namespace: str, key: str,
     if data is None:
         raise ConfigError(f"{source} has no key {action.key!r}: put the kubeconfig of the "
                           f"cluster to adopt there")
-    text = base64.b64decode(data).decode()
+    try:
+        text = base64.b64decode(data).decode()
+    except ValueError:  # not base64, or not UTF-8 (a UTF-16 or gzipped file)
+        raise ConfigError(f"{source} key {action.key!r} is not a kubeconfig in UTF-8 text: "
+                          f"store the file as plain UTF-8 YAML") from None
     access = load_kubeconfig(text, untrusted=True, source=source)
     # The engine reads the same kubeconfig: a private file in the cluster's directory.
     state = StateDir(runtime.state_dir)
