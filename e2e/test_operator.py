@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import signal
 import time
@@ -27,6 +28,7 @@ from e2e.conftest import (
     processes_mentioning,
 )
 from operators.controlplane.etcd import count_etcd_keys, shared_etcd
+from operators.controlplane.state import StateDir
 from operators.k8s.times import parse, rfc3339
 
 
@@ -272,6 +274,47 @@ spec:
     assert "is not a kubeconfig in UTF-8 text" in stalled["message"]
     kubectl(fleet.host, "delete", "fc", "utf16", "--timeout=60s")
     kubectl(fleet.host, "delete", "secret", "utf16-creds")
+
+
+def test_an_adopted_cluster_that_stops_answering_is_not_ready_and_says_why(
+        fleet: Fleet) -> None:
+    """Ready was computed once for an adopted cluster: one that went away stayed Ready."""
+    fleet.apply("""
+apiVersion: fakefleet.dev/v1alpha1
+kind: FakeCluster
+metadata: {name: donor}
+spec: {}
+""")
+    fleet.wait_cluster_ready("donor")
+    data = kubectl_json(fleet.host, "get", "secret", "donor-kubeconfig")["data"]["kubeconfig"]
+    kubectl(fleet.host, "create", "secret", "generic", "donor-creds",
+            f"--from-literal=kubeconfig={base64.b64decode(data).decode()}")
+    fleet.apply("""
+apiVersion: fakefleet.dev/v1alpha1
+kind: FakeCluster
+metadata: {name: adopter}
+spec:
+  controlPlane: {backend: external, kubeconfigSecretRef: {name: donor-creds}}
+""")
+    fleet.wait_cluster_ready("adopter")
+    operator = json.loads(StateDir(fleet.state).operator_file.read_text())
+    [apiserver] = [c["pid"] for c in operator["components"]
+                   if c["cluster"] == "default.donor" and c["name"] == "kube-apiserver"]
+    os.kill(apiserver, signal.SIGSTOP)  # there, and answering nothing
+    try:
+        def not_ready() -> dict[str, Any] | None:
+            status: dict[str, Any] = fleet.get("fc", "adopter").get("status") or {}
+            ready = next(c for c in status.get("conditions", []) if c["type"] == "Ready")
+            return ready if ready["status"] == "False" else None
+
+        ready = eventually(not_ready, timeout=90, what="the adopted cluster to be not Ready")
+        assert "does not answer" in ready["message"]
+    finally:
+        os.kill(apiserver, signal.SIGCONT)
+    fleet.wait_cluster_ready("adopter", timeout=90)
+    kubectl(fleet.host, "delete", "fc", "adopter", "--timeout=90s")
+    kubectl(fleet.host, "delete", "fc", "donor", "--timeout=90s")
+    kubectl(fleet.host, "delete", "secret", "donor-creds")
 
 
 def test_deleting_a_cluster_removes_its_control_plane_and_data(fleet: Fleet) -> None:

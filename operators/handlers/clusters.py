@@ -39,6 +39,8 @@ from operators.reconciling import clusters as planning
 logger = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT = 120.0
+#: How often an adopted cluster's API server is asked again whether it answers (s).
+VERSION_RECHECK = 15.0
 #: How long after its deletion an adopted cluster that does not answer is waited for.
 DRAIN_GIVE_UP = 300.0
 CLUSTERS = "/apis/fakefleet.dev/v1alpha1/namespaces/{namespace}/fakeclusters/{name}"
@@ -117,8 +119,9 @@ async def observe(runtime: Runtime, cluster: FakeCluster, key: str) -> planning.
         member = runtime.external.get(key)
         running = member is not None
         endpoint = member.access.server if member else ""
-    # Running means answering: a control plane that does not say its version yet is starting.
-    version = await _version(runtime, cluster, key) if running else ""
+    # Running means answering: a control plane that does not say its version yet is starting;
+    # an adopted one that stops answering is not Ready, and the status says why.
+    version, problem = await _version(runtime, cluster, key) if running else ("", "")
     nodes, ready = await _node_counts(runtime, cluster)
     return planning.Observed(
         control_plane_running=running and bool(version),
@@ -128,6 +131,7 @@ async def observe(runtime: Runtime, cluster: FakeCluster, key: str) -> planning.
         version=version,
         nodes=nodes,
         ready_nodes=ready,
+        error=problem if cluster.spec.controlPlane.backend == "external" else "",
     )
 
 
@@ -207,7 +211,14 @@ async def _connect(runtime: Runtime, namespace: str, key: str,
     state = StateDir(runtime.state_dir)
     private_directory(state.cluster(key))
     path = state.member_kubeconfig(key)
+    changed = not path.exists() or path.read_text() != text
     write_private(path, text.encode())
+    if changed and runtime.engine_running(key):
+        # New credentials in the Secret: the engine read the old file at its start, so it
+        # starts again (the next reconcile does) with the new one.
+        logger.info("cluster %s: the kubeconfig in %s changed; restarting the engine", key,
+                    source)
+        await runtime.stop_engine(key)
     return Member(access, path)
 
 
@@ -219,19 +230,27 @@ def member_access(runtime: Runtime, cluster: FakeCluster, key: str) -> ClusterAc
     return load_kubeconfig_file(local.kubeconfig_path) if local else None
 
 
-async def _version(runtime: Runtime, cluster: FakeCluster, key: str) -> str:
-    """What the member's API server reports (asked once per start of the control plane)."""
-    if key not in runtime.versions:
-        access = member_access(runtime, cluster, key)
-        if access is None:
-            return ""
-        try:
-            async with Client.connect(access, connections=1, timeout=5) as client:
-                runtime.versions[key] = str((await client.get("/version")).get("gitVersion"))
-        except K8sError as error:
-            logger.info("cluster %s: no version yet: %s", key, error)
-            return ""
-    return runtime.versions[key]
+async def _version(runtime: Runtime, cluster: FakeCluster, key: str) -> tuple[str, str]:
+    """What the member's API server reports, or why there is nothing: a local control plane is
+    asked once per start (its processes are watched); an adopted cluster again every
+    VERSION_RECHECK seconds, as nothing else would tell that it went away or stopped taking
+    its credentials."""
+    cached = runtime.versions.get(key)
+    external = cluster.spec.controlPlane.backend == "external"
+    if cached is not None and not (external and time.monotonic() - cached[1] > VERSION_RECHECK):
+        return cached[0], ""
+    access = member_access(runtime, cluster, key)
+    if access is None:
+        return "", ""
+    try:
+        async with Client.connect(access, connections=1, timeout=5) as client:
+            version = str((await client.get("/version")).get("gitVersion"))
+    except K8sError as error:
+        runtime.versions.pop(key, None)
+        logger.info("cluster %s: no version: %s", key, error)
+        return "", f"the API server at {access.server} does not answer: {error}"
+    runtime.versions[key] = (version, time.monotonic())
+    return version, ""
 
 
 async def _drain(runtime: Runtime, cluster: FakeCluster, key: str) -> None:

@@ -40,7 +40,8 @@ class Runtime:
     resolve_binaries: Callable[[str], Binaries]
     external: dict[str, Member] = dataclasses.field(default_factory=dict)
     engines: dict[str, Supervised] = dataclasses.field(default_factory=dict)
-    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Each member's API server version, and when it last said so (time.monotonic()).
+    versions: dict[str, tuple[str, float]] = dataclasses.field(default_factory=dict)
     locks: dict[str, asyncio.Lock] = dataclasses.field(default_factory=dict)
 
     def lock(self, key: str) -> asyncio.Lock:
