@@ -26,7 +26,7 @@ from operators.engine.inventory import NodeBook, NodeRecord
 from operators.k8s import requests
 from operators.k8s.client import Client
 from operators.k8s.clock import Clock
-from operators.k8s.errors import Conflict, K8sError, NotFound, TransportError
+from operators.k8s.errors import Conflict, K8sError, NotFound, TransportError, transient
 from operators.k8s.times import rfc3339
 from operators.k8s.watching import list_all
 
@@ -199,7 +199,9 @@ async def count_nodes(client: Client, cluster: str, pool: str | None = None) -> 
 
 async def remove_all(client: Client, cluster: str) -> int:
     """Delete every node the engine of ``cluster`` made (and its Lease), once that engine has
-    stopped: an adopted cluster outlives its FakeCluster. Returns how many are left."""
+    stopped: an adopted cluster outlives its FakeCluster. Returns how many are left to retry;
+    a refusal that retrying cannot mend (403: the kubeconfig may not delete nodes) is raised,
+    so that the caller can say why."""
     _, items = await list_all(client, NODES, {"labelSelector": nodes.MANAGED_SELECTOR})
     left = 0
     for item in items:
@@ -211,7 +213,9 @@ async def remove_all(client: Client, cluster: str) -> int:
             await client.delete(f"{NODES}/{facts.name}", body=options, decode=False)
         except (NotFound, Conflict):
             pass
-        except K8sError:
+        except K8sError as error:
+            if not transient(error):
+                raise
             left += 1
             continue
         with contextlib.suppress(K8sError):

@@ -32,7 +32,7 @@ from operators.handlers.runtime import Member, Runtime, wait_until_none
 from operators.k8s.applying import apply
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess, load_kubeconfig, load_kubeconfig_file
-from operators.k8s.errors import ConfigError, K8sError, NotFound, transient
+from operators.k8s.errors import ConfigError, K8sError, NotFound
 from operators.k8s.times import parse, rfc3339
 from operators.reconciling import clusters as planning
 
@@ -256,9 +256,9 @@ async def _version(runtime: Runtime, cluster: FakeCluster, key: str) -> tuple[st
 async def _drain(runtime: Runtime, cluster: FakeCluster, key: str) -> None:
     """Delete the fake nodes from an adopted cluster (the engine has stopped).
 
-    A transient failure (no answer, 429, 5xx) is retried: one hiccup must not leave every fake
-    node behind. A cluster that stays unreachable for DRAIN_GIVE_UP after the deletion, or
-    refuses for good (its Secret gone, credentials refused), is let go with a warning.
+    A failure (no answer, 429, 5xx, a refused delete) is retried, saying why: one hiccup must
+    not leave every fake node behind. A cluster that cannot be drained for DRAIN_GIVE_UP after
+    the deletion, or whose kubeconfig is gone or unusable, is let go with a warning.
     """
     access = member_access(runtime, cluster, key)
     try:
@@ -272,10 +272,11 @@ async def _drain(runtime: Runtime, cluster: FakeCluster, key: str) -> None:
     except K8sError as error:
         deleted = cluster.metadata.get("deletionTimestamp")
         waited = time.time() - parse(deleted) if deleted else 0.0
-        if transient(error) and waited < DRAIN_GIVE_UP:
-            raise kopf.TemporaryError(f"cannot reach the adopted cluster to delete its fake "
-                                      f"nodes ({error}); trying again", delay=10) from error
-        logger.warning("cluster %s: unreachable (%s); its fake nodes, if any, stay there",
+        if not isinstance(error, ConfigError) and waited < DRAIN_GIVE_UP:
+            raise kopf.TemporaryError(
+                f"cannot delete the fake nodes of the adopted cluster ({error}); trying again "
+                f"until {DRAIN_GIVE_UP:.0f}s after the deletion", delay=10) from error
+        logger.warning("cluster %s: its fake nodes could not be deleted (%s); they stay there",
                        key, error)
         return
     if left:

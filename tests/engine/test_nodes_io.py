@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
+from operators.engine.registering import remove_all
 from operators.k8s import requests
-from tests.engine.harness import LEASES, NODES, POOLS, Fleet, pool, ready
+from operators.k8s.client import Client
+from operators.k8s.errors import Unauthorized
+from tests.engine.harness import ENGINE_NAME, LEASES, NODES, POOLS, Fleet, pool, ready
 
 
 def foreign_node(name: str, **spec: Any) -> dict[str, Any]:
@@ -249,3 +252,21 @@ async def test_a_template_change_removes_what_the_old_template_gave_and_nothing_
         assert [t["key"] for t in node["spec"]["taints"]] == ["node.kubernetes.io/unschedulable"]
         assert "nvidia.com/gpu" not in node["status"]["capacity"]
         assert "nvidia.com/gpu" not in node["status"]["allocatable"]
+
+
+async def test_removing_an_adopted_cluster_s_nodes_says_why_a_delete_is_refused() -> None:
+    """Defect: a node DELETE refused for good (403: the kubeconfig may not delete nodes) was
+    counted as 'still being deleted', and the FakeCluster's finalizer looped without a cause."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=2))
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(5)
+    client = Client(fleet.member, clock=fleet.clock)
+    fleet.member.fail("DELETE", f"{NODES}/cpu-1", status=503)
+    assert await remove_all(client, ENGINE_NAME) == 1, "a 503 is tried again"
+    assert sorted(fleet.nodes()) == ["cpu-1"]
+    fleet.member.fail("DELETE", f"{NODES}/cpu-1", status=403, reason="Forbidden")
+    with pytest.raises(Unauthorized, match="Forbidden"):
+        await remove_all(client, ENGINE_NAME)
+    assert await remove_all(client, ENGINE_NAME) == 0
+    assert fleet.nodes() == {}
