@@ -51,6 +51,7 @@ class Dispatcher(Generic[K]):
         self._name = name
         self._changed = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
+        self._keys: set[K] = set()  # the keys of the steps in flight
         self._throttle = throttle
         self._throttled_limit = throttled_limit
         self._throttled = False
@@ -69,12 +70,16 @@ class Dispatcher(Generic[K]):
                         self._waited_at = self._clock.now()
                     await self._slots.acquire()
                     await self._yield_while_throttled()
-                    call = self._fire(key)  # created only once it can run: never left unawaited
-                    if call is None:
+                    # One step per key at a time: a key due again while its step is written (the
+                    # object changed meanwhile) is dropped, as its owner plans the next step
+                    # from what that write committed.
+                    call = None if key in self._keys else self._fire(key)
+                    if call is None:  # created only once it can run: never left unawaited
                         self._slots.release()
                         continue
                     task = asyncio.create_task(call)
                     self._inflight.add(task)
+                    self._keys.add(key)
                     task.add_done_callback(functools.partial(self._finished, key))
                 if due:
                     continue
@@ -108,6 +113,7 @@ class Dispatcher(Generic[K]):
 
     def _finished(self, key: K, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
+        self._keys.discard(key)
         self._slots.release()
         if not task.cancelled() and task.exception() is not None:
             # A step handles the API's errors itself; anything else is a defect, and still its

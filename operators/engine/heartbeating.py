@@ -79,7 +79,6 @@ class Heartbeats:
         self._dispatcher = Dispatcher(self._timers, self._due, clock=clock, limit=connections,
                                       batch=batch, name=f"engine {cluster}: heartbeats")
         self._pending: dict[str, NodeRule] = {}
-        self._staging: set[str] = set()  # nodes whose stage write is in flight
         self._resumed = False
         self.lag = 0.0  # how late the latest renewal went out
 
@@ -112,8 +111,6 @@ class Heartbeats:
         facts = self._book.facts.get(name)
         if record is None or facts is None:
             return
-        if name in self._staging:
-            return  # a stage is being written: it chooses the next one when it is done
         rule = stages.match_node(self._rules, facts, record.life)
         if rule is None:
             self._pending.pop(name, None)
@@ -174,18 +171,7 @@ class Heartbeats:
         if kind == "lease":
             return self._renew(name, record) if record.life.heartbeat else None
         rule = self._pending.get(name)
-        if rule is None or name in self._staging:
-            return None
-        self._staging.add(name)  # until the write is done: one stage of a node at a time
-        return self._staging_done(name, self._stage(name, record, rule))
-
-    async def _staging_done(self, name: str, step: Coroutine[Any, Any, bool]) -> None:
-        try:
-            written = await step
-        finally:
-            self._staging.discard(name)
-        if written:
-            self.evaluate(name)  # the next stage, from the life just committed
+        return self._stage(name, record, rule) if rule is not None else None
 
     async def _renew(self, name: str, record: NodeRecord) -> None:
         started = self._clock.now()
@@ -242,8 +228,7 @@ class Heartbeats:
             return interval * self._rng.uniform(1 - STRETCHED_SPREAD, 1.0)
         return interval * self._rng.uniform(1 - RENEW_JITTER, 1 + RENEW_JITTER)
 
-    async def _stage(self, name: str, record: NodeRecord, rule: NodeRule) -> bool:
-        """Write the stage's effect; True once committed (False: gone, or retried later)."""
+    async def _stage(self, name: str, record: NodeRecord, rule: NodeRule) -> None:
         now = rfc3339(self._clock.now())
         before = record.life
         after = stages.apply_node(rule.stage.effect, before, now)
@@ -254,10 +239,10 @@ class Heartbeats:
                     {"status": {"conditions": render_conditions(after)}},
                     content_type=STRATEGIC_PATCH, decode=False)
             except NotFound:
-                return False  # deleted: the watch takes it from here
+                return  # deleted: the watch takes it from here
             except K8sError as error:
                 self._retry(("stage", name), record, f"{rule.name} on {name}", error)
-                return False
+                return
         record.failures = 0
         self._book.wrote(name, after)
         logger.debug("engine %s: %s on %s", self.cluster, rule.name, name)
@@ -267,7 +252,7 @@ class Heartbeats:
         if after.heartbeat and not before.heartbeat:
             self._schedule(("lease", name), self._clock.now())
         self._pending.pop(name, None)
-        return True
+        self.evaluate(name)  # the next stage, from the life just committed
 
     def _retry(self, key: tuple[str, str], record: NodeRecord, what: str,
                error: K8sError) -> None:

@@ -94,7 +94,6 @@ class PodLifecycle:
         self._pods: dict[str, _Pod] = {}
         self._timers: DelayQueue[str] = DelayQueue(clock)
         self._refresh: set[str] = set()  # pods whose Ready must be re-reported (gates flipped)
-        self._stepping: set[str] = set()  # pods whose step is being written
         self._dispatcher = Dispatcher(self._timers, self._due, clock=clock, limit=concurrency,
                                       batch=batch, name=f"engine {cluster}: pods",
                                       throttle=throttle)
@@ -189,19 +188,7 @@ class PodLifecycle:
             return None
         if pod.stage is None and uid not in self._refresh:
             return None
-        if uid in self._stepping:
-            return None  # a step is being written: it plans the next one when it is done
-        self._stepping.add(uid)
-        return self._stepping_done(uid, self._step(pod))
-
-    async def _stepping_done(self, uid: str, step: Coroutine[Any, Any, None]) -> None:
-        try:
-            await step
-        finally:
-            self._stepping.discard(uid)
-        if uid in self._refresh and uid in self._pods and uid not in self._timers:
-            self._timers.schedule(uid, 0.0)  # a readiness gate flipped during the write
-            self._dispatcher.wake()
+        return self._step(pod)
 
     async def _step(self, pod: _Pod) -> None:
         facts = pod.facts
@@ -255,6 +242,9 @@ class PodLifecycle:
                                         host=facts.node)
         if facts.uid in self._pods:
             self._plan(pod)
+            if facts.uid in self._refresh and facts.uid not in self._timers:
+                self._timers.schedule(facts.uid, 0.0)  # a readiness gate flipped meanwhile
+                self._dispatcher.wake()
 
     def _advance(self, facts: PodFacts, life: PodLife, rule: PodRule,
                  now: str) -> tuple[PodLife, list[PodRule]]:
