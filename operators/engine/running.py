@@ -65,7 +65,7 @@ class EngineSettings:
     resync_interval: float = 30.0
     heartbeat_batch: int = 256
     #: Heartbeats this late (seconds past due) hold the pod lifecycle back until they catch
-    #: up: with renewals stretched to at most 30 s, still inside the node-lifecycle
+    #: up: with renewals stretched to at most 35 s, still inside the node-lifecycle
     #: controller's 50 s grace (node-monitor-grace-period).
     heartbeat_slack: float = 5.0
     status_interval: float = 1.0
