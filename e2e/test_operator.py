@@ -217,6 +217,29 @@ def test_the_longest_names_the_api_accepts_work_end_to_end(fleet: Fleet) -> None
     kubectl(fleet.host, "delete", "fc", cluster, "--timeout=60s")
 
 
+def _adopt_refused(fleet: Fleet, name: str, *secret_source: str) -> dict[str, Any]:
+    """Adopt a cluster from a Secret made of ``secret_source`` (kubectl's --from-... flags),
+    wait for the FakeCluster to be refused, delete both; the Stalled condition it showed."""
+    kubectl(fleet.host, "create", "secret", "generic", f"{name}-creds", *secret_source)
+    fleet.apply(f"""
+apiVersion: fakefleet.dev/v1alpha1
+kind: FakeCluster
+metadata: {{name: {name}}}
+spec:
+  controlPlane: {{backend: external, kubeconfigSecretRef: {{name: {name}-creds}}}}
+""")
+
+    def refused() -> dict[str, Any] | None:
+        status: dict[str, Any] = fleet.get("fc", name).get("status") or {}
+        return status if status.get("phase") == "Failed" else None
+
+    status = eventually(refused, what="the FakeCluster to be refused")
+    stalled: dict[str, Any] = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    kubectl(fleet.host, "delete", "fc", name, "--timeout=60s")
+    kubectl(fleet.host, "delete", "secret", f"{name}-creds")
+    return stalled
+
+
 def test_a_kubeconfig_secret_that_names_local_files_is_refused_in_the_status(
         fleet: Fleet) -> None:
     """A tenant's kubeconfig must not make the operator read its files or run commands."""
@@ -225,28 +248,11 @@ def test_a_kubeconfig_secret_that_names_local_files_is_refused_in_the_status(
               "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
               "users: [{name: u, user: {client-certificate: /etc/hostname, "
               "client-key: /etc/hostname}}]\n")
-    kubectl(fleet.host, "create", "secret", "generic", "sneaky-creds",
-            f"--from-literal=kubeconfig={sneaky}")
-    fleet.apply("""
-apiVersion: fakefleet.dev/v1alpha1
-kind: FakeCluster
-metadata: {name: sneaky}
-spec:
-  controlPlane: {backend: external, kubeconfigSecretRef: {name: sneaky-creds}}
-""")
-
-    def refused() -> dict[str, Any] | None:
-        status: dict[str, Any] = fleet.get("fc", "sneaky").get("status") or {}
-        return status if status.get("phase") == "Failed" else None
-
-    status = eventually(refused, what="the FakeCluster to be refused")
-    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    stalled = _adopt_refused(fleet, "sneaky", f"--from-literal=kubeconfig={sneaky}")
     assert stalled["status"] == "True"
     assert "Secret default/sneaky-creds sets users[0].user.client-certificate" in \
         stalled["message"]
     assert "must embed its credentials" in stalled["message"]
-    kubectl(fleet.host, "delete", "fc", "sneaky", "--timeout=60s")
-    kubectl(fleet.host, "delete", "secret", "sneaky-creds")
 
 
 def test_a_kubeconfig_secret_that_is_not_utf8_is_refused_and_deletes_cleanly(
@@ -255,25 +261,8 @@ def test_a_kubeconfig_secret_that_is_not_utf8_is_refused_and_deletes_cleanly(
     FakeCluster can still be deleted."""
     utf16 = tmp_path / "kubeconfig"
     utf16.write_bytes("apiVersion: v1\nkind: Config\n".encode("utf-16"))
-    kubectl(fleet.host, "create", "secret", "generic", "utf16-creds",
-            f"--from-file=kubeconfig={utf16}")
-    fleet.apply("""
-apiVersion: fakefleet.dev/v1alpha1
-kind: FakeCluster
-metadata: {name: utf16}
-spec:
-  controlPlane: {backend: external, kubeconfigSecretRef: {name: utf16-creds}}
-""")
-
-    def refused() -> dict[str, Any] | None:
-        status: dict[str, Any] = fleet.get("fc", "utf16").get("status") or {}
-        return status if status.get("phase") == "Failed" else None
-
-    status = eventually(refused, what="the FakeCluster to be refused")
-    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    stalled = _adopt_refused(fleet, "utf16", f"--from-file=kubeconfig={utf16}")
     assert "is not a kubeconfig in UTF-8 text" in stalled["message"]
-    kubectl(fleet.host, "delete", "fc", "utf16", "--timeout=60s")
-    kubectl(fleet.host, "delete", "secret", "utf16-creds")
 
 
 def test_an_adopted_cluster_that_stops_answering_is_not_ready_and_says_why(
