@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 DRAIN_TIMEOUT = 120.0
 #: How often an adopted cluster's API server is asked again whether it answers (s).
 VERSION_RECHECK = 15.0
-#: How long after its deletion an adopted cluster that does not answer is waited for.
+#: How long after its deletion an adopted cluster whose fake nodes cannot be deleted is retried.
 DRAIN_GIVE_UP = 300.0
 CLUSTERS = "/apis/fakefleet.dev/v1alpha1/namespaces/{namespace}/fakeclusters/{name}"
 POOLS = "/apis/fakefleet.dev/v1alpha1/namespaces/{namespace}/fakenodepools"
