@@ -33,6 +33,16 @@ def pool(spec: str, *, name: str = "bad", cluster_ref: str = "somewhere") -> str
            f"spec:\n  clusterRef: {cluster_ref}\n{spec}"
 
 
+def fault_plan(*steps: str, name: str = "bad") -> str:
+    return (f"apiVersion: fakefleet.dev/v1alpha1\nkind: FaultPlan\nmetadata: {{name: {name}}}\n"
+            "spec:\n  steps:\n" + "".join(f"  - {step}\n" for step in steps))
+
+
+def step(name: str = "s", *, target: str = "{nodes: {}}", fault: str = "{type: NotReady}",
+         timing: str = "at: 10s", extra: str = "") -> str:
+    return f"{{name: {name}, target: {target}, fault: {fault}, {timing}{extra}}}"
+
+
 LONGEST_CLUSTER_NAME = "c" * MAX_CLUSTER_NAME_LENGTH
 LONGEST_POOL_NAME = "p" * MAX_POOL_NAME_LENGTH
 #: How the messages that say what would be accepted begin.
@@ -158,6 +168,56 @@ INVALID = {
         "apiVersion: fakefleet.dev/v1alpha1\nkind: FakeNodePool\nmetadata: {name: bad}\n"
         "spec: {replicas: 1}\n",
         ["spec.clusterRef", "Required value"]),
+    "plan: percent above 100": (
+        fault_plan(step(target="{nodes: {}, mode: percent, percent: 101}")),
+        ["spec.steps[0].target.percent", "less than or equal to 100"]),
+    "plan: percent 0": (
+        fault_plan(step(target="{nodes: {}, mode: percent, percent: 0}")),
+        ["spec.steps[0].target.percent", "greater than or equal to 1"]),
+    "plan: fixed without count": (
+        fault_plan(step(target="{nodes: {}, mode: fixed}")),
+        ["spec.steps[0].target.count", "mode fixed needs target.count"]),
+    "plan: both at and after": (
+        fault_plan(step("a"), step("b", timing="at: 1s, after: [a]")),
+        ["spec.steps[1]", "give exactly one of at"]),
+    "plan: neither at nor after": (
+        fault_plan(step(timing="delay: 1s")),
+        ["spec.steps[0]", "give exactly one of at"]),
+    "plan: after an unknown step": (
+        fault_plan(step("a"), step("b", timing="after: [nope]")),
+        ["spec.steps", "after names a step that does not exist"]),
+    "plan: steps waiting for each other": (
+        fault_plan(step("a", timing="after: [b]"), step("b", timing="after: [a]")),
+        ["spec.steps", "cycle"]),
+    "plan: a step waiting for itself": (
+        fault_plan(step("a", timing="after: [a]")),
+        ["spec.steps", "cycle"]),
+    "plan: unknown fault": (
+        fault_plan(step(fault="{type: Meteor}")),
+        ["spec.steps[0].fault.type", 'Unsupported value: "Meteor"']),
+    "plan: xid zero": (
+        fault_plan(step(fault="{type: GPUXid, xid: 0}")),
+        ["spec.steps[0].fault.xid", "greater than or equal to 1"]),
+    "plan: xid not a number": (
+        fault_plan(step(fault="{type: GPUXid, xid: seventy-nine}")),
+        ["spec.steps[0].fault.xid", "must be of type integer"]),
+    "plan: xid missing": (
+        fault_plan(step(fault="{type: GPUXid}")),
+        ["spec.steps[0].fault.xid", "needs fault.xid"]),
+    "plan: expectation without a deadline": (
+        fault_plan(step(extra=", expectations: [{name: e, objects: {kind: Node}, "
+                              "taint: {key: x}}]")),
+        ["spec.steps[0].expectations[0].within", "Required value"]),
+    "plan: a pod fault on nodes": (
+        fault_plan(step(fault="{type: ContainerExit, exitCode: 3}")),
+        ["spec.steps[0].target", "a pod fault needs target.pods"]),
+    "plan: a parameter of another fault": (
+        fault_plan(step(fault="{type: NotReady, exitCode: 3}")),
+        ["spec.steps[0].fault.exitCode", "for fault type ContainerExit or CrashLoop only"]),
+    "plan: duration on a one-shot fault": (
+        fault_plan(step(target="{pods: {}}", fault="{type: OOMKilled}",
+                        extra=", duration: 10s")),
+        ["spec.steps[0].duration", "happens once"]),
 }
 
 
@@ -193,6 +253,20 @@ VALID = {
         "    annotations: {example.com/note: 'any text at all, even with spaces'}\n"
         "    taints: [{key: example.com/dedicated, value: '', effect: NoExecute}]\n"
         "  topology: {region: eu-west-1, zones: [eu-west-1a, EU_West.1b]}\n"),
+    "plan with a DAG of steps": fault_plan(
+        step("a", timing="at: 0s, duration: 1m, repeat: {every: 2m, times: 3}"),
+        step("b", target="{clusters: {selector: {matchLabels: {region: x}}}, pods: "
+                         "{namespace: ml, ownerKind: Job}, mode: percent, percent: 10, "
+                         "maxTargets: 5}",
+             fault="{type: ContainerExit, exitCode: 3, message: NCCL communicator aborted}",
+             timing="after: [a], delay: 5s, jitter: 3s"),
+        step("c", target="{}", fault="{type: APIServerDown}",
+             timing="after: [a, b], duration: 30s",
+             extra=", expectations: [{name: down, within: 60s, objects: {apiVersion: "
+                   "fakefleet.dev/v1alpha1, kind: FakeCluster, cluster: host}, "
+                   "condition: {type: Ready, status: 'False'}}, {name: running, within: 1m, "
+                   "objects: {kind: Pod}, count: {where: {cel: \"self.status.phase == "
+                   "'Running'\"}, atLeast: 1}}]")),
 }
 
 

@@ -20,6 +20,9 @@ again (the node status report every 5 minutes)::
 The default lifecycles are ``operators/engine/stages.yaml``; ``python -m operators.engine
 --stages FILE`` runs others. Everything is validated on load, and every error names the stage,
 the field, the value and what would be accepted.
+
+Faults bring stages of their own, per object (:mod:`operators.api.injections`): they come
+before the lifecycle's, and only they may end their fault (``endFault``); either may ``hold``.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ POD_FIELDS: dict[str, str] = {
     "ownerKind": "the kind of the pod's controller (ReplicaSet, Job, ...)",
     "exitCode": "the code its containers exit with (annotation fakefleet.dev/exit-code, else 0)",
     "restartPolicy": "Always, OnFailure or Never",
+    "waiting": "the reason the containers wait with, as a stage set it (empty: not waiting)",
 }
 #: What a node selector may test.
 NODE_FIELDS: dict[str, str] = {
@@ -53,9 +57,13 @@ NODE_FIELDS: dict[str, str] = {
     "pool": "the FakeNodePool the node belongs to",
     "ready": "the Ready condition as the API shows it: True, False or Unknown",
     "heartbeat": "whether the node renews its Lease and reports status",
+    "unschedulable": "spec.unschedulable: true or false",
 }
-#: Keys of the form ``labels[KEY]`` and ``annotations[KEY]`` test metadata of either kind.
+#: Keys of the form ``labels[KEY]`` and ``annotations[KEY]`` test metadata of either kind;
+#: for nodes ``conditions[TYPE]`` is a condition's status and ``taints[KEY]`` a taint's effect,
+#: ``allocatable[RESOURCE]`` an allocatable amount as the API shows it.
 MAP_FIELDS = ("labels", "annotations")
+NODE_MAP_FIELDS = ("conditions", "taints", "allocatable")
 
 #: Named timers a delay may add, with where their value comes from.
 DELAY_SOURCES: dict[str, str] = {
@@ -156,6 +164,14 @@ class ContainerWait(Model):
     message: str = ""
 
 
+class Eviction(Model):
+    """The kubelet evicts the pod (node pressure): phase Failed, the pod's reason and message,
+    its containers terminated, whatever its restartPolicy."""
+
+    reason: str = "Evicted"
+    message: str = "The node was low on resource: memory."
+
+
 class PodEffect(Model):
     """What a pod stage does."""
 
@@ -173,20 +189,42 @@ class PodEffect(Model):
     """Events about the pod, emitted once the effect is written."""
     delete: bool = False
     """Finalise a deleted pod: delete it with grace period 0, as the kubelet does."""
+    evict: Eviction | None = None
+    """The kubelet evicts the pod: Failed with reason Evicted."""
+    hold: bool = False
+    """Nothing happens while this stage matches, and no later stage applies: a fault keeps the
+    pod where it put it (StuckPending). Takes no other outcome."""
+    endFault: bool = False
+    """Fault stages only: once the effect is written, the fault entry that carried this stage
+    is marked done (see :mod:`operators.api.injections`)."""
 
     @model_validator(mode="after")
     def _one_outcome(self) -> PodEffect:
         outcomes = [name for name, set_ in (("phase", self.phase is not None),
                                             ("exit", self.exit is not None),
                                             ("wait", self.wait is not None),
-                                            ("delete", self.delete)) if set_]
+                                            ("delete", self.delete),
+                                            ("evict", self.evict is not None),
+                                            ("hold", self.hold)) if set_]
         if len(outcomes) > 1:
             raise ValueError(f"an effect has one outcome, not {' and '.join(outcomes)}: "
                              f"split it into stages")
-        if not outcomes and not (self.initContainerDone or self.conditions or self.events):
-            raise ValueError("the effect does nothing: set phase, exit, wait, delete, "
-                             "initContainerDone, conditions or events")
+        if self.hold and (self.initContainerDone or self.conditions or self.events
+                          or self.endFault):
+            raise ValueError("hold does nothing by definition: it takes no other field")
+        if not outcomes and not (self.initContainerDone or self.conditions or self.events
+                                 or self.endFault):
+            raise ValueError("the effect does nothing: set phase, exit, wait, delete, evict, "
+                             "hold, initContainerDone, conditions, events or endFault")
         return self
+
+
+class NodeTaint(Model):
+    """A taint a node stage adds."""
+
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
 class NodeEffect(Model):
@@ -201,13 +239,33 @@ class NodeEffect(Model):
     """Rewrite the node's conditions with a fresh heartbeat time, as the kubelet does."""
     events: list[Event] = Field(default_factory=list)
     """Events about the node."""
+    taints: list[NodeTaint] = Field(default_factory=list)
+    """Taints to add (replacing one with the same key and effect); others' taints stay."""
+    removeTaints: list[str] = Field(default_factory=list)
+    """Keys of taints to remove (every effect)."""
+    unschedulable: bool | None = None
+    """Set spec.unschedulable: True cordons the node, False uncordons it."""
+    allocatable: dict[str, str | None] = Field(default_factory=dict)
+    """Resources whose allocatable changes, e.g. {"nvidia.com/gpu": "7"}; None: back to the
+    node's capacity."""
+    hold: bool = False
+    """Nothing happens while this stage matches, and no later stage applies (a fault keeps the
+    node as it made it). Takes no other field."""
+    endFault: bool = False
+    """Fault stages only: once the effect is written, the fault entry that carried this stage
+    is marked done (see :mod:`operators.api.injections`)."""
 
     @model_validator(mode="after")
     def _does_something(self) -> NodeEffect:
-        if not (self.conditions or self.heartbeat is not None or self.reportStatus
-                or self.events):
-            raise ValueError("the effect does nothing: set conditions, heartbeat, reportStatus "
-                             "or events")
+        acts = (self.conditions or self.heartbeat is not None or self.reportStatus
+                or self.events or self.taints or self.removeTaints
+                or self.unschedulable is not None or self.allocatable or self.endFault)
+        if self.hold and acts:
+            raise ValueError("hold does nothing by definition: it takes no other field")
+        if not (acts or self.hold):
+            raise ValueError("the effect does nothing: set conditions, heartbeat, reportStatus, "
+                             "events, taints, removeTaints, unschedulable, allocatable, hold or "
+                             "endFault")
         return self
 
 
@@ -238,7 +296,7 @@ class NodeStage(_Stage):
     def _node_fields(cls, selector: Selector) -> Selector:
         if selector.phases:
             raise ValueError("phases are for pods; select nodes with matchExpressions")
-        _check_keys(selector, NODE_FIELDS, "node")
+        _check_keys(selector, NODE_FIELDS, "node", maps=MAP_FIELDS + NODE_MAP_FIELDS)
         return selector
 
     @field_validator("delay")
@@ -268,6 +326,14 @@ class Lifecycle(Model):
             seen.add(stage.name)
         return self
 
+    @model_validator(mode="after")
+    def _no_fault_endings(self) -> Lifecycle:
+        ending = [stage.name for stage in self.stages if stage.effect.endFault]
+        if ending:
+            raise ValueError(f"stage {ending[0]!r} sets endFault, which only a fault entry's "
+                             f"stages may set (see operators/api/injections.py): remove it")
+        return self
+
     @property
     def pods(self) -> list[PodStage]:
         return [stage for stage in self.stages if isinstance(stage, PodStage)]
@@ -277,16 +343,17 @@ class Lifecycle(Model):
         return [stage for stage in self.stages if isinstance(stage, NodeStage)]
 
 
-def _check_keys(selector: Selector, known: dict[str, str], kind: str) -> None:
+def _check_keys(selector: Selector, known: dict[str, str], kind: str,
+                maps: tuple[str, ...] = MAP_FIELDS) -> None:
     for requirement in selector.matchExpressions:
         field = requirement.field()
-        if field in MAP_FIELDS and requirement.key.endswith("]") and len(requirement.key) > \
+        if field in maps and requirement.key.endswith("]") and len(requirement.key) > \
                 len(field) + 2:
             continue
         if field not in known:
             raise ValueError(
                 f"key {requirement.key!r} is not a {kind} field; known: "
-                f"{', '.join(sorted(known))}, labels[KEY], annotations[KEY]")
+                f"{', '.join(sorted(known))}, " + ", ".join(f"{m}[KEY]" for m in maps))
 
 
 def load_lifecycle(text: str, *, source: str = "the stages") -> Lifecycle:

@@ -1,0 +1,143 @@
+"""How a fault reaches the engine: as stages, carried by the object it acts on.
+
+A FaultPlan never changes a node's or pod's status itself. It writes an *entry* into the
+object's ``fakefleet.dev/faults`` annotation: the stages the fault adds (``stages``) and the
+stages that undo it (``recovery``). The engine runs an object's fault stages before its default
+ones, so a fault overrides the lifecycle for as long as it lasts, through the same interpreter
+and the same writes as every other stage::
+
+    metadata:
+      annotations:
+        fakefleet.dev/faults: '[{"id": "default/xid-a1b2c3/xid/0", "state": "inject",
+          "stages": [...], "recovery": [...]}]'
+
+An entry's ``state`` says which of its stages are live:
+
+- ``inject``: its ``stages`` (written by the plan when it injects);
+- ``recover``: its ``recovery`` (the plan flips the state when the fault's duration ends, or
+  the plan is deleted);
+- ``done``: none; the engine sets it when a stage with ``endFault`` was written (a recovery
+  finished, or a one-shot fault such as a container exit happened). The plan removes done
+  entries.
+
+Every write is conditional on the object's resourceVersion, so the plan and the engine never
+overwrite each other's changes to the list. An entry's id is the plan's namespace, name and
+uid-derived suffix, the step and the occurrence: writing an entry that is already there (a
+plan operator restarted between its write and its status update) changes nothing, so no fault
+is injected twice.
+
+Two faults cannot be carried by the object they act on, and are carried by the object that
+owns its existence instead:
+
+- ``Delete`` of a node: the FakeNodePool in the host cluster lists the node in its
+  ``fakefleet.dev/held-nodes`` annotation (``{"<entry id>": ["<node>", ...]}``); its engine
+  deletes held nodes and does not make them again until the entry is gone.
+- control-plane faults: the FakeCluster lists the components to stop in its
+  ``fakefleet.dev/faults`` annotation (entries with ``stop``); the operator stops them and
+  starts them again once no entry in state ``inject`` names them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import Field, ValidationError
+
+from operators.api.base import Model
+from operators.api.stages import Stage
+
+FAULTS = "fakefleet.dev/faults"
+HELD_NODES = "fakefleet.dev/held-nodes"
+
+EntryState = Literal["inject", "recover", "done"]
+Component = Literal["kube-apiserver", "kube-scheduler", "kube-controller-manager"]
+
+
+class FaultEntry(Model):
+    """One fault on one object."""
+
+    id: str = Field(min_length=1)
+    state: EntryState = "inject"
+    stages: list[Stage] = Field(default_factory=list)
+    """Live while the state is inject."""
+    recovery: list[Stage] = Field(default_factory=list)
+    """Live while the state is recover; the last of them carries endFault."""
+    stop: list[Component] = Field(default_factory=list)
+    """FakeCluster entries: the control-plane components that stay stopped while the state is
+    inject."""
+
+    @property
+    def live(self) -> list[Stage]:
+        if self.state == "inject":
+            return self.stages
+        if self.state == "recover":
+            return self.recovery
+        return []
+
+
+def read_entries(annotations: Mapping[str, str] | None) -> tuple[list[FaultEntry], str]:
+    """The entries an object carries, and a problem ("" when there is none). An annotation that
+    cannot be read carries no entries: the problem says why, for a Warning Event."""
+    text = (annotations or {}).get(FAULTS)
+    if not text:
+        return [], ""
+    try:
+        raw = json.loads(text)
+        if not isinstance(raw, list):
+            raise ValueError("not a JSON list")
+        return [FaultEntry.model_validate(item) for item in raw], ""
+    except (ValueError, ValidationError) as error:
+        return [], f"annotation {FAULTS} is not a list of fault entries ({error}); it is ignored"
+
+
+def render_entries(entries: list[FaultEntry]) -> str | None:
+    """The annotation's value (None: remove the annotation)."""
+    if not entries:
+        return None
+    return json.dumps([entry.model_dump(mode="json", exclude_defaults=True, by_alias=True)
+                       | {"id": entry.id, "state": entry.state} for entry in entries],
+                      separators=(",", ":"))
+
+
+def mark_done(annotations: Mapping[str, str] | None, entry_id: str) -> str | None:
+    """The annotation's value with entry ``entry_id`` done, every other entry exactly as it was
+    (the JSON of each is kept, not re-rendered); None when there is nothing to change: the
+    entry is gone, already done, or the annotation cannot be read."""
+    text = (annotations or {}).get(FAULTS)
+    if not text:
+        return None
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(raw, list):
+        return None
+    for item in raw:
+        if isinstance(item, dict) and item.get("id") == entry_id:
+            if item.get("state") == "done":
+                return None
+            item["state"] = "done"
+            return json.dumps(raw, separators=(",", ":"))
+    return None
+
+
+def read_held(annotations: Mapping[str, str] | None) -> dict[str, list[str]]:
+    """The nodes a FakeNodePool holds deleted, by entry id (an unreadable value holds none)."""
+    text = (annotations or {}).get(HELD_NODES)
+    if not text:
+        return {}
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {str(key): [str(name) for name in value] for key, value in raw.items()
+            if isinstance(value, list)}
+
+
+def render_held(held: Mapping[str, list[str]]) -> str | None:
+    kept = {key: sorted(names) for key, names in held.items() if names}
+    return json.dumps(kept, separators=(",", ":"), sort_keys=True) if kept else None
