@@ -54,6 +54,17 @@ def test_replica_count_is_not_part_of_the_template() -> None:
     assert nodes.template_hash(spec(replicas=1)) == nodes.template_hash(spec(replicas=9))
 
 
+def test_held_nodes_are_deleted_and_not_made_while_held() -> None:
+    """A Delete fault holds names: deleted if present, not created, the rest as a scale-up."""
+    wanted = spec(replicas=4)
+    held = {"cpu": frozenset({"cpu-1", "cpu-3"}), "other": frozenset({"cpu-2"})}
+    assert nodes.plan({"cpu": wanted}, observed("cpu", 0, 1, spec_=wanted), held) == [
+        Delete("cpu-1"), Create("cpu", 2)]
+    assert nodes.plan({"cpu": wanted}, observed("cpu", 0, 2, spec_=wanted), held) == []
+    assert nodes.plan({"cpu": wanted}, observed("cpu", 0, 2, spec_=wanted)) == [
+        Create("cpu", 1), Create("cpu", 3)], "released: made again"
+
+
 def test_deletions_come_before_creations() -> None:
     actions = nodes.plan({"new": spec(replicas=1)}, observed("old", 0))
     assert actions == [Delete("old-0"), Create("new", 0)]

@@ -12,22 +12,30 @@ half holds back while they are behind.
 
 Every write is committed after it succeeded: a node's life changes only once its status says
 so; a failed write is retried with back-off, from the life as it was.
+
+A node's stages are those of the fault entries it carries, then the defaults
+(:class:`~operators.engine.stages.Rulebook`). A stage writes the status first (conditions,
+allocatable), then, if it has any, the Node itself: taints, spec.unschedulable and, for
+``endFault``, its entry marked done, conditional on the resourceVersion the status write
+returned and computed again after a 409 (:mod:`~operators.engine.patching`). So an entry is
+done only once everything it asked for is written; the life and facts are committed after.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from typing import Any
 
-from operators.engine import stages
+from operators.engine import nodes, stages
 from operators.engine.dispatching import Dispatcher
 from operators.engine.inventory import NodeBook, NodeRecord
-from operators.engine.nodes import render_conditions
+from operators.engine.nodes import NodeFacts
+from operators.engine.patching import patch_until_current
 from operators.engine.queues import DelayQueue
 from operators.engine.recording import EventRecorder
-from operators.engine.stages import NodeRule
+from operators.engine.stages import NodeRule, Rulebook
 from operators.k8s.client import Client
 from operators.k8s.clock import Clock
 from operators.k8s.errors import Conflict, K8sError, NotFound
@@ -55,7 +63,7 @@ class Heartbeats:
         cluster: str,
         client: Client,
         book: NodeBook,
-        rules: Sequence[NodeRule],
+        rules: Rulebook,
         recorder: EventRecorder,
         *,
         clock: Clock,
@@ -79,6 +87,7 @@ class Heartbeats:
         self._dispatcher = Dispatcher(self._timers, self._due, clock=clock, limit=connections,
                                       batch=batch, name=f"engine {cluster}: heartbeats")
         self._pending: dict[str, NodeRule] = {}
+        self._warned: dict[str, str] = {}  # node → the unreadable fault annotation warned of
         self._resumed = False
         self.lag = 0.0  # how late the latest renewal went out
 
@@ -104,15 +113,21 @@ class Heartbeats:
         self._timers.cancel(("lease", name))
         self._timers.cancel(("stage", name))
         self._pending.pop(name, None)
+        self._warned.pop(name, None)
 
     def evaluate(self, name: str) -> None:
-        """Choose the node's next stage (its facts or life changed)."""
+        """Choose the node's next stage (its facts or life changed); a hold chooses none."""
         record = self._book.records.get(name)
         facts = self._book.facts.get(name)
         if record is None or facts is None:
             return
-        rule = stages.match_node(self._rules, facts, record.life)
-        if rule is None:
+        rules = self._rules(facts.faults)
+        if rules.problem and self._warned.get(name) != facts.faults:
+            self._warned[name] = facts.faults
+            self._recorder.emit(kind="Node", name=name, uid=record.uid, event_type="Warning",
+                                reason="InvalidAnnotation", message=rules.problem, host=name)
+        rule = stages.match_node(rules.nodes, facts, record.life)
+        if rule is None or rule.is_hold:
             self._pending.pop(name, None)
             self._timers.cancel(("stage", name))
             return
@@ -174,6 +189,8 @@ class Heartbeats:
         return self._stage(name, record, rule) if rule is not None else None
 
     async def _renew(self, name: str, record: NodeRecord) -> None:
+        if not record.life.heartbeat:
+            return  # stopped by a stage that came due with it (a restart adopting it silent)
         started = self._clock.now()
         lag = max(0.0, started - record.renew_at) if record.renew_at else 0.0
         self.lag = lag
@@ -229,22 +246,30 @@ class Heartbeats:
         return interval * self._rng.uniform(1 - RENEW_JITTER, 1 + RENEW_JITTER)
 
     async def _stage(self, name: str, record: NodeRecord, rule: NodeRule) -> None:
+        facts = self._book.facts.get(name)
+        if facts is None:
+            return
         now = rfc3339(self._clock.now())
+        effect = rule.stage.effect
         before = record.life
-        after = stages.apply_node(rule.stage.effect, before, now)
-        if after.conditions != before.conditions:
-            try:
-                await self.client.patch(
-                    f"{NODES}/{name}/status",
-                    {"status": {"conditions": render_conditions(after)}},
-                    content_type=STRATEGIC_PATCH, decode=False)
-            except NotFound:
-                return  # deleted: the watch takes it from here
-            except K8sError as error:
-                self._retry(("stage", name), record, f"{rule.name} on {name}", error)
-                return
+        after = stages.apply_node(effect, before, now)
+        status = stages.node_status(effect, facts, before, after)
+        whole = stages.writes_node(effect) or bool(effect.allocatable)
+        seen: NodeFacts | None = None  # the node as a write answered, when it matters
+        try:
+            if status is not None:
+                written = await self.client.patch(f"{NODES}/{name}/status", {"status": status},
+                                                  content_type=STRATEGIC_PATCH, decode=whole)
+                seen = nodes.observe(written, self.cluster) if whole else None
+            if stages.writes_node(effect):
+                seen = await self._write_node(name, rule, seen or facts, now)
+        except NotFound:
+            return  # deleted: the watch takes it from here
+        except K8sError as error:
+            self._retry(("stage", name), record, f"{rule.name} on {name}", error)
+            return
         record.failures = 0
-        self._book.wrote(name, after)
+        self._book.wrote(name, after, seen)
         logger.debug("engine %s: %s on %s", self.cluster, rule.name, name)
         for event in rule.stage.effect.events:
             self._recorder.emit(kind="Node", name=name, uid=record.uid, event_type=event.type,
@@ -253,6 +278,21 @@ class Heartbeats:
             self._schedule(("lease", name), self._clock.now())
         self._pending.pop(name, None)
         self.evaluate(name)  # the next stage, from the life just committed
+
+    async def _write_node(self, name: str, rule: NodeRule, facts: NodeFacts,
+                          now: str) -> NodeFacts:
+        """Write what ``rule`` changes of the Node itself; the node as last written or read."""
+        path = f"{NODES}/{name}"
+
+        def reread(node: Any) -> NodeFacts | None:
+            fresh = nodes.observe(node, self.cluster)
+            return fresh if fresh is not None and fresh.uid == facts.uid else None
+
+        written, latest = await patch_until_current(
+            self.client, path, facts, lambda node: stages.node_object(rule, node, now), reread)
+        if written is None:
+            return latest
+        return nodes.observe(written, self.cluster) or latest
 
     def _retry(self, key: tuple[str, str], record: NodeRecord, what: str,
                error: K8sError) -> None:

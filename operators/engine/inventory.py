@@ -151,16 +151,24 @@ class NodeBook:
         if name in self.records:
             self._drop(name)
 
-    def wrote(self, name: str, life: NodeLife) -> None:
-        """A status write succeeded: the node's life is what was written."""
+    def wrote(self, name: str, life: NodeLife, seen: NodeFacts | None = None) -> None:
+        """A stage's writes succeeded: the node's life is what was written, and its facts
+        what the API answered (``seen``), or else what they were with the conditions written;
+        the next stage is chosen from them before the watch shows the change."""
         record = self.records.get(name)
         if record is None:
             return
         record.life = life
         facts = self.facts.get(name)
-        ready = life.status("Ready")
-        if facts is not None and ready is not None and facts.ready != ready:
-            self.facts[name] = dataclasses.replace(facts, ready=ready)
+        if seen is not None and seen.uid == record.uid:
+            facts = seen
+        if facts is None:
+            return
+        conditions = {c.type: c.status for c in life.conditions}
+        if any(facts.conditions.get(kind) != status for kind, status in conditions.items()):
+            facts = dataclasses.replace(facts, ready=conditions.get("Ready", facts.ready),
+                                        conditions={**facts.conditions, **conditions})
+        self.facts[name] = facts
 
     # -- pod CIDR slots ------------------------------------------------------------------------
 

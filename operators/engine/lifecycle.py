@@ -12,6 +12,15 @@ Each stage is one merge patch of the status subresource. The new life is compute
 and committed only when the write succeeded: a retried step is computed again from the life
 the API shows, never applied twice. A pod adopted after a restart resumes from its status: a
 Job pod that started 40 s before the restart with a run time of 60 s exits 20 s after it.
+
+A pod's stages are those of the fault entries it carries, then the defaults
+(:class:`~operators.engine.stages.Rulebook`); a change of its ``fakefleet.dev/faults``
+annotation plans it again. A fault stage with ``endFault`` is followed by a second write, to the
+pod itself: its entry marked done, conditional on the resourceVersion the status write
+returned (on a 409 the pod is read again, and only that entry, if still there and not done, is
+flipped). Its life is committed once both succeeded; a failure retries the whole step, whose
+status write is the same again. The engine stopping between the two writes is the one window
+in which a one-shot fault (an exit) can happen twice: on a restart its entry is still live.
 """
 
 from __future__ import annotations
@@ -23,14 +32,16 @@ import random
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
+from operators.api.injections import FAULTS, mark_done
 from operators.engine import pods as podlife
 from operators.engine import stages
 from operators.engine.addresses import PodAddresses
 from operators.engine.dispatching import Dispatcher
+from operators.engine.patching import patch_until_current
 from operators.engine.pods import PodFacts, PodLife, life_from_status, render_status
 from operators.engine.queues import DelayQueue
 from operators.engine.recording import EventRecorder
-from operators.engine.stages import PodRule, Timing
+from operators.engine.stages import PodRule, Rulebook, Timing
 from operators.k8s import requests
 from operators.k8s.client import Client
 from operators.k8s.clock import Clock
@@ -59,7 +70,7 @@ class NodeDirectory(Protocol):
 class _Pod:
     """A pod the engine runs: its facts, its committed life, its pending stage."""
 
-    __slots__ = ("due", "facts", "failures", "life", "stage")
+    __slots__ = ("due", "facts", "failures", "life", "stage", "warned")
 
     def __init__(self, facts: PodFacts, life: PodLife) -> None:
         self.facts = facts
@@ -67,6 +78,7 @@ class _Pod:
         self.stage: PodRule | None = None  # the stage its timer is for
         self.due = 0.0  # when that stage fires
         self.failures = 0
+        self.warned = ""  # the unreadable fault annotation it was warned of
 
 
 class PodLifecycle:
@@ -80,7 +92,7 @@ class PodLifecycle:
         recorder: EventRecorder,
         *,
         clock: Clock,
-        rules: Sequence[PodRule],
+        rules: Rulebook,
         concurrency: int = 64,
         batch: int = 512,
         throttle: Callable[[], bool] | None = None,
@@ -160,8 +172,21 @@ class PodLifecycle:
 
     # -- planning -------------------------------------------------------------------------------
 
+    def _stages(self, pod: _Pod) -> Sequence[PodRule]:
+        """The pod's rules; an unreadable fault annotation is ignored, with a warning once."""
+        facts = pod.facts
+        rules = self._rules(facts.faults)
+        if rules.problem and pod.warned != facts.faults:
+            pod.warned = facts.faults
+            self._recorder.emit(kind="Pod", namespace=facts.namespace, name=facts.name,
+                                uid=facts.uid, event_type="Warning", reason="InvalidAnnotation",
+                                message=rules.problem, host=facts.node)
+        return rules.pods
+
     def _plan(self, pod: _Pod) -> None:
-        rule = stages.match_pod(self._rules, pod.facts, pod.life)
+        rule = stages.match_pod(self._stages(pod), pod.facts, pod.life)
+        if rule is not None and rule.is_hold:
+            rule = None  # a fault keeps the pod as it is until something changes
         pod.stage = rule
         if rule is None:
             if pod.facts.uid not in self._refresh:
@@ -199,6 +224,7 @@ class PodLifecycle:
         before = pod.life
         after = before
         applied: list[PodRule] = []
+        written: Any = None
         try:
             if rule is not None and rule.stage.effect.delete:
                 await self._delete(path, facts)
@@ -206,11 +232,18 @@ class PodLifecycle:
             now = rfc3339(self._clock.now())
             if rule is not None and pod.due <= self._clock.now():
                 after, applied = self._advance(facts, before, rule, now)
-            # The uid makes the write conditional, as the kubelet's: a pod deleted and made
-            # again under the same name (a StatefulSet's) never gets the old one's status.
-            await self.client.send(requests.patch(
-                f"{path}/status", {"metadata": {"uid": facts.uid},
-                                   "status": render_status(facts, after, now)}, decode=False))
+            ending = next((done for done in applied if done.stage.effect.endFault
+                           and done.entry), None)
+            if after is not before or refresh or ending is None:
+                # The uid makes the write conditional, as the kubelet's: a pod deleted and
+                # made again under the same name (a StatefulSet's) never gets the old one's
+                # status.
+                written = await self.client.send(requests.patch(
+                    f"{path}/status", {"metadata": {"uid": facts.uid},
+                                       "status": render_status(facts, after, now)},
+                    decode=ending is not None))
+            if ending is not None:
+                written = await self._end_fault(path, facts, ending, written)
         except NotFound:
             self._release_unwritten(before, after)
             self._forget(facts.uid)
@@ -232,6 +265,8 @@ class PodLifecycle:
                 self._dispatcher.wake()
             return
         pod.failures = 0
+        if written is not None:
+            facts.recorded(written["metadata"])  # its fault entry done, with what else changed
         if after is not before:
             pod.life = after  # committed: the status says so now
             for done in applied:
@@ -252,10 +287,14 @@ class PodLifecycle:
         (init containers and a start without delays): one write for all of them."""
         applied = [rule]
         life = stages.apply_pod(rule.stage.effect, facts, life, now, allocate=self._allocate)
+        if rule.stage.effect.endFault:
+            return life, applied  # the stages after it are the ones of its entry done
         timing, seed = self._nodes.pod_timing(facts.node)
+        rules = self._rules(facts.faults).pods
         for _ in range(MAX_STAGES_PER_WRITE - 1):
-            following = stages.match_pod(self._rules, facts, life)
-            if following is None or following.stage.effect.delete:
+            following = stages.match_pod(rules, facts, life)
+            if following is None or following.is_hold or following.stage.effect.delete or \
+                    following.stage.effect.endFault:
                 break
             if stages.pod_due(following, facts, life, timing, _draws(facts, seed)) > \
                     self._clock.now():
@@ -264,6 +303,29 @@ class PodLifecycle:
                                     allocate=self._allocate)
             applied.append(following)
         return life, applied
+
+    async def _end_fault(self, path: str, facts: PodFacts, rule: PodRule,
+                         written: Any) -> Any:
+        """Mark the entry that carried ``rule`` done on the pod; the pod as the last write (or
+        read) showed it. ``written``: the pod as the status write returned it (None: not
+        written, the facts are the latest)."""
+        observed = written["metadata"] if written is not None else {
+            "uid": facts.uid, "resourceVersion": facts.resource_version,
+            "annotations": facts.annotations}
+
+        def change(metadata: Any) -> dict[str, Any] | None:
+            ended = mark_done(metadata.get("annotations"), rule.entry)
+            if ended is None:
+                return None  # gone, or done already: nothing of ours to write
+            return {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
+                                 "annotations": {FAULTS: ended}}}
+
+        def reread(pod: Any) -> Any:
+            metadata = pod["metadata"]
+            return metadata if metadata.get("uid") == facts.uid else None
+
+        final, metadata = await patch_until_current(self.client, path, observed, change, reread)
+        return final if final is not None else {"metadata": metadata}
 
     def _release_unwritten(self, before: PodLife, after: PodLife) -> None:
         if after.ip is not None and after.ip != before.ip:

@@ -3,9 +3,11 @@ reads back from one, and the plan that turns desired pools and observed nodes in
 updates and deletions. Pure: no I/O, no clock of its own (``now`` is passed in).
 
 Names are ``<pool>-<index>``, so scale-down is deterministic: the highest indices go first, as
-with a StatefulSet. A node is the engine's own when its ``spec.providerID`` says so
-(``fakefleet://<cluster>/<node>``); a node that carries the pool label without it (a real node
-someone labelled, a copy from elsewhere) is *foreign*: never adopted, never deleted, reported.
+with a StatefulSet. A name a Delete fault holds (the pool's ``fakefleet.dev/held-nodes``) is
+planned as if scaled away until it is released, then made again like any missing index. A
+node is the engine's own when its ``spec.providerID`` says so (``fakefleet://<cluster>/<node>``);
+a node that carries the pool label without it (a real node someone labelled, a copy from
+elsewhere) is *foreign*: never adopted, never deleted, reported.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import hashlib
 import ipaddress
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from operators.api import stages as stage_api
 from operators.api.gpus import PRESETS, gfd_labels
+from operators.api.injections import FAULTS
 from operators.api.names import LABEL_VALUE_MAX_LENGTH
 from operators.api.nodepools import INSTANCE_TYPE_PREFIX, POOL_LABEL, FakeNodePoolSpec
 
@@ -282,6 +286,21 @@ class NodeFacts:
     foreign: bool = False
     #: Why the engine cannot use this node as it is (empty: it can), for a Warning Event.
     problem: str = ""
+    resource_version: str = ""
+    conditions: Mapping[str, str] = dataclasses.field(default_factory=dict)  # type → status
+    taints: tuple[Mapping[str, Any], ...] = ()
+    unschedulable: bool = False
+    capacity: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    allocatable: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def faults(self) -> str:
+        """The node's fault entries, as the annotation's text ("" when it has none)."""
+        return self.annotations.get(FAULTS, "")
+
+    def taint_effect(self, key: str) -> str | None:
+        return next((taint.get("effect") for taint in self.taints if taint.get("key") == key),
+                    None)
 
 
 def observe(node: Mapping[str, Any], cluster: str) -> NodeFacts | None:
@@ -306,13 +325,16 @@ def observe(node: Mapping[str, Any], cluster: str) -> NodeFacts | None:
             problem = (f"node {name} has pod CIDR {spec.get('podCIDR') or 'unset'}, not a /24 "
                        f"of {POD_NETWORK}, so its pods could get no addresses: the engine "
                        f"replaces it")
-    ready = next((c.get("status", "") for c in (node.get("status") or {}).get("conditions") or ()
-                  if c.get("type") == "Ready"), "")
+    status = node.get("status") or {}
+    conditions = {c.get("type", ""): c.get("status", "") for c in status.get("conditions") or ()}
     return NodeFacts(
         name=name, pool=pool,
         template_hash=(metadata.get("annotations") or {}).get(TEMPLATE_HASH, ""), slot=slot,
-        uid=metadata.get("uid", ""), ready=ready, labels=labels,
+        uid=metadata.get("uid", ""), ready=conditions.get("Ready", ""), labels=labels,
         annotations=metadata.get("annotations") or {}, foreign=foreign, problem=problem,
+        resource_version=metadata.get("resourceVersion", ""), conditions=conditions,
+        taints=tuple(spec.get("taints") or ()), unschedulable=bool(spec.get("unschedulable")),
+        capacity=status.get("capacity") or {}, allocatable=status.get("allocatable") or {},
     )
 
 
@@ -351,11 +373,14 @@ class Delete:
 Action = Create | Reshape | Delete
 
 
-def plan(desired: Mapping[str, FakeNodePoolSpec], observed: Iterable[NodeFacts]) -> list[
-        Action]:
+def plan(desired: Mapping[str, FakeNodePoolSpec], observed: Iterable[NodeFacts],
+         held: Mapping[str, AbstractSet[str]] | None = None) -> list[Action]:
     """What to do so the nodes match the pools: deletions first (they free pod CIDRs), then
     reshapes, then creations, each in a stable order. Foreign nodes are never touched, and
-    their names never created; the engine's own nodes without a usable pod CIDR are replaced."""
+    their names never created; the engine's own nodes without a usable pod CIDR are replaced.
+    ``held``: per pool, the names a Delete fault holds (:func:`~operators.api.injections.
+    read_held`): deleted if present, not created while held, as if scaled down."""
+    held = held or {}
     deletions: list[Action] = []
     reshapes: list[Action] = []
     present: dict[str, set[int]] = {pool: set() for pool in desired}
@@ -367,7 +392,8 @@ def plan(desired: Mapping[str, FakeNodePoolSpec], observed: Iterable[NodeFacts])
             continue
         spec = desired.get(node.pool)
         index = node_index(node.pool, node.name)
-        if spec is None or index is None or index >= spec.replicas or node.slot is None:
+        if spec is None or index is None or index >= spec.replicas or node.slot is None or \
+                node.name in held.get(node.pool, ()):
             deletions.append(Delete(node.name))
             continue
         present[node.pool].add(index)
@@ -378,5 +404,6 @@ def plan(desired: Mapping[str, FakeNodePoolSpec], observed: Iterable[NodeFacts])
         for pool, spec in sorted(desired.items())
         for index in range(spec.replicas)
         if index not in present[pool] and node_name(pool, index) not in taken
+        and node_name(pool, index) not in held.get(pool, ())
     ]
     return deletions + reshapes + creations

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from operators.api.durations import parse_duration
+from operators.api.injections import FAULTS
 from operators.k8s.times import parse
 
 logger = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ PENDING, INITIALIZING, RUNNING, BACKOFF = "Pending", "Initializing", "Running", 
 SUCCEEDED, FAILED = "Succeeded", "Failed"
 TERMINAL = frozenset({SUCCEEDED, FAILED})
 BACKOFF_BASE, BACKOFF_MAX = 10.0, 300.0
+DISRUPTION_TARGET = "DisruptionTarget"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,6 +53,12 @@ class Exit:
     message: str
     started: str
     finished: str
+
+
+#: How the kubelet reports the containers of a pod it evicted: they are removed with the pod,
+#: and a container it cannot locate any more shows this, with no times and no container ID.
+UNLOCATED = Exit(137, "ContainerStatusUnknown",
+                 "The container could not be located when the pod was terminated", "", "")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,10 +88,16 @@ class PodLife:
     last_exit: Exit | None = None  # the previous run's, while crash-looping
     waiting: tuple[str, str] | None = None  # (reason, message) set by a stage
     conditions: tuple[ExtraCondition, ...] = ()
+    reason: str = ""  # the pod's own (status.reason), e.g. Evicted
+    message: str = ""
 
     @property
     def init_done(self) -> int:
         return len(self.init_finished)
+
+    @property
+    def evicted(self) -> bool:
+        return self.phase == FAILED and bool(self.reason)
 
 
 class PodFacts:
@@ -91,9 +105,10 @@ class PodFacts:
 
     __slots__ = (
         "annotations", "containers", "created", "deleting", "deletion_asked", "exit_code",
-        "finalizers", "gates", "grace", "host_ip", "init_containers", "job", "labels", "name",
-        "namespace", "node", "owner_kind", "problems", "readiness_gates", "restart_policy",
-        "run_time", "scheduled_at", "seed", "start_delay", "uid",
+        "faults", "finalizers", "gates", "grace", "host_ip", "init_containers", "job", "labels",
+        "name", "namespace", "node", "owner_kind", "problems", "readiness_gates",
+        "resource_version", "restart_policy", "run_time", "scheduled_at", "seed", "start_delay",
+        "uid",
     )
 
     def __init__(self, pod: Mapping[str, Any]) -> None:
@@ -132,6 +147,8 @@ class PodFacts:
         self.grace: float | None = None
         self.finalizers = False
         self.gates: dict[str, str] = {}
+        self.faults: str = annotations.get(FAULTS, "")  # its fault entries, as text
+        self.resource_version = ""
         self.observe(pod)
 
     @property
@@ -139,8 +156,8 @@ class PodFacts:
         return self.run_time is not None or self.job
 
     def observe(self, pod: Mapping[str, Any]) -> bool:
-        """Take in what others changed (deletion, finalizers, readiness gates); True if any of
-        it matters for the pod's next step or its Ready condition."""
+        """Take in what others changed (deletion, finalizers, readiness gates, fault entries);
+        True if any of it matters for the pod's next step or its Ready condition."""
         metadata = pod["metadata"]
         deleting = metadata.get("deletionTimestamp") is not None
         grace = metadata.get("deletionGracePeriodSeconds")
@@ -150,13 +167,23 @@ class PodFacts:
             for condition in (pod.get("status") or {}).get("conditions") or ():
                 if condition.get("type") in self.readiness_gates:
                     gates[condition["type"]] = condition.get("status", "False")
-        changed = (deleting, finalizers, gates) != (self.deleting, self.finalizers, self.gates)
+        faults = self.faults
+        self.recorded(metadata)
+        changed = (deleting, finalizers, gates, self.faults) != (
+            self.deleting, self.finalizers, self.gates, faults)
         self.deleting, self.finalizers, self.gates = deleting, finalizers, gates
         self.grace = float(grace) if grace is not None else None
         if deleting:
             # deletionTimestamp is when the grace period ends: the request came that much before.
             self.deletion_asked = parse(metadata["deletionTimestamp"]) - (self.grace or 0.0)
         return changed
+
+    def recorded(self, metadata: Mapping[str, Any]) -> None:
+        """Take in the annotations and resourceVersion of a newer version of the pod (one the
+        engine wrote itself, or the watch shows)."""
+        self.annotations = metadata.get("annotations") or {}
+        self.faults = self.annotations.get(FAULTS, "")
+        self.resource_version = metadata.get("resourceVersion", "")
 
     def gates_ready(self) -> bool:
         return all(self.gates.get(gate) == "True" for gate in self.readiness_gates)
@@ -180,7 +207,8 @@ def life_from_status(facts: PodFacts, status: Mapping[str, Any]) -> PodLife:
                   for c in status.get("conditions") or () if c.get("type") not in _OWN
                   and c.get("type") not in facts.readiness_gates)
     base = PodLife(ip=status.get("podIP"), start_time=status.get("startTime"),
-                   init_finished=init_finished, restarts=restarts, conditions=extra)
+                   init_finished=init_finished, restarts=restarts, conditions=extra,
+                   reason=status.get("reason", ""), message=status.get("message", ""))
     ready_since = next((c.get("lastTransitionTime", "") for c in status.get("conditions") or ()
                         if c.get("type") == "Ready" and c.get("status") == "True"), "")
     if phase == "Running":
@@ -194,9 +222,11 @@ def life_from_status(facts: PodFacts, status: Mapping[str, Any]) -> PodLife:
                                    ready_since=ready_since or started, last_exit=last)
     if phase in TERMINAL:
         ended = _exit(state.get("terminated"))
+        disrupted = next((c.since for c in extra if c.type == DISRUPTION_TARGET), "")
         return dataclasses.replace(base, phase=str(phase), exit=ended,
                                    started_at=ended.started if ended else "",
-                                   changed_at=ended.finished if ended else "")
+                                   changed_at=ended.finished if ended and ended.finished
+                                   else disrupted)
     waiting = state.get("waiting") or {}
     stage_wait = None
     if waiting.get("reason") not in (None, "PodInitializing", "ContainerCreating"):
@@ -212,6 +242,8 @@ def _init_progress(facts: PodFacts, statuses: list[Mapping[str, Any]]) -> tuple[
     by_name = {status.get("name"): status for status in statuses}
     for name, _, sidecar in facts.init_containers:
         state = (by_name.get(name) or {}).get("state") or {}
+        if (state.get("terminated") or {}).get("reason") == UNLOCATED.reason:
+            break  # removed with an evicted pod: it never completed
         if "terminated" in state and not sidecar:
             done.append(state["terminated"].get("finishedAt", ""))
         elif sidecar and "running" in state and (by_name.get(name) or {}).get("started"):
@@ -288,9 +320,10 @@ def _condition(kind: str, holds: bool, since: str, reason: str = "") -> dict[str
 def _terminated(pod: PodFacts, name: str, ended: Exit, restarts: int) -> dict[str, Any]:
     terminated: dict[str, Any] = {
         "exitCode": ended.code, "reason": ended.reason or (
-            "Completed" if ended.code == 0 else "Error"),
-        "startedAt": ended.started, "finishedAt": ended.finished,
-        "containerID": _container_id(pod, name, restarts)}
+            "Completed" if ended.code == 0 else "Error")}
+    if ended != UNLOCATED:
+        terminated.update(startedAt=ended.started, finishedAt=ended.finished,
+                          containerID=_container_id(pod, name, restarts))
     if ended.message:
         terminated["message"] = ended.message
     return {"terminated": terminated}
@@ -333,6 +366,9 @@ def render_status(pod: PodFacts, life: PodLife, now: str) -> dict[str, Any]:
         "containerStatuses": [_main_status(pod, life, name, image)
                               for name, image in pod.containers],
     }
+    if life.reason:
+        status["reason"] = life.reason
+        status["message"] = life.message
     if life.ip is not None:
         status["podIP"] = life.ip
         status["podIPs"] = [{"ip": life.ip}]
@@ -368,6 +404,9 @@ def _main_status(pod: PodFacts, life: PodLife, name: str, image: str) -> dict[st
                        f"pod={pod.name}_{pod.namespace}({pod.uid})"}}
     elif life.exit is not None:
         entry["state"] = _terminated(pod, name, life.exit, life.restarts)
+        if life.exit == UNLOCATED:
+            del entry["containerID"]
+            del entry["imageID"]
     if life.last_exit is not None and phase in (RUNNING, BACKOFF):
         entry["lastState"] = _terminated(pod, name, life.last_exit, life.restarts - 1)
     return entry
@@ -379,6 +418,9 @@ def _init_status(pod: PodFacts, life: PodLife, index: int, name: str, image: str
                              "ready": False, "started": False}
     done = index < life.init_done
     current = index == life.init_done and life.phase == INITIALIZING
+    if life.evicted and not (done and not sidecar):
+        entry["state"] = _terminated(pod, name, UNLOCATED, 0)
+        return entry
     if done and sidecar and life.phase not in TERMINAL:
         started = life.init_finished[index]
         entry.update(ready=True, started=True, state={"running": {"startedAt": started}})

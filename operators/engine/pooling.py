@@ -12,6 +12,10 @@ nothing.
 Until the first list has arrived the desired pools are unknown, never empty: the engine plans
 nothing before (a restarted engine must not delete every node of a pool it has not heard of
 yet). A pool being deleted is served with zero replicas, so its nodes go before it does.
+
+A pool's ``fakefleet.dev/held-nodes`` annotation (:func:`~operators.api.injections.read_held`)
+names nodes a Delete fault keeps deleted: :attr:`Pools.held` gives them to the planner, which
+deletes them and makes them again once no entry holds them.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from operators.api.base import API_VERSION
+from operators.api.injections import read_held
 from operators.api.nodepools import FakeNodePool, FakeNodePoolSpec
 from operators.api.status import pool_status
+from operators.engine.nodes import node_index
 from operators.k8s.client import Client
 from operators.k8s.clock import Clock
 from operators.k8s.errors import K8sError, NotFound
@@ -75,6 +81,7 @@ class Pools:
         self._interval = interval
         self._objects: dict[str, FakeNodePool] = {}
         self._desired: dict[str, FakeNodePoolSpec] = dict(fixed or {})
+        self._held: dict[str, frozenset[str]] = {}
         self._acted: dict[str, int] = {}  # the generation each pool's nodes were planned for
         self._dirty = asyncio.Event()
         self.known = asyncio.Event()
@@ -84,6 +91,11 @@ class Pools:
     @property
     def desired(self) -> dict[str, FakeNodePoolSpec]:
         return dict(self._desired)
+
+    @property
+    def held(self) -> dict[str, frozenset[str]]:
+        """Per pool, the node names a Delete fault holds (only those of the pool's own)."""
+        return dict(self._held)
 
     def spec(self, pool: str) -> FakeNodePoolSpec | None:
         return self._desired.get(pool)
@@ -136,8 +148,10 @@ class Pools:
 
     def _update(self) -> None:
         desired = {name: _served(pool) for name, pool in self._objects.items()}
-        if desired != self._desired:
+        held = {name: names for name, pool in self._objects.items() if (names := _held(pool))}
+        if desired != self._desired or held != self._held:
             self._desired = desired
+            self._held = held
             self._on_change()
         self.touch()
 
@@ -184,6 +198,12 @@ class Pools:
         # unless the watch brought a newer object (or its deletion) during the write.
         if self._objects.get(name) is pool:
             self._objects[name] = pool.model_copy(update={"status": status})
+
+
+def _held(pool: FakeNodePool) -> frozenset[str]:
+    name = pool.metadata["name"]
+    return frozenset(node for names in read_held(pool.metadata.get("annotations")).values()
+                     for node in names if node_index(name, node) is not None)
 
 
 def _served(pool: FakeNodePool) -> FakeNodePoolSpec:

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 
 from operators.api.nodepools import POOL_LABEL, FakeNodePoolSpec, pool_selector
 from operators.engine import nodes
@@ -51,11 +52,13 @@ class Registrar:
         self._found: dict[str, str] = {}  # this round's, while it runs
         self.busy = False  # a burst of node writes is under way
 
-    async def reconcile(self, desired: Mapping[str, FakeNodePoolSpec]) -> bool:
-        """Plan from the book and apply; True when every action succeeded. Idempotent."""
+    async def reconcile(self, desired: Mapping[str, FakeNodePoolSpec],
+                        held: Mapping[str, AbstractSet[str]] | None = None) -> bool:
+        """Plan from the book and apply; True when every action succeeded. Idempotent.
+        ``held``: per pool, the node names a Delete fault keeps deleted."""
         self._book.lease_seconds = {pool: spec.leaseDurationSeconds
                                     for pool, spec in desired.items()}
-        actions = nodes.plan(desired, list(self._book.facts.values()))
+        actions = nodes.plan(desired, list(self._book.facts.values()), held)
         # Problems found in this round replace the last round's only when it is over, so the
         # pool status never sees a problem vanish for the length of a round.
         self._found = self._name_conflicts(desired)

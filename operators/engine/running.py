@@ -34,7 +34,7 @@ from operators.engine.nodes import NodeFacts
 from operators.engine.pooling import ClusterRef, Pools
 from operators.engine.recording import EventRecorder
 from operators.engine.registering import Registrar
-from operators.engine.stages import Rules, Timing, default_rules
+from operators.engine.stages import Rulebook, Rules, Timing, default_rules
 from operators.k8s.client import Client
 from operators.k8s.clock import SYSTEM_CLOCK, Clock
 from operators.k8s.errors import K8sError
@@ -92,14 +92,14 @@ class ClusterEngine:
         self.client = client
         self.settings = settings = settings or EngineSettings()
         self._clock = clock
-        rules = rules or default_rules()
+        rulebook = Rulebook(rules or default_rules())
         rng = rng or random.Random()
         # Heartbeats have connections of their own: pod churn must never delay a renewal
         # past the node-monitor grace period.
         self.heartbeat_client = heartbeat_client or client
         self.recorder = EventRecorder(cluster, client, clock=clock)
         self.book = NodeBook(cluster, self)
-        self.heartbeats = Heartbeats(cluster, self.heartbeat_client, self.book, rules.nodes,
+        self.heartbeats = Heartbeats(cluster, self.heartbeat_client, self.book, rulebook,
                                      self.recorder, clock=clock, rng=rng,
                                      connections=settings.heartbeat_connections,
                                      batch=settings.heartbeat_batch,
@@ -111,7 +111,7 @@ class ClusterEngine:
                            on_change=self._changed, host=host, cluster=serves, fixed=pools,
                            interval=settings.status_interval)
         self.pods = PodLifecycle(cluster, client, self, self.recorder, clock=clock,
-                                 rules=rules.pods, concurrency=settings.pod_concurrency,
+                                 rules=rulebook, concurrency=settings.pod_concurrency,
                                  throttle=self.heartbeats.behind)
         self._timings: dict[str, tuple[FakeNodePoolSpec, Timing]] = {}
         self._warned: set[str] = set()
@@ -176,7 +176,7 @@ class ClusterEngine:
             await self._clock.wait(self._dirty, self.settings.resync_interval)
             self._dirty.clear()
             desired = self.pools.desired
-            done = await self.registrar.reconcile(desired)
+            done = await self.registrar.reconcile(desired, self.pools.held)
             self.pools.acted(desired)
             if done:
                 backoff.reset()

@@ -4,23 +4,33 @@ Pure: no I/O, no clock (``now`` comes in).
 The stages themselves are data (:mod:`operators.api.stages`; the defaults in ``stages.yaml``).
 This module compiles each selector into a predicate once, and applies effects by computing a
 new, immutable life (:class:`~operators.engine.pods.PodLife`,
-:class:`~operators.engine.nodes.NodeLife`); the caller writes it and commits it only after the
-write succeeded.
+:class:`~operators.engine.nodes.NodeLife`) and, for nodes, the patches that write it; the
+caller writes them and commits the life only after the writes succeeded.
+
+An object's rules are the live stages of the fault entries it carries (annotation
+``fakefleet.dev/faults``, :mod:`operators.api.injections`), in their order, then the defaults:
+:class:`Rulebook` compiles them once per distinct annotation text. A stage whose effect is
+``hold`` stops the search: nothing happens to the object while it matches.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
+from typing import Any
 
 from operators.api.durations import parse_duration
+from operators.api.injections import FAULTS, mark_done, read_entries
 from operators.api.stages import (
+    Condition,
     Lifecycle,
     NodeEffect,
     NodeStage,
+    NodeTaint,
     PodEffect,
     PodStage,
     Requirement,
@@ -28,9 +38,13 @@ from operators.api.stages import (
     load_lifecycle,
 )
 from operators.engine import pods as podlife
-from operators.engine.nodes import NodeFacts, NodeLife, set_conditions
+from operators.engine.nodes import NodeFacts, NodeLife, render_conditions, set_conditions
 from operators.engine.pods import ExtraCondition, PodFacts, PodLife
 from operators.k8s.times import parse
+
+#: Distinct fault annotation texts whose rules are kept compiled (a plan's thousands of victims
+#: share a handful: one per step and state).
+RULEBOOK_SIZE = 512
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +67,8 @@ def _flag(value: bool) -> str:
 
 PodView = Callable[[PodFacts, PodLife], str | None]
 NodeView = Callable[[NodeFacts, NodeLife], str | None]
+#: ``field[KEY]`` views: the object, its life and the key in, the value (None: not set) out.
+MapView = Callable[[Any, Any, str], str | None]
 
 POD_VIEWS: dict[str, PodView] = {
     "name": lambda pod, _: pod.name,
@@ -64,27 +80,36 @@ POD_VIEWS: dict[str, PodView] = {
     "ownerKind": lambda pod, _: pod.owner_kind,
     "exitCode": lambda pod, _: str(pod.exit_code),
     "restartPolicy": lambda pod, _: pod.restart_policy,
+    "waiting": lambda _, life: life.waiting[0] if life.waiting else "",
 }
 NODE_VIEWS: dict[str, NodeView] = {
     "name": lambda node, _: node.name,
     "pool": lambda node, _: node.pool,
     "ready": lambda node, _: node.ready or None,
     "heartbeat": lambda node, life: _flag(life.heartbeat),
+    "unschedulable": lambda node, _: _flag(node.unschedulable),
+}
+POD_MAPS: dict[str, MapView] = {
+    "labels": lambda obj, _, key: obj.labels.get(key),
+    "annotations": lambda obj, _, key: obj.annotations.get(key),
+}
+NODE_MAPS: dict[str, MapView] = {
+    **POD_MAPS,
+    "conditions": lambda node, _, key: node.conditions.get(key),
+    "taints": lambda node, _, key: node.taint_effect(key),
+    "allocatable": lambda node, _, key: node.allocatable.get(key),
 }
 
 
-def _map_view(field: str, key: str) -> Callable[[PodFacts | NodeFacts, object], str | None]:
-    def view(obj: PodFacts | NodeFacts, _: object) -> str | None:
-        found: str | None = getattr(obj, field).get(key)
-        return found
-    return view
-
-
-def _test(requirement: Requirement, views: dict[str, Callable[..., str | None]]) -> Callable[
-        ..., bool]:
+def _test(requirement: Requirement, views: Mapping[str, Callable[..., str | None]],
+          maps: Mapping[str, MapView]) -> Callable[..., bool]:
     field = requirement.field()
-    if field in ("labels", "annotations"):
-        view: Callable[..., str | None] = _map_view(field, requirement.key[len(field) + 1:-1])
+    if field in maps and requirement.key != field:
+        key = requirement.key[len(field) + 1:-1]
+        mapped = maps[field]
+
+        def view(obj: Any, life: Any) -> str | None:
+            return mapped(obj, life, key)
     else:
         view = views[field]
     values = frozenset(requirement.values)
@@ -98,9 +123,9 @@ def _test(requirement: Requirement, views: dict[str, Callable[..., str | None]])
     return lambda obj, life: view(obj, life) is None
 
 
-def _compile(selector: Selector, views: dict[str, Callable[..., str | None]]) -> Callable[
-        ..., bool]:
-    tests = [_test(requirement, views) for requirement in selector.matchExpressions]
+def _compile(selector: Selector, views: Mapping[str, Callable[..., str | None]],
+             maps: Mapping[str, MapView]) -> Callable[..., bool]:
+    tests = [_test(requirement, views, maps) for requirement in selector.matchExpressions]
     return lambda obj, life: all(test(obj, life) for test in tests)
 
 
@@ -111,10 +136,15 @@ class PodRule:
     holds: Callable[[PodFacts, PodLife], bool]
     fixed: float  # the delay's fixed part and jitter, parsed once
     jitter: float
+    entry: str = ""  # the id of the fault entry that carried the stage ("": a default stage)
 
     @property
     def name(self) -> str:
         return self.stage.name
+
+    @property
+    def is_hold(self) -> bool:
+        return self.stage.effect.hold
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,30 +153,43 @@ class NodeRule:
     holds: Callable[[NodeFacts, NodeLife], bool]
     fixed: float
     jitter: float
+    entry: str = ""
 
     @property
     def name(self) -> str:
         return self.stage.name
 
+    @property
+    def is_hold(self) -> bool:
+        return self.stage.effect.hold
+
 
 @dataclasses.dataclass(frozen=True)
 class Rules:
-    """A lifecycle compiled for matching."""
+    """Stages compiled for matching: a lifecycle's, or an object's (its faults' first)."""
 
     pods: tuple[PodRule, ...]
     nodes: tuple[NodeRule, ...]
+    #: Why the object's fault annotation was ignored ("": it was not), for a Warning Event.
+    problem: str = ""
+
+
+def _pod_rule(stage: PodStage, entry: str = "") -> PodRule:
+    return PodRule(stage, frozenset(stage.selector.phases),
+                   _compile(stage.selector, POD_VIEWS, POD_MAPS),
+                   parse_duration(stage.delay.duration), parse_duration(stage.delay.jitter),
+                   entry)
+
+
+def _node_rule(stage: NodeStage, entry: str = "") -> NodeRule:
+    return NodeRule(stage, _compile(stage.selector, NODE_VIEWS, NODE_MAPS),
+                    parse_duration(stage.delay.duration), parse_duration(stage.delay.jitter),
+                    entry)
 
 
 def compile_lifecycle(lifecycle: Lifecycle) -> Rules:
-    return Rules(
-        pods=tuple(PodRule(stage, frozenset(stage.selector.phases),
-                           _compile(stage.selector, POD_VIEWS),
-                           parse_duration(stage.delay.duration),
-                           parse_duration(stage.delay.jitter)) for stage in lifecycle.pods),
-        nodes=tuple(NodeRule(stage, _compile(stage.selector, NODE_VIEWS),
-                             parse_duration(stage.delay.duration),
-                             parse_duration(stage.delay.jitter)) for stage in lifecycle.nodes),
-    )
+    return Rules(pods=tuple(_pod_rule(stage) for stage in lifecycle.pods),
+                 nodes=tuple(_node_rule(stage) for stage in lifecycle.nodes))
 
 
 @functools.cache
@@ -156,10 +199,46 @@ def default_rules() -> Rules:
     return compile_lifecycle(load_lifecycle(text, source="the default stages"))
 
 
+class Rulebook:
+    """The rules of each object: the live stages of its fault entries, then the defaults."""
+
+    def __init__(self, defaults: Rules, *, size: int = RULEBOOK_SIZE) -> None:
+        self.defaults = defaults
+        self._size = size
+        self._compiled: collections.OrderedDict[str, Rules] = collections.OrderedDict()
+
+    def __call__(self, faults: str) -> Rules:
+        """The rules of an object whose fault annotation reads ``faults`` ("": none)."""
+        if not faults:
+            return self.defaults
+        found = self._compiled.get(faults)
+        if found is None:
+            found = self._compile(faults)
+            self._compiled[faults] = found
+            if len(self._compiled) > self._size:
+                self._compiled.popitem(last=False)
+        else:
+            self._compiled.move_to_end(faults)
+        return found
+
+    def _compile(self, faults: str) -> Rules:
+        entries, problem = read_entries({FAULTS: faults})
+        pods: list[PodRule] = []
+        nodes: list[NodeRule] = []
+        for entry in entries:
+            for stage in entry.live:
+                if isinstance(stage, PodStage):
+                    pods.append(_pod_rule(stage, entry.id))
+                else:
+                    nodes.append(_node_rule(stage, entry.id))
+        return Rules((*pods, *self.defaults.pods), (*nodes, *self.defaults.nodes), problem)
+
+
 # -- pods -------------------------------------------------------------------------------------
 
 def match_pod(rules: Sequence[PodRule], pod: PodFacts, life: PodLife) -> PodRule | None:
-    """The first stage that applies to the pod (None: nothing more happens to it)."""
+    """The first stage that applies to the pod (None: nothing more happens to it; a hold:
+    nothing happens while it applies)."""
     for rule in rules:
         if (not rule.phases or life.phase in rule.phases) and rule.holds(pod, life):
             return rule
@@ -195,7 +274,12 @@ def pod_due(rule: PodRule, pod: PodFacts, life: PodLife, timing: Timing,
 
 def apply_pod(effect: PodEffect, pod: PodFacts, life: PodLife, now: str, *,
               allocate: Callable[[PodFacts], str]) -> PodLife:
-    """The life after ``effect`` (``life`` itself is left as it was)."""
+    """The life after ``effect`` (``life`` itself is left as it was). An effect that only ends
+    its fault leaves the life as it is: nothing of the pod changes."""
+    if effect.endFault and not (effect.initContainerDone or effect.phase or effect.exit
+                                or effect.wait or effect.evict or effect.conditions
+                                or effect.events):
+        return life
     changes: dict[str, object] = {"changed_at": now}
     if effect.initContainerDone:
         changes["init_finished"] = (*life.init_finished, now)
@@ -218,9 +302,19 @@ def apply_pod(effect: PodEffect, pod: PodFacts, life: PodLife, now: str, *,
             changes.update(phase=podlife.FAILED, exit=ended)
         else:
             changes.update(phase=podlife.BACKOFF, last_exit=ended, restarts=life.restarts + 1)
-    if effect.conditions:
+    conditions = list(effect.conditions)
+    if effect.evict is not None:
+        # As the kubelet's eviction manager: Failed whatever the restartPolicy, the pod's
+        # reason and message, and the containers it removed reported as it then shows them.
+        changes.update(phase=podlife.FAILED, exit=podlife.UNLOCATED, waiting=None,
+                       reason=effect.evict.reason, message=effect.evict.message)
+        if not any(condition.type == podlife.DISRUPTION_TARGET for condition in conditions):
+            conditions.insert(0, Condition(type=podlife.DISRUPTION_TARGET, status="True",
+                                           reason="TerminationByKubelet",
+                                           message=effect.evict.message))
+    if conditions:
         kept = {c.type: c for c in life.conditions}
-        for condition in effect.conditions:
+        for condition in conditions:
             old = kept.get(condition.type)
             since = old.since if old is not None and old.status == condition.status else now
             kept[condition.type] = ExtraCondition(condition.type, condition.status,
@@ -251,3 +345,69 @@ def apply_node(effect: NodeEffect, life: NodeLife, now: str) -> NodeLife:
     return dataclasses.replace(
         life, changed_at=now, conditions=conditions,
         heartbeat=life.heartbeat if effect.heartbeat is None else effect.heartbeat)
+
+
+def node_status(effect: NodeEffect, node: NodeFacts, before: NodeLife,
+                after: NodeLife) -> dict[str, Any] | None:
+    """The status a node stage writes (a strategic merge patch's ``status``: conditions whole,
+    allocatable per resource), None when it changes nothing there."""
+    status: dict[str, Any] = {}
+    if after.conditions != before.conditions:
+        status["conditions"] = render_conditions(after)
+    allocatable = {}
+    for resource, amount in effect.allocatable.items():
+        wanted = amount if amount is not None else node.capacity.get(resource)
+        if node.allocatable.get(resource) != wanted:
+            allocatable[resource] = wanted
+    if allocatable:
+        status["allocatable"] = allocatable
+    return status or None
+
+
+def writes_node(effect: NodeEffect) -> bool:
+    """Whether a node stage writes the Node itself (spec, or its fault entry), not only its
+    status."""
+    return bool(effect.taints or effect.removeTaints or effect.unschedulable is not None
+                or effect.endFault)
+
+
+def node_object(rule: NodeRule, node: NodeFacts, now: str) -> dict[str, Any] | None:
+    """The merge patch of the Node a stage writes, computed from the node as observed (its
+    taints, spec.unschedulable, fault annotation) and conditional on its resourceVersion: a
+    list of taints is replaced whole, so a change someone made meanwhile must fail it (409)
+    rather than be undone. None when nothing changes."""
+    effect = rule.stage.effect
+    spec: dict[str, Any] = {}
+    if effect.taints or effect.removeTaints:
+        taints = _taints(node.taints, effect.taints, effect.removeTaints, now)
+        if taints != list(node.taints):
+            spec["taints"] = taints
+    if effect.unschedulable is not None and effect.unschedulable != node.unschedulable:
+        spec["unschedulable"] = True if effect.unschedulable else None  # as kubectl uncordon
+    metadata: dict[str, Any] = {"resourceVersion": node.resource_version}
+    ended = mark_done(node.annotations, rule.entry) if rule.entry and effect.endFault else None
+    if ended is not None:
+        metadata["annotations"] = {FAULTS: ended}
+    if not spec and ended is None:
+        return None
+    return {"metadata": metadata, **({"spec": spec} if spec else {})}
+
+
+def _taints(current: Sequence[Mapping[str, Any]], add: Sequence[NodeTaint],
+            remove: Sequence[str], now: str) -> list[Mapping[str, Any]]:
+    """``current`` without the keys in ``remove``, with ``add`` replacing a taint of the same
+    key and effect; one already there as asked is kept as it is (with its timeAdded)."""
+    taints = [taint for taint in current if taint.get("key") not in remove]
+    for wanted in add:
+        same = [taint for taint in taints
+                if (taint.get("key"), taint.get("effect")) == (wanted.key, wanted.effect)]
+        if same and same[0].get("value", "") == wanted.value:
+            continue
+        taints = [taint for taint in taints if taint not in same]
+        rendered: dict[str, Any] = {"key": wanted.key, "effect": wanted.effect}
+        if wanted.value:
+            rendered["value"] = wanted.value
+        if wanted.effect == "NoExecute":  # as the node-lifecycle controller stamps its own
+            rendered["timeAdded"] = now
+        taints.append(rendered)
+    return taints

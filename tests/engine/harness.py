@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 from collections.abc import AsyncIterator
 from typing import Any
 
+from operators.api.injections import FAULTS
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.engine.pooling import ClusterRef
 from operators.engine.running import ClusterEngine, EngineSettings
@@ -115,6 +117,26 @@ class Fleet:
         assert found is not None
         status: dict[str, Any] = found.get("status") or {}
         return status
+
+
+def entry(entry_id: str, stages: list[dict[str, Any]],
+          recovery: list[dict[str, Any]] | None = None, *,
+          state: str = "inject") -> dict[str, Any]:
+    """A fault entry as a FaultPlan writes it into ``fakefleet.dev/faults``."""
+    return {"id": entry_id, "state": state, "stages": stages, "recovery": recovery or []}
+
+
+def faults(*entries: dict[str, Any]) -> str:
+    return json.dumps(list(entries), separators=(",", ":"))
+
+
+def entries_of(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = json.loads(obj["metadata"]["annotations"][FAULTS])
+    return found
+
+
+def states(obj: dict[str, Any]) -> dict[str, str]:
+    return {item["id"]: item["state"] for item in entries_of(obj)}
 
 
 def ready(node: dict[str, Any]) -> str:

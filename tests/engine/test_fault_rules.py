@@ -1,0 +1,211 @@
+"""Fault entries as rules, pure: which stages an object gets from its annotation, what an
+eviction looks like and reads back as, and the node patches a fault stage makes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from operators.api.injections import FAULTS, mark_done
+from operators.api.stages import NodeStage, StageError, load_lifecycle
+from operators.engine import stages
+from operators.engine.nodes import NodeFacts, NodeLife
+from operators.engine.pods import PodFacts, PodLife, life_from_status, render_status
+from operators.engine.stages import Rulebook
+from tests.engine.harness import entry, faults
+
+NOW = "2026-01-01T00:10:00Z"
+
+
+def manifest(**annotations: str) -> dict[str, Any]:
+    return {"metadata": {"name": "p", "namespace": "default", "uid": "u",
+                         "annotations": annotations},
+            "spec": {"nodeName": "cpu-0", "restartPolicy": "Always",
+                     "containers": [{"name": "main", "image": "app:1"}],
+                     "initContainers": [{"name": "setup", "image": "busybox"}]},
+            "status": {}}
+
+
+def pod_stage(name: str, **effect: Any) -> dict[str, Any]:
+    return {"name": name, "resource": "Pod", "effect": effect}
+
+
+def node_stage(name: str, **effect: Any) -> dict[str, Any]:
+    return {"name": name, "resource": "Node", "effect": effect}
+
+
+def test_an_object_s_rules_are_its_live_fault_stages_in_order_then_the_defaults() -> None:
+    book = Rulebook(stages.default_rules())
+    text = faults(
+        entry("a", [pod_stage("a-inject", hold=True)], [pod_stage("a-recover", endFault=True)]),
+        entry("b", [pod_stage("b-inject", hold=True), node_stage("b-node", hold=True)],
+              [pod_stage("b-recover", endFault=True)], state="recover"),
+        entry("c", [pod_stage("c-inject", hold=True)], state="done"))
+    rules = book(text)
+    defaults = [rule.name for rule in stages.default_rules().pods]
+    assert [(rule.name, rule.entry) for rule in rules.pods[:2]] == [
+        ("a-inject", "a"), ("b-recover", "b")]
+    assert [rule.name for rule in rules.pods[2:]] == defaults
+    assert [rule.name for rule in rules.nodes][:1] == [stages.default_rules().nodes[0].name]
+    assert rules.problem == ""
+    assert book(text) is rules, "compiled once per text"
+    assert book("") is stages.default_rules()
+
+
+def test_an_unreadable_annotation_gives_the_defaults_and_says_why() -> None:
+    rules = Rulebook(stages.default_rules())('[{"id": "x", "state": "later"}]')
+    assert rules.pods == stages.default_rules().pods
+    assert FAULTS in rules.problem
+    assert "ignored" in rules.problem
+
+
+def test_the_rulebook_keeps_a_bounded_number_of_texts() -> None:
+    book = Rulebook(stages.default_rules(), size=2)
+    texts = [faults(entry(str(n), [pod_stage("s", hold=True)])) for n in range(3)]
+    first = book(texts[0])
+    book(texts[1])
+    book(texts[2])
+    again = book(texts[0])
+    assert again is not first, "compiled again once forgotten"
+    assert [(r.name, r.entry) for r in again.pods] == [(r.name, r.entry) for r in first.pods]
+
+
+def test_a_hold_is_the_first_match_and_waiting_reads_the_life() -> None:
+    rules = Rulebook(stages.default_rules())(faults(entry("a", [
+        {"name": "stuck", "resource": "Pod", "effect": {"hold": True}, "selector": {
+            "matchExpressions": [{"key": "waiting", "operator": "In",
+                                  "values": ["ImagePullBackOff"]}]}}])))
+    facts = PodFacts(manifest())
+    waiting = PodLife(waiting=("ImagePullBackOff", "pulling"), init_finished=("t",))
+    found = stages.match_pod(rules.pods, facts, waiting)
+    assert found is not None
+    assert found.is_hold
+    started = stages.match_pod(rules.pods, facts, PodLife(init_finished=("t",)))
+    assert started is not None
+    assert started.name == "pod-ready"
+
+
+def test_end_fault_belongs_to_fault_entries_not_to_a_lifecycle() -> None:
+    with pytest.raises(StageError, match="only a fault entry's stages may set"):
+        load_lifecycle("apiVersion: fakefleet.dev/v1alpha1\nkind: Lifecycle\nstages:\n"
+                       "- {name: a, resource: Pod, effect: {exit: {}, endFault: true}}")
+
+
+def test_marking_done_flips_one_entry_and_leaves_the_others_as_written() -> None:
+    other = '{"id":"b","state":"inject","stages":[],"recovery":[],"extra":{"z":1,"a":2}}'
+    text = f'[{{"id":"a","state":"recover"}}, {other}]'
+    ended = mark_done({FAULTS: text}, "a")
+    assert ended is not None
+    assert json.loads(ended)[0] == {"id": "a", "state": "done"}
+    assert json.dumps(json.loads(ended)[1], separators=(",", ":")) == other
+    assert mark_done({FAULTS: ended}, "a") is None, "done already"
+    assert mark_done({FAULTS: text}, "gone") is None
+    assert mark_done({FAULTS: "{"}, "a") is None
+    assert mark_done({}, "a") is None
+
+
+# -- eviction ---------------------------------------------------------------------------------
+
+def test_an_eviction_renders_as_the_kubelet_reports_it_and_reads_back_the_same() -> None:
+    facts = PodFacts(manifest())
+    facts.host_ip = "172.16.0.1"
+    running = PodLife(phase="Running", changed_at="2026-01-01T00:01:00Z", ip="10.128.0.2",
+                      start_time="2026-01-01T00:00:00Z", started_at="2026-01-01T00:01:00Z",
+                      ready_since="2026-01-01T00:01:00Z",
+                      init_finished=("2026-01-01T00:00:30Z",))
+    evict = stages.Rulebook(stages.default_rules())(faults(entry("e", [
+        pod_stage("evict", evict={"message": "The node was low on resource: memory."},
+                  endFault=True)]))).pods[0]
+    life = stages.apply_pod(evict.stage.effect, facts, running, NOW,
+                            allocate=lambda _: "unused")
+    status = render_status(facts, life, NOW)
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "Failed", "Evicted", "The node was low on resource: memory.")
+    main = status["containerStatuses"][0]
+    assert main["state"]["terminated"]["exitCode"] == 137
+    assert main["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    assert "containerID" not in main
+    assert status["initContainerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["DisruptionTarget"]["reason"] == "TerminationByKubelet"
+    assert conditions["Ready"]["status"] == "False"
+    again = life_from_status(facts, status)
+    assert (again.phase, again.reason, again.message, again.exit, again.conditions,
+            again.changed_at) == (life.phase, life.reason, life.message, life.exit,
+                                  life.conditions, NOW)
+    assert render_status(facts, again, "2026-01-01T01:00:00Z") == status, "a restart keeps it"
+
+
+def test_an_evicted_pending_pod_reports_its_init_containers_unlocated_too() -> None:
+    facts = PodFacts(manifest())
+    evicted = stages.apply_pod(
+        stages.Rulebook(stages.default_rules())(faults(entry("e", [
+            pod_stage("evict", evict={}, endFault=True)]))).pods[0].stage.effect,
+        facts, PodLife(changed_at="2026-01-01T00:00:00Z"), NOW, allocate=lambda _: "")
+    status = render_status(facts, evicted, NOW)
+    assert status["initContainerStatuses"][0]["state"]["terminated"]["reason"] == \
+        "ContainerStatusUnknown"
+    again = life_from_status(facts, status)
+    assert (again.init_done, again.exit, again.reason) == (0, evicted.exit, "Evicted")
+    assert render_status(facts, again, "2026-01-01T01:00:00Z") == status
+
+
+# -- node patches -----------------------------------------------------------------------------
+
+def node_rule(entry_id: str = "e", **effect: Any) -> stages.NodeRule:
+    return stages.NodeRule(NodeStage.model_validate(node_stage("s", **effect)),
+                           lambda *_: True, 0.0, 0.0, entry_id)
+
+
+def node_facts(**fields: Any) -> NodeFacts:
+    return NodeFacts("gpu-0", "gpu", "", 0, resource_version="7", **fields)
+
+
+def test_a_node_stage_adds_and_removes_its_taints_and_keeps_everyone_else_s() -> None:
+    controller = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute",
+                  "timeAdded": "2026-01-01T00:00:00Z"}
+    ours = {"key": "fakefleet.dev/gpu-xid", "value": "79", "effect": "NoExecute",
+            "timeAdded": NOW}
+    add = node_rule(taints=[{"key": "fakefleet.dev/gpu-xid", "value": "79",
+                             "effect": "NoExecute"}])
+    patch = stages.node_object(add, node_facts(taints=(controller,)), NOW)
+    assert patch == {"metadata": {"resourceVersion": "7"}, "spec": {"taints": [
+        controller, ours]}}
+    assert stages.node_object(add, node_facts(taints=(controller, ours)), "later") is None, \
+        "there already"
+    changed = node_rule(taints=[{"key": "fakefleet.dev/gpu-xid", "value": "48",
+                                 "effect": "NoExecute"}])
+    patch = stages.node_object(changed, node_facts(taints=(ours, controller)), NOW)
+    assert patch is not None
+    assert [t.get("value") for t in patch["spec"]["taints"]] == [None, "48"]
+    remove = node_rule(removeTaints=["fakefleet.dev/gpu-xid"])
+    patch = stages.node_object(remove, node_facts(taints=(ours, controller)), NOW)
+    assert patch is not None
+    assert patch["spec"]["taints"] == [controller]
+
+
+def test_a_node_stage_cordons_and_ends_its_fault_in_one_conditional_patch() -> None:
+    text = faults(entry("e", [], [node_stage("s", unschedulable=False, endFault=True)],
+                        state="recover"), entry("f", []))
+    rule = node_rule(unschedulable=False, endFault=True)
+    patch = stages.node_object(rule, node_facts(unschedulable=True,
+                                                annotations={FAULTS: text}), NOW)
+    assert patch is not None
+    assert patch["spec"] == {"unschedulable": None}
+    assert patch["metadata"]["resourceVersion"] == "7"
+    assert [e["state"] for e in json.loads(patch["metadata"]["annotations"][FAULTS])] == [
+        "done", "inject"]
+    assert stages.node_object(node_rule(unschedulable=True),
+                              node_facts(unschedulable=True), NOW) is None
+
+
+def test_allocatable_goes_back_to_the_capacity_observed() -> None:
+    facts = node_facts(capacity={"nvidia.com/gpu": "8"}, allocatable={"nvidia.com/gpu": "7"})
+    life = NodeLife()
+    back = node_rule(allocatable={"nvidia.com/gpu": None}).stage.effect
+    assert stages.node_status(back, facts, life, life) == {
+        "allocatable": {"nvidia.com/gpu": "8"}}
+    same = node_rule(allocatable={"nvidia.com/gpu": "7"}).stage.effect
+    assert stages.node_status(same, facts, life, life) is None
