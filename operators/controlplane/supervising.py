@@ -81,6 +81,11 @@ class Supervised:
     def running(self) -> bool:
         return self.pid is not None
 
+    @property
+    def supervised(self) -> bool:
+        """Started and not stopped since (it may be between a crash and its restart)."""
+        return self._watcher is not None
+
     async def start(self) -> None:
         """Start the child and watch it; returns as soon as the process exists."""
         if self._watcher is not None:

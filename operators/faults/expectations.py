@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from operators.faults.targets import LabelSelector, Victim
 
@@ -136,7 +136,10 @@ class Taint:
                    for taint in (obj.get("spec") or {}).get("taints") or [])
 
 
-Matcher = Field | Condition | Taint
+class Matcher(Protocol):
+    """Anything that says whether one object matches (the three above, a CEL expression)."""
+
+    def matches(self, obj: Mapping[str, Any]) -> bool: ...
 
 
 @dataclasses.dataclass(frozen=True)

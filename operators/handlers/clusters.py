@@ -20,6 +20,7 @@ import kopf
 
 from operators.api.base import API_VERSION
 from operators.api.clusters import CLUSTER_LABEL, KUBECONFIG_KEY, FakeCluster, FakeClusterStatus
+from operators.api.injections import read_entries
 from operators.api.nodepools import FakeNodePool
 from operators.api.status import pool_status
 from operators.controlplane.components import Profile
@@ -61,7 +62,10 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 await runtime.host.get(CLUSTERS.format(namespace=namespace, name=name)))
         except NotFound:
             return  # deleted meanwhile
+        held = await hold_components(runtime, cluster, key)
         observed = await observe(runtime, cluster, key)
+        if held:
+            observed = planning.Observed(**{**observed.__dict__, "error": held})
         error, stalled, delay = "", False, 5.0
         actions = planning.plan(cluster, observed)
         reported = cluster.status
@@ -108,6 +112,30 @@ async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                                             f"create it again, or delete this pool")
     runtime.locks.pop(key, None)
     runtime.versions.pop(key, None)
+
+
+async def hold_components(runtime: Runtime, cluster: FakeCluster, key: str) -> str:
+    """Stop the components a FaultPlan holds down (entries in the FakeCluster's
+    fakefleet.dev/faults annotation) and start again those no entry holds; what is held, for
+    the status message. Observed anew each time: after an operator restart the entries still
+    say what must stay down."""
+    local = runtime.substrate.clusters.get(key)
+    if local is None:
+        return ""
+    entries, _ = read_entries(cluster.metadata.get("annotations"))
+    held = {component: entry.id for entry in entries if entry.state == "inject"
+            for component in entry.stop}
+    for component, process in local.processes.items():
+        if component in held and process.supervised:
+            logger.info("cluster %s: stopping %s for fault %s", key, component, held[component])
+            await process.stop()
+            if component == "kube-apiserver":
+                runtime.versions.pop(key, None)
+        elif component not in held and not process.supervised:
+            logger.info("cluster %s: starting %s again: no fault holds it", key, component)
+            await process.start()
+    return "; ".join(f"{component} stopped by fault {entry}" for component, entry in
+                     sorted(held.items()) if component in local.processes)
 
 
 async def observe(runtime: Runtime, cluster: FakeCluster, key: str) -> planning.Observed:

@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 
 from operators.api.base import GROUP, VERSION
-from operators.handlers import clusters, nodepools
+from operators.handlers import clusters, faultplans, nodepools
 from operators.handlers.runtime import Runtime
 from operators.k8s.config import ClusterAccess, load_kubeconfig_file
 
@@ -24,10 +24,11 @@ CLUSTER_TIMER = 5.0
 
 
 def build_registry(kubeconfig: Path) -> kopf.OperatorRegistry:
-    """Handlers of FakeCluster and FakeNodePool, and a login to the host cluster."""
+    """Handlers of FakeCluster, FakeNodePool and FaultPlan, and a login to the host cluster."""
     registry = kopf.OperatorRegistry()
     fc = {"group": GROUP, "version": VERSION, "plural": "fakeclusters", "registry": registry}
     fnp = {"group": GROUP, "version": VERSION, "plural": "fakenodepools", "registry": registry}
+    fp = {"group": GROUP, "version": VERSION, "plural": "faultplans", "registry": registry}
 
     for on in (kopf.on.create, kopf.on.resume):
         on(**fc, id="reconcile")(clusters.reconcile)  # type: ignore[arg-type]
@@ -39,6 +40,9 @@ def build_registry(kubeconfig: Path) -> kopf.OperatorRegistry:
         clusters.reconcile)
     kopf.on.delete(**fc, id="teardown")(clusters.delete)  # type: ignore[arg-type]
     kopf.on.delete(**fnp, id="teardown")(nodepools.delete)  # type: ignore[arg-type]
+    kopf.daemon(**fp, id="run", cancellation_timeout=30.0)(  # type: ignore[arg-type]
+        faultplans.run)
+    kopf.on.delete(**fp, id="recover")(faultplans.delete)  # type: ignore[arg-type]
 
     def login(**_: Any) -> kopf.ConnectionInfo:
         # Read again at every login: kopf logs in anew when credentials expire.

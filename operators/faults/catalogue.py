@@ -1,0 +1,192 @@
+"""What each fault does to a node or pod, as stages: the fault entry a plan writes into the
+object's ``fakefleet.dev/faults`` annotation (:mod:`operators.api.injections`). Pure.
+
+A fault's ``stages`` run ahead of the object's default lifecycle while it is injected; each
+ends in a ``hold`` where the defaults would otherwise undo it (a NotReady node would be made
+Ready again). Its ``recovery`` restores what the fault changed and ends with ``endFault``, so the
+engine marks the entry done once everything is written back. A one-shot fault (a container
+exit, an eviction) ends its own stages with ``endFault``: it happens once, and the pod then
+lives on by its restartPolicy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from operators.api.faultplans import Fault
+from operators.api.injections import FaultEntry
+from operators.api.stages import Stage
+from operators.faults.xid import describe
+
+#: The taint a GPU that needs a reset or a drain puts on its node. NoExecute: pods that do not
+#: tolerate it are evicted by the node-lifecycle controller, as after a drain.
+XID_TAINT = "fakefleet.dev/gpu-xid"
+#: The node condition an Xid sets, as a GPU health monitor (DCGM, NVSentinel) reports it.
+GPU_CONDITION = "GPUHealthy"
+NOT_READY_MESSAGE = ("container runtime network not ready: NetworkReady=false "
+                     "reason:NetworkPluginNotReady message:Network plugin returns error: "
+                     "cni plugin not initialized")
+READY = {"type": "Ready", "status": "True", "reason": "KubeletReady",
+         "message": "kubelet is posting ready status"}
+_STAGES: TypeAdapter[list[Stage]] = TypeAdapter(list[Stage])
+
+
+def _stages(*documents: dict[str, Any]) -> list[Stage]:
+    return _STAGES.validate_python(list(documents))
+
+
+def _node(name: str, effect: dict[str, Any], *expressions: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "resource": "Node", "effect": effect,
+            "selector": {"matchExpressions": list(expressions)}}
+
+
+def _pod(name: str, effect: dict[str, Any], *expressions: dict[str, Any],
+         phases: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"name": name, "resource": "Pod", "effect": effect,
+            "selector": {"phases": list(phases), "matchExpressions": [
+                {"key": "deleting", "operator": "In", "values": ["false"]}, *expressions]}}
+
+
+def _is(key: str, *values: str) -> dict[str, Any]:
+    return {"key": key, "operator": "In", "values": list(values)}
+
+
+def _is_not(key: str, *values: str) -> dict[str, Any]:
+    return {"key": key, "operator": "NotIn", "values": list(values)}
+
+
+HOLD_NODE = _node("fault-hold", {"hold": True})
+END_NODE = _node("fault-end", {"endFault": True})
+
+
+def node_entry(entry_id: str, fault: Fault, *, gpus: int = 0) -> FaultEntry:
+    """The entry for a node fault (not Delete: the pool holds a deleted node). ``gpus``: the
+    node's nvidia.com/gpu capacity, for a GPUXid that takes GPUs out of service."""
+    kind = fault.type
+    if kind == "NotReady":
+        condition = {"type": "Ready", "status": "False",
+                     "reason": fault.reason or "KubeletNotReady",
+                     "message": fault.message or NOT_READY_MESSAGE}
+        stages = _stages(_node("fault-not-ready", {"heartbeat": True, "conditions": [condition]},
+                               _is_not("ready", "False")), HOLD_NODE)
+        recovery = _stages(_node("fault-recover", {"heartbeat": True, "conditions": [READY],
+                                                   "endFault": True}))
+    elif kind == "Unreachable":
+        stages = _stages(_node("fault-unreachable", {"heartbeat": False},
+                               _is("heartbeat", "true")), HOLD_NODE)
+        recovery = _stages(_node("fault-recover", {"heartbeat": True, "conditions": [READY],
+                                                   "endFault": True}))
+    elif kind == "Condition":
+        assert fault.condition is not None
+        wanted = fault.condition.model_dump()
+        stages = _stages(_node("fault-condition", {"conditions": [wanted]},
+                               _is_not(f"conditions[{wanted['type']}]", wanted["status"])))
+        healthy = {"type": wanted["type"], "status": "False" if wanted["status"] == "True"
+                   else "True", "reason": "FaultRecovered",
+                   "message": f"{wanted['type']} cleared: the fault plan recovered it"}
+        recovery = _stages(_node("fault-recover", {"conditions": [healthy], "endFault": True}))
+    elif kind == "GPUXid":
+        assert fault.xid is not None
+        xid = describe(fault.xid)
+        failed = min(fault.gpus or 1, gpus) if gpus else 0
+        message = fault.message or (f"Xid {xid.code} ({xid.description}) on {failed or 1} "
+                                    f"GPU(s)" + ("; the GPU needs a reset" if xid.fatal else ""))
+        effect: dict[str, Any] = {
+            "events": [{"type": "Warning", "reason": "GPUXid", "message": message}]}
+        if xid.fatal:
+            effect["conditions"] = [{"type": GPU_CONDITION, "status": "False",
+                                     "reason": f"Xid{xid.code}", "message": message}]
+            effect["taints"] = [{"key": XID_TAINT, "value": str(xid.code),
+                                 "effect": "NoExecute"}]
+            if gpus:
+                effect["allocatable"] = {"nvidia.com/gpu": str(gpus - failed)}
+            stages = _stages(_node("fault-xid", effect,
+                                   _is_not(f"conditions[{GPU_CONDITION}]", "False")))
+            recovery = _stages(_node("fault-recover", {
+                "conditions": [{"type": GPU_CONDITION, "status": "True", "reason": "GPUReset",
+                                "message": "the GPUs were reset and pass health checks"}],
+                "removeTaints": [XID_TAINT], "allocatable": {"nvidia.com/gpu": None},
+                "endFault": True}))
+        else:
+            # Signals only: an Event, once; nothing to undo.
+            effect["endFault"] = True
+            stages = _stages(_node("fault-xid", effect))
+            recovery = _stages(END_NODE)
+    elif kind == "Cordon":
+        stages = _stages(_node("fault-cordon", {"unschedulable": True},
+                               _is_not("unschedulable", "true")))
+        recovery = _stages(_node("fault-recover", {"unschedulable": False, "endFault": True}))
+    elif kind == "Taint":
+        assert fault.taint is not None
+        taint = fault.taint.model_dump()
+        stages = _stages(_node("fault-taint", {"taints": [taint]},
+                               _is_not(f"taints[{taint['key']}]", taint["effect"])))
+        recovery = _stages(_node("fault-recover", {"removeTaints": [taint["key"]],
+                                                   "endFault": True}))
+    else:
+        raise ValueError(f"{kind} is not a fault the node carries")
+    return FaultEntry(id=entry_id, stages=stages, recovery=recovery)
+
+
+RUNNING = ("Running",)
+ALIVE = ("Pending", "Initializing", "Running", "BackOff")
+
+
+def pod_entry(entry_id: str, fault: Fault) -> FaultEntry:
+    """The entry for a pod fault."""
+    kind = fault.type
+    if kind == "ContainerExit":
+        stages = _stages(_pod("fault-exit", {"exit": {
+            "exitCode": fault.exitCode, "reason": fault.reason or "Error",
+            "message": fault.message or ""}, "endFault": True}, phases=RUNNING))
+    elif kind == "OOMKilled":
+        stages = _stages(_pod("fault-oom", {"exit": {
+            "exitCode": 137, "reason": "OOMKilled", "message": fault.message or ""},
+            "endFault": True}, phases=RUNNING))
+    elif kind == "Evict":
+        stages = _stages(_pod("fault-evict", {"evict": {
+            "reason": fault.reason or "Evicted",
+            "message": fault.message or "The node was low on resource: memory."},
+            "conditions": [{"type": "DisruptionTarget", "status": "True",
+                            "reason": "TerminationByKubelet",
+                            "message": fault.message or "The node was low on resource: "
+                                                        "memory."}],
+            "endFault": True}, phases=ALIVE))
+    elif kind == "CrashLoop":
+        # Every start crashes at once; the default pod-restart stage restarts it after the
+        # kubelet's back-off, which grows as it would.
+        stages = _stages(_pod("fault-crash", {"exit": {
+            "exitCode": fault.exitCode or 1, "reason": "Error",
+            "message": fault.message or ""}}, phases=RUNNING))
+    elif kind == "StuckPending":
+        reason = fault.reason or "ContainerCreating"
+        message = fault.message or _WAITING.get(reason, "")
+        stages = _stages(
+            _pod("fault-wait", {"wait": {"reason": reason, "message": message}},
+                 _is_not("waiting", reason), phases=("Pending",)),
+            _pod("fault-hold", {"hold": True}, phases=("Pending",)))
+    else:
+        raise ValueError(f"{kind} is not a fault the pod carries")
+    recovery = _stages({"name": "fault-end", "resource": "Pod", "effect": {"endFault": True}})
+    return FaultEntry(id=entry_id, stages=stages, recovery=recovery)
+
+
+_WAITING = {
+    "ImagePullBackOff": 'Back-off pulling image: the image registry is unreachable',
+    "ErrImagePull": "failed to pull and unpack image: the image registry is unreachable",
+    "CreateContainerConfigError": 'configmap "config" not found',
+}
+
+#: Control-plane faults and the component each stops.
+COMPONENTS = {
+    "APIServerDown": "kube-apiserver",
+    "SchedulerDown": "kube-scheduler",
+    "ControllerManagerDown": "kube-controller-manager",
+}
+
+
+def cluster_entry(entry_id: str, fault: Fault) -> FaultEntry:
+    """The FakeCluster's entry for a control-plane fault."""
+    return FaultEntry.model_validate({"id": entry_id, "stop": [COMPONENTS[fault.type]]})

@@ -1,0 +1,711 @@
+"""kopf glue for FaultPlan: a daemon per plan that injects, recovers and judges on schedule,
+and a finalizer that recovers whatever is still injected when the plan is deleted.
+
+Observe, then act, then record: the daemon starts from the plan's status (a restarted operator
+carries on where it stopped), chooses an occurrence's victims from the fleet as it is when the
+occurrence is due, records them in the status, writes the fault entries into the victims
+(idempotent by id), and only then records the occurrence as Injected. Recovery flips the
+entries to their recovery stages; the occurrence is Recovered once the engines marked every
+entry done (everything written back) and the entries are removed.
+
+Node and pod faults travel as stages in the objects' ``fakefleet.dev/faults`` annotation
+(:mod:`operators.api.injections`); a node Delete as a hold in its pool; a control-plane fault
+as an entry on the FakeCluster, which :func:`operators.handlers.clusters.hold_components` obeys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import kopf
+
+from operators.api.base import API_VERSION
+from operators.api.clusters import FakeCluster
+from operators.api.faultplans import (
+    INSTANT_FAULTS,
+    ExpectationStatus,
+    FaultPlan,
+    FaultPlanStatus,
+    InjectionStatus,
+    Step,
+)
+from operators.api.injections import (
+    FAULTS,
+    HELD_NODES,
+    FaultEntry,
+    read_entries,
+    read_held,
+    render_entries,
+    render_held,
+)
+from operators.api.nodepools import POOL_LABEL
+from operators.api.status import condition
+from operators.engine.recording import render_event
+from operators.faults import catalogue, executing
+from operators.faults import expectations as ex
+from operators.faults.cel import CelMatcher
+from operators.faults.planning import PlanError
+from operators.faults.targets import ClusterView, Fleet, NodeView, PodView, TargetError, Victim
+from operators.handlers.clusters import hold_components, member_access
+from operators.handlers.runtime import Runtime
+from operators.k8s.client import Client
+from operators.k8s.errors import Conflict, K8sError, NotFound
+from operators.k8s.times import micro_time, parse, rfc3339
+from operators.reconciling.clusters import cluster_key
+
+logger = logging.getLogger(__name__)
+
+BASE = f"/apis/{API_VERSION}/namespaces/{{namespace}}"
+PLAN = BASE + "/faultplans/{name}"
+CLUSTERS = BASE + "/fakeclusters"
+POOLS = BASE + "/fakenodepools"
+#: How often pending expectations and recoveries are looked at (s).
+TICK = 1.0
+#: Writes of one injection in flight at once, per member cluster.
+CONCURRENCY = 32
+CONFLICT_RETRIES = 8
+
+
+class PlanRunner:
+    """One plan's progress: its status, and clients of the members it touches."""
+
+    def __init__(self, runtime: Runtime, plan: FaultPlan) -> None:
+        self.runtime = runtime
+        self.plan = plan
+        self.namespace: str = plan.metadata["namespace"]
+        self.name: str = plan.metadata["name"]
+        self.uid: str = plan.metadata.get("uid", "")
+        self.status = plan.status or FaultPlanStatus()
+        self.steps = {step.name: step for step in plan.spec.steps}
+        self._clients: dict[str, Client] = {}
+        self._clusters: dict[str, FakeCluster] = {}
+        self._plurals: dict[tuple[str, str, str], str] = {}
+        self._written = self.status.model_dump(mode="json")
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def run(self, stopped: Callable[[], bool]) -> None:
+        try:
+            if not self.status.startedAt:
+                await self.start()
+            while not stopped() and self.status.phase == "Running":
+                await self.advance()
+                await self.write()
+                await self._sleep(stopped)
+        finally:
+            await self.close()
+
+    async def start(self) -> None:
+        clusters = await self.clusters()
+        fleet = Fleet(tuple(ClusterView(name, cluster.spec.labels)
+                            for name, cluster in sorted(clusters.items())))
+        try:
+            plan = executing.schedule(self.plan.spec, fleet)
+        except (PlanError, TargetError) as error:
+            self.status = FaultPlanStatus(
+                phase="Failed", verdict="Failed", startedAt=micro_time(),
+                conditions=self._conditions(stalled=f"the plan cannot run: {error}"))
+            await self.write()
+            return
+        unknown = "; ".join(f"step {step}: no FakeCluster named {', '.join(names)} in "
+                            f"namespace {self.namespace}"
+                            for step, names in plan.unknown_clusters.items())
+        injections = [i.model_copy(update={"message": unknown})
+                      if i.step in plan.unknown_clusters else i
+                      for i in executing.initial_injections(plan)]
+        self.status = FaultPlanStatus(phase="Running", startedAt=micro_time(),
+                                      injections=injections)
+        self._summarise()
+        await self.write()
+
+    async def advance(self) -> None:
+        now = time.time()
+        elapsed = now - parse(self.status.startedAt)
+        injections = list(self.status.injections)
+        for due in executing.due(self.plan.spec, injections, elapsed):
+            injection = self.status.injections[due.index]
+            if due.action == "inject":
+                await self.inject(due.index, injection)
+            else:
+                await self.recover(due.index, injection)
+        for index, injection in enumerate(self.status.injections):
+            if injection.state == "Recovering":
+                await self.settle(index, injection)
+        await self.judge()
+        self._summarise()
+
+    async def _sleep(self, stopped: Callable[[], bool]) -> None:
+        elapsed = time.time() - parse(self.status.startedAt)
+        upcoming = executing.next_time(self.status.injections, elapsed)
+        pending = any(i.state == "Recovering" or any(r.outcome == "Pending"
+                                                     for r in i.expectations)
+                      for i in self.status.injections)
+        wait = TICK if pending or upcoming is None else max(0.0, upcoming - elapsed)
+        deadline = time.monotonic() + min(wait, 30.0)
+        while not stopped() and time.monotonic() < deadline:
+            await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def _summarise(self) -> None:
+        phase, verdict, steps = executing.summary(self.plan.spec, self.status.injections)
+        if self.status.phase not in ("Running", "Pending"):
+            return
+        stalled = ""
+        self.status = self.status.model_copy(update={
+            "phase": phase, "verdict": verdict, "stepsDone": steps,
+            "conditions": self._conditions(stalled=stalled, phase=phase)})
+
+    def _conditions(self, *, stalled: str = "", phase: str = "Running") -> list[Any]:
+        generation = int(self.plan.metadata.get("generation", 0))
+        now = rfc3339()
+        previous = self.status.conditions
+        finished = phase in ("Succeeded", "Failed", "Aborted")
+        message = stalled or ("the plan finished" if finished else "the plan is running")
+        return [
+            condition("Ready", finished and not stalled, reason=phase, message=message,
+                      generation=generation, now=now, previous=previous),
+            condition("Reconciling", not finished and not stalled, reason=phase,
+                      message="" if finished else message, generation=generation, now=now,
+                      previous=previous),
+            condition("Stalled", bool(stalled), reason="PlanInvalid" if stalled else "",
+                      message=stalled, generation=generation, now=now, previous=previous),
+        ]
+
+    async def write(self) -> None:
+        """Write the status if it changed (progress that must survive a restart)."""
+        self.status = self.status.model_copy(update={
+            "observedGeneration": int(self.plan.metadata.get("generation", 0))})
+        body = self.status.model_dump(mode="json")
+        if body == self._written:
+            return
+        await self.runtime.host.patch(PLAN.format(namespace=self.namespace, name=self.name)
+                                      + "/status", {"status": body})
+        self._written = body
+
+    # -- members --------------------------------------------------------------------------------
+
+    async def clusters(self) -> dict[str, FakeCluster]:
+        found = await self.runtime.host.get(CLUSTERS.format(namespace=self.namespace))
+        self._clusters = {item["metadata"]["name"]: FakeCluster.model_validate(item)
+                          for item in found.get("items") or []}
+        return self._clusters
+
+    def member(self, cluster: str) -> Client | None:
+        client = self._clients.get(cluster)
+        if client is not None:
+            return client
+        known = self._clusters.get(cluster)
+        if known is None:
+            return None
+        access = member_access(self.runtime, known, cluster_key(self.namespace, cluster))
+        if access is None:
+            return None
+        client = self._clients[cluster] = Client.connect(access, connections=CONCURRENCY,
+                                                         timeout=15)
+        return client
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+
+    async def fleet(self, step: Step) -> Fleet:
+        """The clusters the step may hit, with the nodes or pods its target looks at."""
+        clusters = await self.clusters()
+        target = executing.target_of(step.target)
+        views = []
+        for name, cluster in sorted(clusters.items()):
+            view = ClusterView(name, cluster.spec.labels)
+            if not target.clusters.holds(view) or target.kind == "Cluster":
+                views.append(view)
+                continue
+            client = self.member(name)
+            if client is None:
+                views.append(view)
+                continue
+            if target.kind == "Node":
+                listed = await client.get("/api/v1/nodes")
+                nodes = tuple(NodeView(n["metadata"]["name"],
+                                       (n["metadata"].get("labels") or {}).get(POOL_LABEL, ""),
+                                       n["metadata"].get("labels") or {})
+                              for n in listed.get("items") or ())
+                views.append(ClusterView(name, cluster.spec.labels, nodes=nodes))
+            else:
+                path = "/api/v1/pods" if not step.target.pods or not step.target.pods.namespace \
+                    else f"/api/v1/namespaces/{step.target.pods.namespace}/pods"
+                listed = await client.get(path)
+                pods = tuple(_pod_view(p) for p in listed.get("items") or ()
+                             if not (p["metadata"].get("deletionTimestamp")
+                                     or (p.get("status") or {}).get("phase") in
+                                     ("Succeeded", "Failed")))
+                views.append(ClusterView(name, cluster.spec.labels, pods=pods))
+        return Fleet(tuple(views))
+
+    # -- inject ---------------------------------------------------------------------------------
+
+    def _id(self, injection: InjectionStatus) -> str:
+        return executing.entry_id(self.namespace, self.name, self.uid, injection.step,
+                                  injection.occurrence)
+
+    async def inject(self, index: int, injection: InjectionStatus) -> None:
+        step = self.steps[injection.step]
+        if not injection.targets:
+            fleet = await self.fleet(step)
+            schedule = executing.schedule(self.plan.spec, fleet)
+            mine = next(i for i in schedule.injections
+                        if i.step == injection.step and i.occurrence == injection.occurrence)
+            if not mine.victims:
+                self._replace(index, state="Skipped", message=injection.message or
+                              "nothing matched the target when the step was due")
+                return
+            # Recorded before anything is written: a successor injects into exactly these.
+            self._replace(index, targets=[executing.victim_text(v) for v in mine.victims])
+            await self.write()
+            injection = self.status.injections[index]
+        victims = [executing.victim_of(text) for text in injection.targets]
+        problems = await self._each(victims, lambda v: self._inject_one(step, injection, v))
+        state = "Done" if step.fault.type in INSTANT_FAULTS else "Injected"
+        self._replace(index, state=state, injectedAt=micro_time(),
+                      message="; ".join(problems) or injection.message,
+                      expectations=[ExpectationStatus(name=e.name)
+                                    for e in step.expectations])
+        await self.write()
+        self._plan_event("Normal", "FaultInjected",
+                         f"step {step.name} #{injection.occurrence}: {step.fault.type} on "
+                         f"{len(victims)} target(s)" + (f" ({'; '.join(problems)})"
+                                                        if problems else ""))
+        await self._member_events(victims, "Warning", "FaultInjected",
+                                  f"{step.fault.type} injected by FaultPlan "
+                                  f"{self.namespace}/{self.name} (step {step.name})")
+
+    async def _inject_one(self, step: Step, injection: InjectionStatus, victim: Victim) -> str:
+        fault = step.fault
+        entry_id = self._id(injection)
+        if victim.kind == "Cluster":
+            return await self._cluster_entries(victim.cluster, entry_id, add=fault)
+        client = self.member(victim.cluster)
+        if client is None:
+            return f"{victim}: the cluster is not reachable"
+        if victim.kind == "Pod":
+            def add_pod(entries: list[FaultEntry], _: dict[str, Any]) -> list[FaultEntry]:
+                if any(e.id == entry_id for e in entries):
+                    return entries
+                return [*entries, catalogue.pod_entry(entry_id, fault)]
+            return await edit_entries(client, _pod_path(victim), add_pod, str(victim))
+        if fault.type == "Delete":
+            return await self._hold(victim, entry_id, hold=True)
+
+        def add_node(entries: list[FaultEntry], node: dict[str, Any]) -> list[FaultEntry]:
+            if any(e.id == entry_id for e in entries):
+                return entries
+            capacity = (node.get("status") or {}).get("capacity") or {}
+            gpus = int(str(capacity.get("nvidia.com/gpu", "0")) or 0)
+            return [*entries, catalogue.node_entry(entry_id, fault, gpus=gpus)]
+        return await edit_entries(client, f"/api/v1/nodes/{victim.name}", add_node, str(victim))
+
+    async def _hold(self, victim: Victim, entry_id: str, *, hold: bool) -> str:
+        """Hold (or release) a deleted node in its pool, which the engine obeys."""
+        client = self.member(victim.cluster)
+        pool = ""
+        if client is not None:
+            with contextlib.suppress(NotFound):
+                node = await client.get(f"/api/v1/nodes/{victim.name}")
+                pool = (node["metadata"].get("labels") or {}).get(POOL_LABEL, "")
+        if not pool:
+            pool = await self._pool_holding(entry_id)
+        if not pool:
+            return f"{victim}: not a node of a FakeNodePool, so it cannot be deleted and " \
+                   f"made again" if hold else ""
+        path = f"{POOLS.format(namespace=self.namespace)}/{pool}"
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                current = await self.runtime.host.get(path)
+            except NotFound:
+                return f"{victim}: FakeNodePool {pool} is gone"
+            held = read_held(current["metadata"].get("annotations"))
+            names = set(held.get(entry_id, ()))
+            names = names | {victim.name} if hold else names - {victim.name}
+            held[entry_id] = sorted(names)
+            value = render_held(held)
+            if value == current["metadata"].get("annotations", {}).get(HELD_NODES):
+                return ""
+            try:
+                await self.runtime.host.patch(path, {"metadata": {
+                    "resourceVersion": current["metadata"]["resourceVersion"],
+                    "annotations": {HELD_NODES: value}}})
+                return ""
+            except Conflict:
+                continue
+        return f"{victim}: FakeNodePool {pool} kept changing; the hold was not written"
+
+    async def _pool_holding(self, entry_id: str) -> str:
+        found = await self.runtime.host.get(POOLS.format(namespace=self.namespace))
+        for item in found.get("items") or ():
+            if entry_id in read_held(item["metadata"].get("annotations")):
+                return str(item["metadata"]["name"])
+        return ""
+
+    async def _cluster_entries(self, cluster: str, entry_id: str, *,
+                               add: Any = None) -> str:
+        """Add (``add``: the fault) or remove the FakeCluster's entry, then apply it."""
+        known = self._clusters.get(cluster)
+        if known is not None and known.spec.controlPlane.backend != "local":
+            return (f"{cluster}: control-plane faults need a local control plane; this "
+                    f"cluster is adopted (backend external), its processes are not ours")
+        path = f"{CLUSTERS.format(namespace=self.namespace)}/{cluster}"
+
+        def edit(entries: list[FaultEntry], _: dict[str, Any]) -> list[FaultEntry]:
+            kept = [e for e in entries if e.id != entry_id]
+            return [*kept, catalogue.cluster_entry(entry_id, add)] if add is not None else kept
+        problem = await edit_entries(self.runtime.host, path, edit, f"FakeCluster {cluster}")
+        if problem:
+            return problem
+        try:
+            fresh = FakeCluster.model_validate(await self.runtime.host.get(path))
+        except NotFound:
+            return ""
+        await hold_components(self.runtime, fresh, cluster_key(self.namespace, cluster))
+        return ""
+
+    # -- recover --------------------------------------------------------------------------------
+
+    async def recover(self, index: int, injection: InjectionStatus) -> None:
+        """Flip the entries to their recovery stages (or release holds); Recovering until the
+        engines wrote everything back (:meth:`settle`)."""
+        step = self.steps[injection.step]
+        entry_id = self._id(injection)
+        victims = [executing.victim_of(text) for text in injection.targets]
+
+        async def one(victim: Victim) -> str:
+            if victim.kind == "Cluster":
+                return await self._cluster_entries(victim.cluster, entry_id)
+            if step.fault.type == "Delete":
+                return await self._hold(victim, entry_id, hold=False)
+            client = self.member(victim.cluster)
+            if client is None:
+                return f"{victim}: the cluster is not reachable"
+
+            def flip(entries: list[FaultEntry], _: dict[str, Any]) -> list[FaultEntry]:
+                return [e.model_copy(update={"state": "recover"})
+                        if e.id == entry_id and e.state == "inject" else e for e in entries]
+            return await edit_entries(client, _path(victim), flip, str(victim))
+        problems = await self._each(victims, one)
+        if problems:
+            logger.warning("plan %s/%s: recovery of %s: %s", self.namespace, self.name,
+                           injection.step, "; ".join(problems))
+        self._replace(index, state="Recovering")
+        await self.write()
+
+    async def settle(self, index: int, injection: InjectionStatus) -> None:
+        """Recovered once every victim is back: entries done (then removed), held nodes made
+        again, stopped components running."""
+        step = self.steps[injection.step]
+        entry_id = self._id(injection)
+        victims = [executing.victim_of(text) for text in injection.targets]
+        left = [v for v in victims if not await self._recovered(step, entry_id, v)]
+        if left:
+            return
+        self._replace(index, state="Recovered", recoveredAt=micro_time())
+        await self.write()
+        self._plan_event("Normal", "FaultRecovered",
+                         f"step {step.name} #{injection.occurrence}: {step.fault.type} "
+                         f"recovered on {len(victims)} target(s)")
+        await self._member_events(victims, "Normal", "FaultRecovered",
+                                  f"{step.fault.type} recovered by FaultPlan "
+                                  f"{self.namespace}/{self.name} (step {step.name})")
+
+    async def _recovered(self, step: Step, entry_id: str, victim: Victim) -> bool:
+        try:
+            if victim.kind == "Cluster":
+                return await self._component_back(victim.cluster, step)
+            client = self.member(victim.cluster)
+            if client is None:
+                return False
+            if step.fault.type == "Delete":
+                try:
+                    node = await client.get(f"/api/v1/nodes/{victim.name}")
+                except NotFound:
+                    return False
+                return any(c.get("type") == "Ready" and c.get("status") == "True"
+                           for c in (node.get("status") or {}).get("conditions") or ())
+            try:
+                obj = await client.get(_path(victim))
+            except NotFound:
+                return True  # gone: nothing left to undo
+            entries, _ = read_entries(obj["metadata"].get("annotations"))
+            mine = next((e for e in entries if e.id == entry_id), None)
+            if mine is None:
+                return True
+            if mine.state != "done":
+                return False
+
+            def drop(entries: list[FaultEntry], _: dict[str, Any]) -> list[FaultEntry]:
+                return [e for e in entries if e.id != entry_id]
+            return not await edit_entries(client, _path(victim), drop, str(victim))
+        except K8sError as error:
+            logger.info("plan %s/%s: %s not confirmed recovered yet: %s", self.namespace,
+                        self.name, victim, error)
+            return False
+
+    async def _component_back(self, cluster: str, step: Step) -> bool:
+        local = self.runtime.substrate.clusters.get(cluster_key(self.namespace, cluster))
+        if local is None:
+            return True
+        component = catalogue.COMPONENTS[step.fault.type]
+        process = local.processes.get(component)
+        if process is None or not process.running:
+            return False
+        if component != "kube-apiserver":
+            return True
+        client = self.member(cluster)
+        if client is None:
+            return False
+        try:
+            await client.get_text("/readyz")
+        except K8sError:
+            return False
+        return True
+
+    # -- expectations ---------------------------------------------------------------------------
+
+    async def judge(self) -> None:
+        now = time.time()
+        for index, injection in enumerate(self.status.injections):
+            if not injection.injectedAt or all(r.outcome != "Pending"
+                                               for r in injection.expectations):
+                continue
+            step = self.steps[injection.step]
+            injected = parse(injection.injectedAt)
+            victims = [executing.victim_of(text) for text in injection.targets]
+            results = []
+            for spec, result in zip(step.expectations, injection.expectations, strict=False):
+                if result.outcome != "Pending":
+                    results.append(result)
+                    continue
+                try:
+                    expectation = executing.expectation_of(spec, cel=compile_cel)
+                    holds = await self._holds(expectation, victims)
+                except (ex.ExpectationError, ValueError) as error:
+                    results.append(result.model_copy(update={
+                        "outcome": "Failed", "latencySeconds": 0.0,
+                        "message": f"expectation {spec.name} cannot be judged: {error}"}))
+                    continue
+                except K8sError as error:
+                    holds, message = False, f"could not look: {error}"
+                    result = result.model_copy(update={"message": message})
+                deadline = ex.Deadline(expectation, injected)
+                outcome = deadline.observe(now, holds)
+                if outcome is None:
+                    results.append(result)
+                    continue
+                results.append(result.model_copy(update={
+                    "outcome": outcome.outcome, "latencySeconds": round(outcome.latency, 3),
+                    "message": "" if outcome.outcome == "Passed" else
+                    f"did not hold within {spec.within}"}))
+                if outcome.outcome == "Failed":
+                    self._plan_event("Warning", "ExpectationFailed",
+                                     f"step {step.name} #{injection.occurrence}: expectation "
+                                     f"{spec.name} did not hold within {spec.within}")
+            self._replace(index, expectations=results)
+
+    async def _holds(self, expectation: ex.Expectation, victims: Sequence[Victim]) -> bool:
+        objects = expectation.objects
+        if objects.cluster == "host":
+            listed = await self._list(self.runtime.host, objects, objects.namespace
+                                      or self.namespace)
+            return expectation.holds(objects.pick("", listed, ()))
+        clusters = sorted({v.cluster for v in victims})
+        picked: list[Any] = []
+        for cluster in clusters:
+            client = self.member(cluster)
+            if client is None:
+                raise NotFound(404, "NotFound", f"cluster {cluster} is not reachable")
+            listed = await self._list(client, objects, objects.namespace)
+            picked += objects.pick(cluster, listed, victims)
+        return expectation.holds(picked)
+
+    async def _list(self, client: Client, objects: ex.Objects, namespace: str) -> list[Any]:
+        plural, namespaced = await self._plural(client, objects.api_version, objects.kind)
+        prefix = "/api/v1" if objects.api_version == "v1" else f"/apis/{objects.api_version}"
+        path = f"{prefix}/namespaces/{namespace}/{plural}" if namespaced and namespace else \
+            f"{prefix}/{plural}"
+        params = {"fieldSelector": f"metadata.name={objects.name}"} if objects.name else None
+        found = await client.get(path, params)
+        items: list[Any] = found.get("items") or []
+        return items
+
+    async def _plural(self, client: Client, api_version: str, kind: str) -> tuple[str, bool]:
+        key = (client.server, api_version, kind)
+        cached = self._plurals.get(key)
+        if cached is None:
+            path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            found = await client.get(path)
+            for resource in found.get("resources") or ():
+                if "/" not in resource["name"]:
+                    self._plurals[(client.server, api_version, resource["kind"])] = \
+                        resource["name"] + ("|ns" if resource.get("namespaced") else "")
+            cached = self._plurals.get(key)
+            if cached is None:
+                raise ex.ExpectationError(f"objects: the API has no kind {kind} in "
+                                          f"{api_version}")
+        plural, _, scope = cached.partition("|")
+        return plural, scope == "ns"
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    async def _each(self, victims: Sequence[Victim],
+                    act: Callable[[Victim], Any]) -> list[str]:
+        """``act`` on every victim, CONCURRENCY at once; the problems it reported."""
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def guarded(victim: Victim) -> str:
+            async with gate:
+                try:
+                    problem: str = await act(victim)
+                    return problem
+                except K8sError as error:
+                    return f"{victim}: {error}"
+        return [p for p in await asyncio.gather(*(guarded(v) for v in victims)) if p]
+
+    def _replace(self, index: int, **changes: Any) -> None:
+        injections = list(self.status.injections)
+        injections[index] = injections[index].model_copy(update=changes)
+        self.status = self.status.model_copy(update={"injections": injections})
+
+    def _plan_event(self, kind: str, reason: str, message: str) -> None:
+        body = kopf.Body(kopf.RawBody({
+            "apiVersion": API_VERSION, "kind": "FaultPlan",
+            "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid}}))
+        with contextlib.suppress(Exception):  # an event lost must not stop the plan
+            kopf.event(body, type=kind, reason=reason, message=message)
+
+    async def _member_events(self, victims: Sequence[Victim], kind: str, reason: str,
+                             message: str) -> None:
+        async def one(victim: Victim) -> str:
+            if victim.kind == "Cluster":
+                return ""
+            client = self.member(victim.cluster)
+            if client is None:
+                return ""
+            uid = ""
+            with contextlib.suppress(K8sError):
+                uid = (await client.get(_path(victim)))["metadata"].get("uid", "")
+            event = render_event(kind=victim.kind, name=victim.name, uid=uid,
+                                 namespace=victim.namespace, event_type=kind, reason=reason,
+                                 message=message, host="fakefleet-faultplan", now=rfc3339())
+            event["source"] = {"component": "fakefleet-faultplan"}
+            event["reportingComponent"] = "fakefleet-faultplan"
+            with contextlib.suppress(Conflict, NotFound):
+                await client.create(f"/api/v1/namespaces/{event['metadata']['namespace']}"
+                                    f"/events", event, decode=False)
+            return ""
+        await self._each(victims, one)
+
+
+def _pod_view(pod: dict[str, Any]) -> PodView:
+    meta = pod["metadata"]
+    owner = next((ref for ref in meta.get("ownerReferences") or () if ref.get("controller")),
+                 None)
+    return PodView(meta.get("namespace", ""), meta["name"], meta.get("labels") or {},
+                   owner.get("kind", "") if owner else "", owner.get("name", "") if owner else "",
+                   tuple(c["name"] for c in (pod.get("spec") or {}).get("containers") or ()))
+
+
+def _pod_path(victim: Victim) -> str:
+    return f"/api/v1/namespaces/{victim.namespace}/pods/{victim.name}"
+
+
+def _path(victim: Victim) -> str:
+    return _pod_path(victim) if victim.kind == "Pod" else f"/api/v1/nodes/{victim.name}"
+
+
+async def edit_entries(client: Client, path: str,
+                       edit: Callable[[list[FaultEntry], dict[str, Any]], list[FaultEntry]],
+                       what: str) -> str:
+    """Read the object's fault entries, ``edit`` them, write them back on the resourceVersion
+    read (retrying on conflicts); "" when written or nothing changed, else what went wrong."""
+    for _ in range(CONFLICT_RETRIES):
+        try:
+            obj = await client.get(path)
+        except NotFound:
+            return f"{what}: not found"
+        annotations = obj["metadata"].get("annotations") or {}
+        entries, problem = read_entries(annotations)
+        if problem:
+            entries = []
+        changed = edit(entries, obj)
+        value = render_entries(changed)
+        if value == annotations.get(FAULTS):
+            return ""
+        try:
+            await client.patch(path, {"metadata": {
+                "resourceVersion": obj["metadata"]["resourceVersion"],
+                "annotations": {FAULTS: value}}}, decode=False)
+            return ""
+        except Conflict:
+            continue
+        except NotFound:
+            return f"{what}: not found"
+    return f"{what}: changed by others {CONFLICT_RETRIES} times in a row; not written"
+
+
+def compile_cel(expression: str) -> ex.Matcher:
+    """A matcher of a CEL expression over the object (named ``self``)."""
+    return CelMatcher(expression)
+
+
+# -- kopf handlers ------------------------------------------------------------------------------
+
+async def run(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
+              **_: Any) -> None:
+    """Daemon: one per plan, for as long as it runs (kopf starts it again on resume)."""
+    runtime: Runtime = memo.runtime
+    plan = FaultPlan.model_validate(await runtime.host.get(PLAN.format(
+        namespace=body["metadata"]["namespace"], name=body["metadata"]["name"])))
+    if plan.metadata.get("deletionTimestamp"):
+        return
+    runner = PlanRunner(runtime, plan)
+    try:
+        await runner.run(lambda: bool(stopped))
+    except K8sError as error:
+        raise kopf.TemporaryError(f"plan {runner.namespace}/{runner.name}: {error}",
+                                  delay=2) from error
+
+
+async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Finalizer: recover everything the plan injected; the plan goes once all is undone."""
+    runtime: Runtime = memo.runtime
+    try:
+        plan = FaultPlan.model_validate(await runtime.host.get(PLAN.format(
+            namespace=body["metadata"]["namespace"], name=body["metadata"]["name"])))
+    except NotFound:
+        return
+    runner = PlanRunner(runtime, plan)
+    try:
+        await runner.clusters()
+        for index, injection in enumerate(runner.status.injections):
+            if not injection.targets or injection.state in ("Recovered", "Skipped"):
+                continue
+            if injection.state in ("Injected", "Done", "Scheduled"):
+                await runner.recover(index, injection)
+            await runner.settle(index, runner.status.injections[index])
+        left = [i for i in runner.status.injections
+                if i.targets and i.state not in ("Recovered", "Skipped")]
+        if runner.status.phase in ("Running", "Pending"):
+            runner.status = runner.status.model_copy(update={"phase": "Aborted"})
+        with contextlib.suppress(NotFound):
+            await runner.write()
+        if left:
+            raise kopf.TemporaryError(
+                f"waiting for {len(left)} injection(s) to be recovered: "
+                + ", ".join(f"{i.step}#{i.occurrence}" for i in left[:5]), delay=1)
+    except K8sError as error:
+        raise kopf.TemporaryError(f"recovery: {error}", delay=2) from error
+    finally:
+        await runner.close()

@@ -1,0 +1,185 @@
+"""The running plan as data: schedule in status, what is due, phase and verdict, and the
+stages each fault becomes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from operators.api.faultplans import (
+    ExpectationStatus,
+    Fault,
+    FaultPlanSpec,
+    InjectionStatus,
+)
+from operators.api.injections import FaultEntry, read_entries, render_entries
+from operators.faults import catalogue, executing
+from operators.faults.cel import CelMatcher
+from operators.faults.expectations import ExpectationError
+from operators.faults.targets import ClusterView, Fleet, NodeView, Victim
+
+
+def spec(*steps: dict[str, Any], seed: int = 1) -> FaultPlanSpec:
+    return FaultPlanSpec.model_validate({"seed": seed, "steps": list(steps)})
+
+
+NODES = {"nodes": {}, "mode": "one"}
+FLEET = Fleet((ClusterView("west", nodes=tuple(NodeView(f"n-{i}", "p") for i in range(10))),))
+
+
+def test_initial_injections_carry_the_planned_times_of_every_occurrence() -> None:
+    plan = spec(
+        {"name": "a", "target": NODES, "fault": {"type": "NotReady"}, "at": "10s",
+         "duration": "20s", "repeat": {"every": "30s", "times": 2}},
+        {"name": "b", "target": NODES, "fault": {"type": "Cordon"}, "after": ["a"],
+         "delay": "5s"})
+    injections = executing.initial_injections(executing.schedule(plan, FLEET))
+    assert [(i.step, i.occurrence, i.injectAt, i.recoverAt) for i in injections] == [
+        ("a", 0, 10.0, 30.0), ("a", 1, 40.0, 60.0), ("b", 0, 65.0, None)]
+    assert all(i.state == "Scheduled" and not i.targets for i in injections)
+
+
+def test_due_injects_at_its_time_and_waits_for_the_steps_it_comes_after() -> None:
+    plan = spec(
+        {"name": "a", "target": NODES, "fault": {"type": "NotReady"}, "at": "0s",
+         "duration": "10s"},
+        {"name": "b", "target": NODES, "fault": {"type": "Cordon"}, "after": ["a"]})
+    injections = [InjectionStatus(step="a", injectAt=0, recoverAt=10),
+                  InjectionStatus(step="b", injectAt=10)]
+    assert executing.due(plan, injections, 0.0) == [executing.Due(0, "inject")]
+    injections[0] = injections[0].model_copy(update={"state": "Injected"})
+    assert executing.due(plan, injections, 5.0) == []
+    # b's time came, but a is still recovering: b waits for a to have finished.
+    injections[0] = injections[0].model_copy(update={"state": "Recovering"})
+    assert executing.due(plan, injections, 11.0) == []
+    injections[0] = injections[0].model_copy(update={"state": "Recovered"})
+    assert executing.due(plan, injections, 11.0) == [executing.Due(1, "inject")]
+
+
+def test_recovery_comes_before_an_injection_due_at_the_same_moment() -> None:
+    plan = spec({"name": "a", "target": NODES, "fault": {"type": "NotReady"}, "at": "0s",
+                 "duration": "10s", "repeat": {"every": "10s", "times": 2}})
+    injections = [InjectionStatus(step="a", state="Injected", injectAt=0, recoverAt=10),
+                  InjectionStatus(step="a", occurrence=1, injectAt=10, recoverAt=20)]
+    assert [d.action for d in executing.due(plan, injections, 10.0)] == ["recover", "inject"]
+
+
+def test_a_fault_without_duration_has_finished_once_injected() -> None:
+    injections = [InjectionStatus(step="a", state="Injected", injectAt=0)]
+    assert executing.step_finished(injections, "a")
+    assert executing.next_time(injections, 5.0) is None
+
+
+def test_summary_passes_only_when_every_expectation_of_every_occurrence_passed() -> None:
+    plan = spec({"name": "a", "target": NODES, "fault": {"type": "NotReady"}, "at": "0s",
+                 "expectations": [{"name": "tainted", "within": "60s",
+                                   "objects": {"kind": "Node", "victims": True},
+                                   "taint": {"key": "node.kubernetes.io/not-ready"}}]})
+    pending = [InjectionStatus(step="a", state="Injected", injectAt=0,
+                               expectations=[ExpectationStatus(name="tainted")])]
+    assert executing.summary(plan, pending) == ("Running", "", "1/1")
+    passed = [pending[0].model_copy(update={"expectations": [
+        ExpectationStatus(name="tainted", outcome="Passed", latencySeconds=3.0)]})]
+    assert executing.summary(plan, passed) == ("Succeeded", "Passed", "1/1")
+    failed = [pending[0].model_copy(update={"expectations": [
+        ExpectationStatus(name="tainted", outcome="Failed", latencySeconds=60.0)]})]
+    assert executing.summary(plan, failed) == ("Failed", "Failed", "1/1")
+
+
+def test_a_failed_expectation_fails_the_verdict_before_the_plan_is_over() -> None:
+    plan = spec(
+        {"name": "a", "target": NODES, "fault": {"type": "NotReady"}, "at": "0s",
+         "expectations": [{"name": "x", "within": "1s", "objects": {"kind": "Node"},
+                           "count": {"equals": 0}}]},
+        {"name": "b", "target": NODES, "fault": {"type": "Cordon"}, "at": "1h"})
+    injections = [
+        InjectionStatus(step="a", state="Injected", injectAt=0, expectations=[
+            ExpectationStatus(name="x", outcome="Failed", latencySeconds=1.0)]),
+        InjectionStatus(step="b", injectAt=3600)]
+    assert executing.summary(plan, injections) == ("Running", "Failed", "1/2")
+
+
+def test_a_skipped_occurrence_expects_nothing() -> None:
+    plan = spec({"name": "a", "target": NODES, "fault": {"type": "NotReady"}, "at": "0s",
+                 "expectations": [{"name": "x", "within": "1s", "objects": {"kind": "Node"},
+                                   "count": {"equals": 0}}]})
+    assert executing.summary(plan, [InjectionStatus(step="a", state="Skipped")]) == (
+        "Succeeded", "Passed", "1/1")
+
+
+@pytest.mark.parametrize("victim", [
+    Victim("west", "Node", "gpu-3"),
+    Victim("west", "Pod", "train-0", "ml", "nccl"),
+    Victim("east", "Cluster", "east"),
+])
+def test_victims_survive_the_round_trip_through_the_status(victim: Victim) -> None:
+    assert executing.victim_of(executing.victim_text(victim)) == victim
+
+
+def test_entry_ids_tell_plans_of_the_same_name_apart() -> None:
+    first = executing.entry_id("ns", "plan", "0123456789", "a", 0)
+    again = executing.entry_id("ns", "plan", "abcdef0123", "a", 0)
+    assert first != again
+    assert first.endswith("/a/0")
+
+
+def test_fault_entries_survive_the_annotation() -> None:
+    entries = [catalogue.node_entry("x", Fault(type="GPUXid", xid=79), gpus=8),
+               catalogue.pod_entry("y", Fault(type="ContainerExit", exitCode=3,
+                                                message="NCCL communicator aborted"))]
+    read, problem = read_entries({"fakefleet.dev/faults": render_entries(entries) or ""})
+    assert (read, problem) == (entries, "")
+    assert render_entries([]) is None
+
+
+def test_an_unreadable_annotation_carries_nothing_and_says_why() -> None:
+    entries, problem = read_entries({"fakefleet.dev/faults": "{not json"})
+    assert entries == []
+    assert "fakefleet.dev/faults" in problem
+
+
+def test_a_fatal_xid_takes_gpus_out_and_taints_and_its_recovery_restores_them() -> None:
+    entry = catalogue.node_entry("x", Fault(type="GPUXid", xid=79, gpus=2), gpus=8)
+    effect = entry.stages[0].effect
+    assert effect.model_dump()["allocatable"] == {"nvidia.com/gpu": "6"}
+    assert [t.key for t in effect.taints] == [catalogue.XID_TAINT]  # type: ignore[union-attr]
+    recovery = entry.recovery[-1].effect
+    assert recovery.endFault
+    assert recovery.model_dump()["allocatable"] == {"nvidia.com/gpu": None}
+
+
+def test_a_non_fatal_xid_only_signals_once() -> None:
+    entry = catalogue.node_entry("x", Fault(type="GPUXid", xid=13), gpus=8)
+    effect = entry.stages[0].effect.model_dump()
+    assert effect["events"][0]["reason"] == "GPUXid"
+    assert effect["endFault"]
+    assert not effect["taints"]
+    assert not effect["allocatable"]
+
+
+@pytest.mark.parametrize("fault", ["ContainerExit", "OOMKilled", "Evict"])
+def test_one_shot_pod_faults_end_themselves(fault: str) -> None:
+    entry = catalogue.pod_entry("x", Fault(type=fault, exitCode=3 if fault == "ContainerExit"
+                                           else None))  # type: ignore[arg-type]
+    assert entry.stages[-1].effect.endFault
+
+
+def test_faults_that_last_hold_the_object_where_they_put_it() -> None:
+    for entry in (catalogue.node_entry("x", Fault(type="NotReady")),
+                  catalogue.pod_entry("y", Fault(type="StuckPending"))):
+        assert entry.stages[-1].effect.hold
+        assert entry.recovery[-1].effect.endFault
+
+
+def test_cluster_faults_name_the_component_they_stop() -> None:
+    assert catalogue.cluster_entry("x", Fault(type="APIServerDown")) == FaultEntry(
+        id="x", stop=["kube-apiserver"])
+
+
+def test_cel_matches_objects_and_refuses_what_does_not_parse() -> None:
+    matcher = CelMatcher("self.status.phase == 'Running'")
+    assert matcher.matches({"status": {"phase": "Running"}})
+    assert not matcher.matches({"status": {}})  # a missing field: does not hold
+    with pytest.raises(ExpectationError, match="not a CEL expression"):
+        CelMatcher("self.(")
