@@ -126,3 +126,29 @@ async def test_a_step_that_raises_unexpectedly_fires_again_later() -> None:
     await clock.advance(60)
     running.cancel()
     assert fired == [start + 10, start + 10 + RETRY_UNEXPECTED]
+
+
+async def test_a_step_that_plans_its_next_one_due_at_once_gets_it() -> None:
+    """Defect: a step planning a next step due at once (a fault stage after a restart) woke the
+    loop while it was still in flight; the loop dropped the key, and the step never came."""
+    queue: DelayQueue[str] = DelayQueue(SYSTEM_CLOCK)
+    fired: list[str] = []
+    dispatcher: Dispatcher[str]
+
+    async def fire(key: str) -> None:
+        fired.append(key)
+        await asyncio.sleep(0)
+        if len(fired) == 1:
+            queue.schedule(key, 0)  # the owner plans the next step from what it wrote
+            dispatcher.wake()
+
+    dispatcher = Dispatcher(queue, fire, clock=SYSTEM_CLOCK, limit=4, name="test")
+    running = asyncio.create_task(dispatcher.run())
+    queue.schedule("pod", 0)
+    dispatcher.wake()
+    for _ in range(100):
+        await asyncio.sleep(0.001)
+        if len(fired) == 2:
+            break
+    running.cancel()
+    assert fired == ["pod", "pod"]

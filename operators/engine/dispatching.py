@@ -52,6 +52,7 @@ class Dispatcher(Generic[K]):
         self._changed = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
         self._keys: set[K] = set()  # the keys of the steps in flight
+        self._again: set[K] = set()  # keys that fell due while their step was in flight
         self._throttle = throttle
         self._throttled_limit = throttled_limit
         self._throttled = False
@@ -71,9 +72,13 @@ class Dispatcher(Generic[K]):
                     await self._slots.acquire()
                     await self._yield_while_throttled()
                     # One step per key at a time: a key due again while its step is written (the
-                    # object changed meanwhile) is dropped, as its owner plans the next step
-                    # from what that write committed.
-                    call = None if key in self._keys else self._fire(key)
+                    # object changed meanwhile, or the step planned a next one due at once)
+                    # fires again once that step is over, from what its write committed.
+                    if key in self._keys:
+                        self._again.add(key)
+                        self._slots.release()
+                        continue
+                    call = self._fire(key)
                     if call is None:  # created only once it can run: never left unawaited
                         self._slots.release()
                         continue
@@ -115,6 +120,11 @@ class Dispatcher(Generic[K]):
         self._inflight.discard(task)
         self._keys.discard(key)
         self._slots.release()
+        if key in self._again:
+            self._again.discard(key)
+            if key not in self._timers:  # its owner did not plan it anew meanwhile
+                self._timers.schedule(key, 0.0)
+            self.wake()
         if not task.cancelled() and task.exception() is not None:
             # A step handles the API's errors itself; anything else is a defect, and still its
             # key must not be lost (a Lease never renewed again): it fires again later.

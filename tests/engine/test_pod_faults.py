@@ -200,3 +200,31 @@ async def test_an_unreadable_fault_annotation_is_ignored_with_one_warning() -> N
     assert [(e["reason"], e["involvedObject"]["name"]) for e in events] == [
         ("InvalidAnnotation", "odd")]
     assert FAULTS in events[0]["message"]
+
+
+async def test_an_exit_written_during_the_back_off_of_another_happens_once_it_runs() -> None:
+    """Two plans' steps hit one pod: the second exit arrives while the first one's crash-loop
+    back-off runs; it happens once the pod runs again, and its entry alone is marked done."""
+    fleet = Fleet()
+    async with fleet.running(fleet.engine()):
+        await started(fleet)
+        fleet.member.put(PODS, pod("train", "cpu-0"))
+        await fleet.clock.advance(1)
+        first = entry("ns/plan/exit/0", [EXIT], END)
+        await fleet.member_client_patch(f"{PODS}/train", {"metadata": {"annotations": {
+            FAULTS: faults(first)}}}, bypass_faults=True)
+        await fleet.clock.advance(1)
+        assert states(fleet.pod("train")) == {"ns/plan/exit/0": "done"}
+        assert fleet.pod("train")["status"]["phase"] == "Running"  # BackOff shows as Running
+        current = entries_of(fleet.pod("train"))
+        await fleet.member_client_patch(f"{PODS}/train", {"metadata": {"annotations": {
+            FAULTS: json.dumps([*current, entry("ns/plan/exit-again/0", [EXIT], END)])}}},
+            bypass_faults=True)
+        await fleet.clock.advance(5)
+        assert container(fleet.pod("train"))["restartCount"] == 1  # still backing off
+        await fleet.clock.advance(10)  # the back-off (10 s) passed: it runs, and exits again
+        assert states(fleet.pod("train")) == {"ns/plan/exit/0": "done",
+                                              "ns/plan/exit-again/0": "done"}
+        await fleet.clock.advance(30)
+        assert container(fleet.pod("train"))["restartCount"] == 2
+    assert exits(fleet, "train", 3) == 2
