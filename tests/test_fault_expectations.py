@@ -124,7 +124,8 @@ def test_count_bounds() -> None:
 @pytest.mark.parametrize(("make", "message"), [
     (lambda: Count(), "count: give equals, atLeast or atMost"),
     (lambda: Count(at_least=-1), "must not be negative"),
-    (lambda: Objects("v1", "Node", on_victim_nodes=True), "onVictimNodes: only for kind Pod"),
+    (lambda: Objects("v1", "Node", on_victim_nodes=True),
+     "onVictimNodes and offVictimNodes: only for kind Pod"),
     (lambda: Objects("v1", "Node", victims=True, cluster="host"), "use cluster: member"),
     (lambda: Expectation("e", 0.0, Objects("v1", "Node"), Count(equals=1)),
      "within must be a positive duration"),
@@ -157,3 +158,22 @@ def test_the_verdict_follows_the_results() -> None:
     assert verdict([passed, None]) is None
     assert verdict([None, failed]) == "Failed"
     assert verdict([]) == "Passed"
+
+
+def test_rescheduled_pods_are_counted_off_the_nodes_hit() -> None:
+    expectation = Expectation(
+        "rescheduled", 120.0,
+        Objects("v1", "Pod", selector=LabelSelector({"app": "train"}), off_victim_nodes=True),
+        Count(where=Field("status.phase", "Running"), at_least=2))
+    victims = [Victim("west", "Node", "gpu-3")]
+    before = [pod("a", "gpu-3"), pod("b", "gpu-4")]
+    after = [pod("b", "gpu-4"), pod("c", "gpu-5")]
+    assert not expectation.holds(expectation.objects.pick("west", before, victims))
+    assert expectation.holds(expectation.objects.pick("west", after, victims))
+
+
+def test_on_and_off_the_nodes_hit_exclude_each_other() -> None:
+    with pytest.raises(ExpectationError, match="not both"):
+        Objects("v1", "Pod", on_victim_nodes=True, off_victim_nodes=True)
+    with pytest.raises(ExpectationError, match="only for kind Pod"):
+        Objects("v1", "Node", off_victim_nodes=True)

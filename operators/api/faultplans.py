@@ -264,9 +264,16 @@ class ObjectsRef(Model):
         rule("!self.onVictimNodes || self.kind == 'Pod'",
              "objects.onVictimNodes is for kind Pod (pods on the nodes the fault hit)",
              field_path=".onVictimNodes"),
-        rule("self.cluster == 'member' || !(self.victims || self.onVictimNodes)",
-             "victims and onVictimNodes are member objects: set objects.cluster: member",
-             field_path=".cluster"),
+        rule("!self.offVictimNodes || self.kind == 'Pod'",
+             "objects.offVictimNodes is for kind Pod (pods off the nodes the fault hit)",
+             field_path=".offVictimNodes"),
+        rule("!(self.onVictimNodes && self.offVictimNodes)",
+             "give objects.onVictimNodes or objects.offVictimNodes, not both",
+             field_path=".offVictimNodes"),
+        rule("self.cluster == 'member' || !(self.victims || self.onVictimNodes || "
+             "self.offVictimNodes)",
+             "victims, onVictimNodes and offVictimNodes are member objects: set "
+             "objects.cluster: member", field_path=".cluster"),
     )}
 
     apiVersion: Annotated[str, Field(min_length=1, max_length=253)] = "v1"
@@ -283,6 +290,8 @@ class ObjectsRef(Model):
     """Only the objects the fault hit."""
     onVictimNodes: bool = False
     """Pods only: only pods on the nodes the fault hit."""
+    offVictimNodes: bool = False
+    """Pods only: only pods not on the nodes the fault hit (where they were rescheduled)."""
     cluster: Literal["member", "host"] = "member"
     """Look in each member cluster the step targets, or in the host cluster."""
 

@@ -180,13 +180,19 @@ class Objects:
     #: Pods only: only pods on the nodes the step's fault hit.
     on_victim_nodes: bool = False
     cluster: Literal["member", "host"] = "member"
+    #: Pods only: only pods not on the nodes the step's fault hit (where they were rescheduled).
+    off_victim_nodes: bool = False
 
     def __post_init__(self) -> None:
-        if self.on_victim_nodes and self.kind != "Pod":
-            raise ExpectationError("onVictimNodes: only for kind Pod (pods on the nodes hit)")
-        if (self.victims or self.on_victim_nodes) and self.cluster == "host":
-            raise ExpectationError("victims and onVictimNodes are member objects: use "
-                                   "cluster: member")
+        if (self.on_victim_nodes or self.off_victim_nodes) and self.kind != "Pod":
+            raise ExpectationError("onVictimNodes and offVictimNodes: only for kind Pod (pods "
+                                   "on, or off, the nodes hit)")
+        if self.on_victim_nodes and self.off_victim_nodes:
+            raise ExpectationError("give onVictimNodes or offVictimNodes, not both")
+        if (self.victims or self.on_victim_nodes or self.off_victim_nodes) and \
+                self.cluster == "host":
+            raise ExpectationError("victims, onVictimNodes and offVictimNodes are member "
+                                   "objects: use cluster: member")
 
     def pick(self, cluster: str, objects: Iterable[Mapping[str, Any]],
              victims: Iterable[Victim]) -> list[Mapping[str, Any]]:
@@ -205,7 +211,10 @@ class Objects:
                 continue
             if self.victims and (meta.get("namespace", ""), meta.get("name")) not in names:
                 continue
-            if self.on_victim_nodes and (obj.get("spec") or {}).get("nodeName") not in nodes:
+            node = (obj.get("spec") or {}).get("nodeName")
+            if self.on_victim_nodes and node not in nodes:
+                continue
+            if self.off_victim_nodes and node in nodes:
                 continue
             picked.append(obj)
         return picked
