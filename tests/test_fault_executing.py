@@ -183,3 +183,18 @@ def test_cel_matches_objects_and_refuses_what_does_not_parse() -> None:
     assert not matcher.matches({"status": {}})  # a missing field: does not hold
     with pytest.raises(ExpectationError, match="not a CEL expression"):
         CelMatcher("self.(")
+
+
+def test_the_phase_ends_only_once_every_expectation_is_judged() -> None:
+    plan = spec({"name": "a", "target": NODES, "fault": {"type": "Cordon"}, "at": "0s",
+                 "duration": "5s", "expectations": [
+                     {"name": "slow", "within": "60s", "objects": {"kind": "Node"},
+                      "count": {"atLeast": 1}},
+                     {"name": "fast", "within": "1s", "objects": {"kind": "Node"},
+                      "count": {"equals": 99}}]})
+    injections = [InjectionStatus(step="a", state="Recovered", injectAt=0, recoverAt=5,
+                                  expectations=[
+                                      ExpectationStatus(name="slow"),
+                                      ExpectationStatus(name="fast", outcome="Failed",
+                                                        latencySeconds=1.0)])]
+    assert executing.summary(plan, injections) == ("Running", "Failed", "1/1")

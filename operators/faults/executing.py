@@ -147,7 +147,7 @@ def expectation_of(spec: api.Expectation, cel: Any = None) -> ex.Expectation:
     objects = spec.objects
     ref = ex.Objects(objects.apiVersion, objects.kind, objects.namespace, objects.name,
                      _selector(objects.selector), objects.victims, objects.onVictimNodes,
-                     objects.cluster)
+                     objects.cluster, objects.offVictimNodes)
     matcher: ex.Matcher | ex.Count
     if spec.count is not None:
         where = spec.count.where
@@ -189,11 +189,13 @@ def summary(spec: api.FaultPlanSpec, injections: Sequence[api.InjectionStatus]) 
     verdict = judge(results)
     done = sum(1 for step in spec.steps if step_finished(injections, step.name))
     steps = f"{done}/{len(spec.steps)}"
+    pending = any(r.outcome == "Pending" for r in results)
+    judged = len(results) >= scheduled_expectations and not pending
+    over = done == len(spec.steps) and judged
     if verdict == "Failed":
-        finished = done == len(spec.steps)
-        return ("Failed" if finished else "Running"), "Failed", steps
-    all_judged = len(results) >= scheduled_expectations and verdict == "Passed"
-    if done == len(spec.steps) and (all_judged or scheduled_expectations == 0):
+        # Said at once (a CI job can stop waiting); the phase ends once all is judged.
+        return ("Failed" if over else "Running"), "Failed", steps
+    if over:
         return "Succeeded", "Passed", steps
     return "Running", "", steps
 

@@ -40,6 +40,8 @@ from operators.reconciling import clusters as planning
 logger = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT = 120.0
+#: A component a fault stops gets this long after SIGTERM before SIGKILL (s).
+FAULT_STOP_TIMEOUT = 1.0
 #: How often an adopted cluster's API server is asked again whether it answers (s).
 VERSION_RECHECK = 15.0
 #: How long after its deletion an adopted cluster whose fake nodes cannot be deleted is retried.
@@ -128,7 +130,8 @@ async def hold_components(runtime: Runtime, cluster: FakeCluster, key: str) -> s
     for component, process in local.processes.items():
         if component in held and process.supervised:
             logger.info("cluster %s: stopping %s for fault %s", key, component, held[component])
-            await process.stop()
+            # An outage, not a shutdown: no graceful drain of requests and watches.
+            await process.stop(timeout=FAULT_STOP_TIMEOUT)
             if component == "kube-apiserver":
                 runtime.versions.pop(key, None)
         elif component not in held and not process.supervised:

@@ -107,8 +107,9 @@ class PlanRunner:
         try:
             plan = executing.schedule(self.plan.spec, fleet)
         except (PlanError, TargetError) as error:
+            # No verdict: a plan that cannot run says nothing about the system under test.
             self.status = FaultPlanStatus(
-                phase="Failed", verdict="Failed", startedAt=micro_time(),
+                phase="Failed", startedAt=micro_time(),
                 conditions=self._conditions(stalled=f"the plan cannot run: {error}"))
             await self.write()
             return
