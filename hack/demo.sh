@@ -19,7 +19,7 @@ k() { kubectl --kubeconfig "$host" "$@"; }
 step "fakefleet status"
 fakefleet status
 
-step "kubectl apply -f examples/fleet.yaml (2 clusters, a CPU and an H100 pool each)"
+step "kubectl apply -f examples/fleet.yaml (2 clusters: CPU and H100 pools, A100 nodes in east)"
 k apply -f examples/fleet.yaml
 fakefleet wait --timeout 300
 

@@ -9,22 +9,30 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import click
+import yaml
+from click.core import ParameterSource
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from operators.api.base import API_VERSION
 from operators.api.clusters import KUBECONFIG_KEY
+from operators.api.faultplans import FaultPlan, FaultPlanSpec
 from operators.controlplane import binaries as binaries_
 from operators.controlplane import daemon, health
 from operators.controlplane.components import Profile
@@ -39,9 +47,10 @@ from operators.controlplane.state import (
     read_operator,
 )
 from operators.controlplane.supervising import tail
+from operators.faults import progress
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
-from operators.k8s.errors import K8sError, NotFound
+from operators.k8s.errors import Conflict, Invalid, K8sError, NotFound, transient
 
 console = Console(stderr=True)
 # Tables piped to a file or a test keep their columns instead of wrapping at 80.
@@ -425,3 +434,437 @@ def _run_k8s(work: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(work)
     except K8sError as error:
         raise StateError(f"the host cluster did not answer as expected: {error}") from error
+
+
+# -- fault plans -------------------------------------------------------------------------------
+
+#: Seconds between two looks at a watched plan.
+PLAN_POLL_INTERVAL = 1.0
+#: What ``tone`` a progress line has, as a colour on a terminal (none in a log).
+_TONES = {"": "", "good": "green", "bad": "red"}
+
+
+class PlanGroup(click.Group):
+    """Errors of the plan commands exit 2, so that none is mistaken for a Failed verdict (1)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ControlPlaneError as error:
+            console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False,
+                          soft_wrap=True)
+            sys.exit(progress.EXIT_ERROR)
+
+
+@dataclasses.dataclass(frozen=True)
+class _PlanTarget:
+    """Where the plan commands find the host cluster and the plans."""
+
+    state_dir: Path
+    host_kubeconfig: Path | None
+
+    def client(self) -> Client:
+        if self.host_kubeconfig is None:
+            return _host_client(self.state_dir)
+        try:
+            return Client.connect(load_kubeconfig_file(self.host_kubeconfig))
+        except K8sError as error:
+            raise StateError(f"--kubeconfig {self.host_kubeconfig}: {error}") from error
+
+    def kubeconfig_path(self) -> Path:
+        return self.host_kubeconfig or StateDir(self.state_dir.resolve()).host_kubeconfig
+
+    def flags(self, namespace: str) -> str:
+        """The options that lead another fakefleet command to the same plan."""
+        flags = f" -n {namespace}" if namespace != "default" else ""
+        if self.host_kubeconfig is not None:
+            return f"{flags} --kubeconfig {self.host_kubeconfig}"
+        if self.state_dir.resolve() != default_state_dir().resolve():
+            return f"{flags} --state-dir {self.state_dir}"
+        return flags
+
+
+Command = Callable[..., None]
+
+
+def _plan_options(namespace_default: str) -> Callable[[Command], Command]:
+    """--state-dir or --kubeconfig, -n and --timeout."""
+    def decorate(command: Command) -> Command:
+        for option in (
+            click.option("--timeout", type=click.FloatRange(min=0), default=3600.0,
+                         show_default=True, help="Seconds to wait for the plan to end (and "
+                                                 "for a deleted plan to be gone)."),
+            click.option("-n", "--namespace", default=None,
+                         help=f"Namespace of the plan and of the FakeClusters it targets  "
+                              f"[default: {namespace_default}]"),
+            click.option("--kubeconfig", "host_kubeconfig", default=None,
+                         type=click.Path(dir_okay=False, exists=True, path_type=Path),
+                         help="Kubeconfig of the host cluster, in place of --state-dir (a "
+                              "host fakefleet up did not start)."),
+            state_dir_option,
+        ):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _plan_target(state_dir: Path, host_kubeconfig: Path | None) -> _PlanTarget:
+    source = click.get_current_context().get_parameter_source("state_dir")
+    if host_kubeconfig is not None and source is ParameterSource.COMMANDLINE:
+        raise StateError("give --state-dir or --kubeconfig, not both: --kubeconfig names the "
+                         "host cluster directly, --state-dir finds its kubeconfig")
+    return _PlanTarget(state_dir, host_kubeconfig)
+
+
+@main.group(cls=PlanGroup)
+def plan() -> None:
+    """Run FaultPlans: faults injected into the fleet on a schedule, and verdicts on how the
+    system under test reacted.
+
+    \b
+    Exit codes of every plan command:
+      0  the plan ended with verdict Passed (run/watch), or the command did its job
+      1  the plan's verdict is Failed: an expectation did not hold in time
+      2  anything else: a timeout, a plan that ended without a verdict, an error
+    """
+
+
+@plan.command("run")
+@click.argument("file", type=click.File("r"))
+@click.option("--watch", is_flag=True,
+              help="Follow the plan until it ends and exit with its verdict.")
+@click.option("--replace", is_flag=True,
+              help="If a plan of the same name exists, delete it (waiting until its faults "
+                   "recovered) and create it again: the plan runs anew.")
+@_plan_options("the file's metadata.namespace, else default")
+def plan_run(file: TextIO, watch: bool, replace: bool, state_dir: Path,
+             host_kubeconfig: Path | None, namespace: str | None, timeout: float) -> None:
+    """Create the FaultPlans of FILE ('-': standard input); --watch follows them to the end.
+
+    A plan's spec cannot change once created. A plan that already exists with the same spec is
+    left as it is (and --watch follows it); one with another spec is refused: delete it first
+    (fakefleet plan delete NAME) or give --replace, which also re-runs an unchanged plan.
+
+    Workloads a plan acts on (Jobs, Deployments) go to the member cluster with kubectl, not in
+    FILE. Without --watch, the command prints how to follow the plan. With --watch, each
+    change of the plan is printed as a line (a log, no terminal needed), and the exit code is
+    the verdict's: 0 Passed, 1 Failed, 2 still running after --timeout, ended without a
+    verdict, or an error (130: interrupted; the plan goes on).
+    """
+    target = _plan_target(state_dir, host_kubeconfig)
+    plans = _read_plans(file, namespace)
+
+    async def apply() -> None:
+        async with target.client() as client:
+            for found in plans:
+                outcome = await _apply_plan(client, found, replace=replace, timeout=timeout,
+                                            target=target)
+                console.print(f"faultplan {found.namespace}/{found.name} {outcome}",
+                              highlight=False, soft_wrap=True)
+
+    _run_k8s(apply())
+    keys = [(found.namespace, found.name) for found in plans]
+    if watch:
+        sys.exit(_watch_and_conclude(target, keys, timeout=timeout))
+    for namespace_, name in keys:
+        console.print(
+            f"  watch: fakefleet plan watch {name}{target.flags(namespace_)}\n"
+            f"         kubectl --kubeconfig {target.kubeconfig_path()} get fp {name}"
+            f"{f' -n {namespace_}' if namespace_ != 'default' else ''} -w",
+            highlight=False, soft_wrap=True)
+
+
+@plan.command("watch")
+@click.argument("name")
+@_plan_options("default")
+def plan_watch(name: str, state_dir: Path, host_kubeconfig: Path | None,
+               namespace: str | None, timeout: float) -> None:
+    """Follow an existing FaultPlan to its end, a line per change; exit with its verdict.
+
+    Exit codes: 0 Passed, 1 Failed, 2 still running after --timeout, ended without a verdict,
+    or an error (130: interrupted; the plan goes on).
+    """
+    target = _plan_target(state_dir, host_kubeconfig)
+    sys.exit(_watch_and_conclude(target, [(namespace or "default", name)], timeout=timeout))
+
+
+@plan.command("delete")
+@click.argument("name")
+@_plan_options("default")
+def plan_delete(name: str, state_dir: Path, host_kubeconfig: Path | None,
+                namespace: str | None, timeout: float) -> None:
+    """Delete a FaultPlan and wait until it is gone. The operator first recovers every fault
+    the plan still holds in place (a finalizer keeps the plan until then), so the fleet is
+    whole again when this returns."""
+    target = _plan_target(state_dir, host_kubeconfig)
+    namespace = namespace or "default"
+
+    async def delete() -> None:
+        async with target.client() as client:
+            try:
+                await client.delete(_plans_path(namespace, name))
+            except NotFound:
+                raise StateError(f"FaultPlan {namespace}/{name} does not exist: "
+                                 f"kubectl get fp -n {namespace} lists the plans") from None
+            await _wait_deleted(client, namespace, name, timeout=timeout)
+
+    _run_k8s(delete())
+    console.print(f"faultplan {namespace}/{name} deleted, its faults recovered",
+                  highlight=False, soft_wrap=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class _PlanDocument:
+    namespace: str
+    name: str
+    body: dict[str, Any]
+    spec: FaultPlanSpec
+
+
+def _read_plans(file: TextIO, namespace: str | None) -> list[_PlanDocument]:
+    """The FaultPlans of ``file``, checked against the API's model before anything is sent."""
+    source = file.name
+    try:
+        documents = [document for document in yaml.safe_load_all(file) if document is not None]
+    except yaml.YAMLError as error:
+        raise StateError(f"{source} is not YAML: {error}") from error
+    if not documents:
+        raise StateError(f"{source} holds no document: give a file with a FaultPlan")
+    plans: list[_PlanDocument] = []
+    for number, document in enumerate(documents, 1):
+        where = f"{source}, document {number}"
+        kind = document.get("kind") if isinstance(document, dict) else None
+        if kind != "FaultPlan":
+            raise StateError(
+                f"{where} is {f'a {kind}' if kind else 'not a Kubernetes object'}, not a "
+                f"FaultPlan: apply other objects with kubectl (workloads go to the member "
+                f"cluster: kubectl --kubeconfig <(fakefleet kubeconfig CLUSTER) apply -f ...)")
+        if document.get("apiVersion") != API_VERSION:
+            raise StateError(f"{where}: apiVersion {document.get('apiVersion')!r}: a FaultPlan "
+                             f"is {API_VERSION}")
+        metadata = document.get("metadata") or {}
+        name = metadata.get("name")
+        if not name:
+            raise StateError(f"{where}: the FaultPlan has no metadata.name: give it one")
+        own = metadata.get("namespace")
+        if namespace and own and own != namespace:
+            raise StateError(f"{where}: FaultPlan {name} is in namespace {own}, but -n gives "
+                             f"{namespace}: drop one of them")
+        try:
+            spec = FaultPlan.model_validate(document).spec
+        except ValidationError as error:
+            raise StateError(f"{where}: FaultPlan {name} is not valid:\n"
+                             f"{_validation_errors(error)}") from None
+        namespace_ = namespace or own or "default"
+        if any((p.namespace, p.name) == (namespace_, name) for p in plans):
+            raise StateError(f"{where}: FaultPlan {namespace_}/{name} is in {source} twice: "
+                             f"give each plan its own name")
+        body = {**document, "metadata": {**metadata, "namespace": namespace_}}
+        plans.append(_PlanDocument(namespace_, name, body, spec))
+    return plans
+
+
+def _validation_errors(error: ValidationError) -> str:
+    return "\n".join(
+        f"  {'.'.join(str(part) for part in detail['loc'])}: {detail['msg']} "
+        f"(got {detail['input']!r})" for detail in error.errors())
+
+
+def _plans_path(namespace: str, name: str = "") -> str:
+    path = f"/apis/{API_VERSION}/namespaces/{namespace}/faultplans"
+    return f"{path}/{name}" if name else path
+
+
+async def _apply_plan(client: Client, found: _PlanDocument, *, replace: bool, timeout: float,
+                      target: _PlanTarget) -> str:
+    """Create the plan; what happened: created, unchanged or replaced."""
+    described = f"FaultPlan {found.namespace}/{found.name}"
+    if await _create_plan(client, found):
+        return "created"
+    existing = await client.get(_plans_path(found.namespace, found.name))
+    if not replace:
+        if _same_spec(existing, found.spec):
+            return "unchanged"
+        raise StateError(
+            f"{described} already exists with another spec, and a plan's spec cannot change: "
+            f"give --replace to delete it (its faults recover) and create it again, or delete "
+            f"it first: fakefleet plan delete {found.name}{target.flags(found.namespace)}")
+    console.print(f"faultplan {found.namespace}/{found.name} exists: deleting it first",
+                  highlight=False, soft_wrap=True)
+    await _wait_deleted(client, found.namespace, found.name, timeout=timeout, delete=True)
+    if not await _create_plan(client, found):
+        raise StateError(f"{described} was created again by someone else meanwhile")
+    return "replaced"
+
+
+async def _create_plan(client: Client, found: _PlanDocument) -> bool:
+    """Create the plan; False if one of that name exists."""
+    try:
+        await client.create(_plans_path(found.namespace), found.body)
+    except Conflict as error:
+        if error.already_exists:
+            return False
+        raise
+    except Invalid as error:
+        raise StateError(f"the host API server refused FaultPlan {found.namespace}/"
+                         f"{found.name}: {error.message}") from error
+    except NotFound as error:
+        raise StateError(f"cannot create FaultPlan {found.namespace}/{found.name}: "
+                         f"{error.message}; does namespace {found.namespace} exist, and is "
+                         f"the FaultPlan CRD installed ('fakefleet up' installs it)?") from error
+    return True
+
+
+def _same_spec(existing: dict[str, Any], spec: FaultPlanSpec) -> bool:
+    """Whether the plan in the API has ``spec``, defaults filled in on both sides."""
+    try:
+        current = FaultPlanSpec.model_validate(existing.get("spec") or {})
+    except ValidationError:
+        return False
+    return current.model_dump() == spec.model_dump()
+
+
+async def _wait_deleted(client: Client, namespace: str, name: str, *, timeout: float,
+                        delete: bool = False) -> None:
+    """Wait until the plan is gone, showing its injections as they recover."""
+    path = _plans_path(namespace, name)
+    if delete:
+        with contextlib.suppress(NotFound):
+            await client.delete(path)
+    deadline = time.monotonic() + timeout
+    shown: list[progress.Line] | None = None
+    while True:
+        try:
+            found = await client.get(path)
+        except NotFound:
+            return
+        if shown is None:
+            shown = []
+            console.print(f"waiting for FaultPlan {namespace}/{name} to recover its faults "
+                          f"(a finalizer holds it until then)", highlight=False, soft_wrap=True)
+        status = found.get("status") or {}
+        lines = [line for line in progress.render(status) if line.key != "plan"]
+        _show(progress.changes(shown, lines))
+        shown = lines
+        if time.monotonic() >= deadline:
+            held = [f"{injection.get('step')}#{injection.get('occurrence', 0)}"
+                    for injection in status.get("injections") or []
+                    if injection.get("state") == "Injected"]
+            raise StateError(
+                f"FaultPlan {namespace}/{name} is still there after {timeout:.0f}s "
+                f"(finalizers {found['metadata'].get('finalizers', [])}"
+                f"{'; faults in place: ' + ', '.join(held) if held else ''}): is the operator "
+                f"running ('fakefleet status')? kubectl describe fp {name} -n {namespace}")
+        await asyncio.sleep(PLAN_POLL_INTERVAL)
+
+
+def _show(lines: list[progress.Line], *, prefix: str = "") -> None:
+    """Print progress lines as a log: a time, then the line, coloured only on a terminal."""
+    stamp = time.strftime("%H:%M:%S")
+    for line in lines:
+        text = Text(f"{stamp} ", style="dim")
+        text.append(prefix + line.text, style=_TONES[line.tone])
+        stdout.print(text, soft_wrap=True, highlight=False)
+
+
+PlanKey = tuple[str, str]
+
+
+async def _watch_plans(client: Client, keys: list[PlanKey], *,
+                       timeout: float) -> dict[PlanKey, dict[str, Any]]:
+    """Poll the plans until each has finished or the timeout passed, printing what changed;
+    their last statuses."""
+    deadline = time.monotonic() + timeout
+    statuses: dict[PlanKey, dict[str, Any]] = {}
+    shown: dict[PlanKey, list[progress.Line]] = {}
+    uids: dict[PlanKey, str] = {}
+    trouble = ""
+    while True:
+        for key in keys:
+            if key in statuses and progress.finished(statuses[key]):
+                continue
+            namespace, name = key
+            try:
+                found = await client.get(_plans_path(namespace, name))
+            except NotFound:
+                raise StateError(f"FaultPlan {namespace}/{name} does not exist (or was deleted "
+                                 f"while watched): kubectl get fp -n {namespace}") from None
+            except K8sError as error:
+                if not transient(error):
+                    raise
+                if str(error) != trouble:
+                    trouble = str(error)
+                    _show([progress.Line("", f"the host API server did not answer ({error}); "
+                                             f"trying again", "bad")])
+                continue
+            if trouble:
+                trouble = ""
+                _show([progress.Line("", "the host API server answers again")])
+            uid = str(found["metadata"].get("uid", ""))
+            if uids.setdefault(key, uid) != uid:
+                raise StateError(f"FaultPlan {namespace}/{name} was deleted and created again "
+                                 f"while watched: watch the new one with 'fakefleet plan watch "
+                                 f"{name}'")
+            statuses[key] = found.get("status") or {}
+            lines = progress.render(statuses[key])
+            _show(progress.changes(shown.get(key, []), lines),
+                  prefix=f"{name}: " if len(keys) > 1 else "")
+            shown[key] = lines
+        done = all(key in statuses and progress.finished(statuses[key]) for key in keys)
+        if done or time.monotonic() >= deadline:
+            return statuses
+        await asyncio.sleep(PLAN_POLL_INTERVAL)
+
+
+def _watch_and_conclude(target: _PlanTarget, keys: list[PlanKey], *, timeout: float) -> int:
+    """Watch the plans, print each one's results; the exit code of the worst."""
+    async def watch() -> dict[PlanKey, dict[str, Any]]:
+        async with target.client() as client:
+            return await _watch_plans(client, keys, timeout=timeout)
+
+    try:
+        statuses = _run_k8s(watch())
+    except KeyboardInterrupt:
+        for namespace, name in keys:
+            console.print(f"stopped watching; FaultPlan {namespace}/{name} goes on ('fakefleet "
+                          f"plan delete {name}{target.flags(namespace)}' stops it and recovers "
+                          f"its faults)", highlight=False, soft_wrap=True)
+        return 130
+    codes = []
+    for namespace, name in keys:
+        status = statuses.get((namespace, name), {})
+        flags = target.flags(namespace)
+        if not progress.finished(status):
+            console.print(f"[red]timed out[/] after {timeout:.0f}s: FaultPlan {namespace}/"
+                          f"{name} has not ended; it goes on ('fakefleet plan watch {name}"
+                          f"{flags}' follows it, 'fakefleet plan delete {name}{flags}' stops "
+                          f"it)", highlight=False, soft_wrap=True)
+        elif status.get("phase") not in progress.FINAL_PHASES:
+            console.print(f"FaultPlan {namespace}/{name} failed; it goes on with its remaining "
+                          f"steps and recoveries until it ends or 'fakefleet plan delete {name}"
+                          f"{flags}'", highlight=False, soft_wrap=True)
+        _print_results(namespace, name, status)
+        code = progress.exit_code(status)
+        stdout.print(Text(f"{namespace}/{name}: {progress.summary(status)}",
+                          style=_TONES["good" if code == progress.EXIT_PASSED else "bad"]),
+                     soft_wrap=True, highlight=False)
+        codes.append(code)
+    return max(codes)
+
+
+def _print_results(namespace: str, name: str, status: dict[str, Any]) -> None:
+    """The plan's expectations as a table, if it has any judged."""
+    found = progress.results(status)
+    if not found:
+        return
+    table = Table(title=f"FaultPlan {namespace}/{name}")
+    for column in ("step", "occurrence", "expectation", "outcome", "latency", "message"):
+        table.add_column(column, justify="right" if column in ("occurrence", "latency")
+                         else "left")
+    for result in found:
+        table.add_row(result.step, str(result.occurrence), result.name,
+                      Text(result.outcome, style=_TONES[progress.outcome_tone(result.outcome)]),
+                      "" if result.latency is None else progress.seconds(result.latency),
+                      result.message)
+    stdout.print(table, soft_wrap=True)
