@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: a host control plane with the operator, a fleet of two
-# simulated clusters applied with kubectl, their fake nodes Ready, then everything torn down.
+# simulated clusters applied with kubectl, their fake nodes Ready, a FaultPlan with a verdict,
+# then everything torn down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 state_dir=$(mktemp -d -t fakefleet-demo.XXXXXX)
@@ -43,6 +44,31 @@ kubectl --kubeconfig "$west" wait --for=condition=Ready=false node/west-cpu-0 --
 kubectl --kubeconfig "$west" get node west-cpu-0
 kubectl --kubeconfig "$west" annotate node west-cpu-0 fakefleet.dev/state-
 kubectl --kubeconfig "$west" wait --for=condition=Ready node/west-cpu-0 --timeout=60s
+
+step "a FaultPlan: Xid 79 on one H100 node of west for 10s, with expectations and a verdict"
+fakefleet plan run - --watch --timeout 120 <<'PLAN'
+apiVersion: fakefleet.dev/v1alpha1
+kind: FaultPlan
+metadata: {name: demo-xid}
+spec:
+  seed: 1
+  steps:
+  - name: xid
+    target: {clusters: {names: [west]}, nodes: {pools: [west-h100]}, mode: one}
+    fault: {type: GPUXid, xid: 79}
+    at: 2s
+    duration: 10s
+    expectations:
+    - name: tainted
+      within: 10s
+      objects: {kind: Node, victims: true}
+      taint: {key: fakefleet.dev/gpu-xid, effect: NoExecute}
+    - name: gpu-out
+      within: 10s
+      objects: {kind: Node, victims: true}
+      field: {path: "status.allocatable['nvidia.com/gpu']", equals: "7"}
+PLAN
+fakefleet plan delete demo-xid
 
 step "kubectl scale fnp/west-h100 --replicas=12"
 k scale fnp/west-h100 --replicas=12
