@@ -53,7 +53,9 @@ logger = logging.getLogger(__name__)
 
 PODS = "/api/v1/pods"
 BOUND = {"fieldSelector": "spec.nodeName!="}
-RETRY_BASE, RETRY_MAX = 1.0, 30.0
+#: A failed status write is tried again after 1 s doubling, at most 10 s (the kubelet's status
+#: manager syncs every 10 s).
+RETRY_BASE, RETRY_MAX = 1.0, 10.0
 MAX_STAGES_PER_WRITE = 16
 
 

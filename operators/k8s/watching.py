@@ -25,6 +25,10 @@ from operators.k8s.retrying import Backoff
 logger = logging.getLogger(__name__)
 
 PAGE = 500
+#: The longest wait before a failed list or watch is tried again (s): an API server back from an
+#: outage is seen again within seconds (client-go's reflectors wait up to 30 s, but they are
+#: one per kind; a fault plan's outage of 15 s must not leave an engine deaf for 30 more).
+RETRY_CAP = 5.0
 
 
 async def list_all(client: Client, path: str, params: Mapping[str, str]) -> tuple[str, list[
@@ -54,7 +58,7 @@ async def list_and_watch(
     backoff: Backoff | None = None,
 ) -> None:
     """Run until cancelled: ``on_list`` after each (re)list, ``on_event`` for each change."""
-    backoff = backoff or Backoff()
+    backoff = backoff or Backoff(cap=RETRY_CAP)
     while True:
         try:
             version, items = await list_all(client, path, params)
