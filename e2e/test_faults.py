@@ -85,6 +85,10 @@ def delta(fleet: Fleet) -> Iterator[Path]:
                                 f"{NAMESPACE}/delta").stdout)
     eventually(lambda: len(ready(member)) == 7, timeout=120, what="7 Ready nodes in delta")
     kubectl(member, "create", "namespace", "work")
+    # Pods need the namespace's default ServiceAccount, made by the controller-manager.
+    eventually(lambda: kubectl(member, "-n", "work", "get", "serviceaccount", "default",
+                               check=False).returncode == 0, timeout=60,
+               what="ServiceAccount work/default")
     yield member
     kubectl(fleet.host, "delete", "namespace", NAMESPACE, "--wait=false", check=False)
 
@@ -409,3 +413,40 @@ def test_deleting_a_plan_recovers_what_it_injected(fleet: Fleet, delta: Path) ->
     delete_plan(fleet, "forever")
     assert not any(t["key"] == "example.com/forever"
                    for t in node(delta, "cpu-2")["spec"].get("taints") or ())
+
+
+def test_scheduler_and_controller_manager_outages(fleet: Fleet, delta: Path) -> None:
+    """While the scheduler is down a new pod stays unscheduled; while the controller-manager
+    is down a new Deployment gets no pods; each catches up once started again."""
+    cluster = {"clusters": {"names": ["delta"]}}
+    steps = [
+        {"name": "no-scheduler", "target": cluster, "at": "0s", "duration": "12s",
+         "fault": {"type": "SchedulerDown"}},
+        {"name": "no-controllers", "target": cluster, "after": ["no-scheduler"],
+         "duration": "12s", "fault": {"type": "ControllerManagerDown"}},
+    ]
+    fleet.apply(plan("components", steps))
+
+    def state(step: str) -> str:
+        found = fleet.get("fp", "components", "-n", NAMESPACE)
+        return next((i["state"] for i in (found.get("status") or {}).get("injections", [])
+                     if i["step"] == step), "")
+    eventually(lambda: state("no-scheduler") == "Injected", timeout=30, what="scheduler down")
+    apply_member(delta, "apiVersion: v1\nkind: Pod\nmetadata: {name: waits, namespace: work}\n"
+                        "spec:\n  containers: [{name: main, image: busybox}]\n")
+    time.sleep(5)
+    assert not kubectl_json(delta, "-n", "work", "get", "pod", "waits")["spec"].get("nodeName")
+    eventually(lambda: state("no-controllers") == "Injected", timeout=60,
+               what="controller-manager down")
+    # Scheduled once the scheduler is back (the controller-manager plays no part in that).
+    eventually(lambda: kubectl_json(delta, "-n", "work", "get", "pod", "waits")["spec"].get(
+        "nodeName"), timeout=30, what="pod waits scheduled after the scheduler came back")
+    apply_member(delta, KILL_DEPLOYMENT.replace("kill", "later"))
+    time.sleep(5)
+    assert pods(delta, "app=later") == [], "no ReplicaSet controller while it is down"
+    eventually(lambda: running(delta, "app=later", 3), timeout=90,
+               what="the Deployment's pods once the controller-manager is back")
+    eventually(lambda: fleet.get("fp", "components", "-n", NAMESPACE)["status"]["phase"]
+               == "Succeeded", timeout=60, what="plan components Succeeded")
+    assert {state("no-scheduler"), state("no-controllers")} == {"Recovered"}
+    delete_plan(fleet, "components")
