@@ -51,12 +51,13 @@ verify: $(STAMP)
 
 ## bench: control-plane figures, the operator with 1000 nodes, the engines side by side
 ## with KWOK v0.8.0 and a raw ceiling at KWOK's benchmark size (5000 nodes, 10000 pods),
-## and four member clusters with an engine process each at once
+## four member clusters with an engine process each at once, and FaultPlan latency at 1000 nodes
 bench: setup
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
 	$(BIN)/python -m bench.engines
 	$(BIN)/python -m bench.fleet
+	$(BIN)/python -m bench.faults
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -157,6 +157,7 @@ async def measure(host: Client, member: Client, name: str, path: str, body: dict
         "plan": name, "victims": len(injection["targets"]), "visible": len(latencies),
         "p50": round(percentile(latencies, 0.5), 2), "p99": round(percentile(latencies, 0.99), 2),
         "max": round(max(latencies), 2), "mean": round(statistics.fmean(latencies), 2),
+        "entriesWritten": round(parse(injection["injectedAt"]) - scheduled, 2),
         "recoverAll": round(max(recovered), 2),
         "recoverP50": round(percentile(recovered, 0.5), 2),
         "injectedAt": injection["injectedAt"], "recoveredAt": injection["recoveredAt"],
@@ -234,11 +235,12 @@ async def run(state: Path, nodes: int, pods: int, console: Console) -> list[dict
 def report(results: list[dict[str, Any]], console: Console, nodes: int, pods: int) -> None:
     table = Table(title=f"FaultPlan: {nodes} nodes NotReady, {pods} pods CrashLoop "
                         f"({os.cpu_count()} CPUs); seconds from the scheduled moment")
-    for column in ("fault", "victims", "visible", "p50", "p99", "max",
+    for column in ("fault", "victims", "entries written", "visible", "p50", "p99", "max",
                    "all recovered after recoverAt", "recovery p50"):
         table.add_column(column, justify="right")
     for result in results:
-        table.add_row(result["plan"], str(result["victims"]), str(result["visible"]),
+        table.add_row(result["plan"], str(result["victims"]), f"{result['entriesWritten']:.2f}",
+                      str(result["visible"]),
                       f"{result['p50']:.2f}", f"{result['p99']:.2f}", f"{result['max']:.2f}",
                       f"{result['recoverAll']:.2f}", f"{result['recoverP50']:.2f}")
     console.print(table)

@@ -67,7 +67,7 @@ POOLS = BASE + "/fakenodepools"
 #: How often pending expectations and recoveries are looked at (s).
 TICK = 1.0
 #: Writes of one injection in flight at once, per member cluster.
-CONCURRENCY = 32
+CONCURRENCY = 64
 CONFLICT_RETRIES = 8
 
 
@@ -86,6 +86,10 @@ class PlanRunner:
         self._clusters: dict[str, FakeCluster] = {}
         self._plurals: dict[tuple[str, str, str], str] = {}
         self._written = self.status.model_dump(mode="json")
+        #: Victims as the last list showed them (by their status text), so that a write can
+        #: go out without reading each object first.
+        self._seen: dict[str, dict[str, Any]] = {}
+        self._uids: dict[str, str] = {}  # the same, their uids (for Events about them)
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -232,6 +236,8 @@ class PlanRunner:
                 continue
             if target.kind == "Node":
                 listed = await client.get("/api/v1/nodes")
+                for item in listed.get("items") or ():
+                    self._remember(name, "Node", item)
                 nodes = tuple(NodeView(n["metadata"]["name"],
                                        (n["metadata"].get("labels") or {}).get(POOL_LABEL, ""),
                                        n["metadata"].get("labels") or {})
@@ -241,12 +247,47 @@ class PlanRunner:
                 path = "/api/v1/pods" if not step.target.pods or not step.target.pods.namespace \
                     else f"/api/v1/namespaces/{step.target.pods.namespace}/pods"
                 listed = await client.get(path)
+                for item in listed.get("items") or ():
+                    self._remember(name, "Pod", item)
                 pods = tuple(_pod_view(p) for p in listed.get("items") or ()
                              if not (p["metadata"].get("deletionTimestamp")
                                      or (p.get("status") or {}).get("phase") in
                                      ("Succeeded", "Failed")))
                 views.append(ClusterView(name, cluster.spec.labels, pods=pods))
         return Fleet(tuple(views))
+
+    async def observe(self, victims: Sequence[Victim]) -> None:
+        """List the victims' nodes and pods, one list per cluster and kind (not one read per
+        victim: a step may hit thousands)."""
+        await self.clusters()
+        wanted: dict[tuple[str, str], set[str]] = {}
+        for victim in victims:
+            if victim.kind != "Cluster":
+                wanted.setdefault((victim.cluster, victim.kind), set()).add(victim.namespace)
+        for (cluster, kind), namespaces in wanted.items():
+            client = self.member(cluster)
+            if client is None:
+                continue
+            if kind == "Node":
+                paths = ["/api/v1/nodes"]
+            elif len(namespaces) == 1:
+                paths = [f"/api/v1/namespaces/{next(iter(namespaces))}/pods"]
+            else:
+                paths = ["/api/v1/pods"]
+            for path in paths:
+                for item in (await client.get(path)).get("items") or ():
+                    self._remember(cluster, kind, item)
+
+    def _remember(self, cluster: str, kind: str, item: dict[str, Any]) -> None:
+        meta = item["metadata"]
+        key = executing.victim_text(Victim(cluster, kind, meta["name"],  # type: ignore[arg-type]
+                                           meta.get("namespace", "")))
+        self._seen[key] = item
+        self._uids[key] = meta.get("uid", "")
+
+    def _observed(self, victim: Victim) -> dict[str, Any] | None:
+        return self._seen.pop(executing.victim_text(
+            Victim(victim.cluster, victim.kind, victim.name, victim.namespace)), None)
 
     # -- inject ---------------------------------------------------------------------------------
 
@@ -256,6 +297,7 @@ class PlanRunner:
 
     async def inject(self, index: int, injection: InjectionStatus) -> None:
         step = self.steps[injection.step]
+        began = time.monotonic()
         if not injection.targets:
             fleet = await self.fleet(step)
             schedule = executing.schedule(self.plan.spec, fleet)
@@ -270,7 +312,13 @@ class PlanRunner:
             await self.write()
             injection = self.status.injections[index]
         victims = [executing.victim_of(text) for text in injection.targets]
+        if not any(executing.victim_text(v) in self._seen for v in victims):
+            await self.observe(victims)  # recorded before a restart: look at them now
+        chosen = time.monotonic()
         problems = await self._each(victims, lambda v: self._inject_one(step, injection, v))
+        logger.info("plan %s/%s: %s#%d: %d victims chosen in %.2fs, entries written in %.2fs",
+                    self.namespace, self.name, step.name, injection.occurrence, len(victims),
+                    chosen - began, time.monotonic() - chosen)
         state = "Done" if step.fault.type in INSTANT_FAULTS else "Injected"
         self._replace(index, state=state, injectedAt=micro_time(),
                       message="; ".join(problems) or injection.message,
@@ -298,7 +346,8 @@ class PlanRunner:
                 if any(e.id == entry_id for e in entries):
                     return entries
                 return [*entries, catalogue.pod_entry(entry_id, fault)]
-            return await edit_entries(client, _pod_path(victim), add_pod, str(victim))
+            return await edit_entries(client, _pod_path(victim), add_pod, str(victim),
+                                      self._observed(victim))
         if fault.type == "Delete":
             return await self._hold(victim, entry_id, hold=True)
 
@@ -308,7 +357,8 @@ class PlanRunner:
             capacity = (node.get("status") or {}).get("capacity") or {}
             gpus = int(str(capacity.get("nvidia.com/gpu", "0")) or 0)
             return [*entries, catalogue.node_entry(entry_id, fault, gpus=gpus)]
-        return await edit_entries(client, f"/api/v1/nodes/{victim.name}", add_node, str(victim))
+        return await edit_entries(client, f"/api/v1/nodes/{victim.name}", add_node, str(victim),
+                                  self._observed(victim))
 
     async def _hold(self, victim: Victim, entry_id: str, *, hold: bool) -> str:
         """Hold (or release) a deleted node in its pool, which the engine obeys."""
@@ -382,6 +432,8 @@ class PlanRunner:
         step = self.steps[injection.step]
         entry_id = self._id(injection)
         victims = [executing.victim_of(text) for text in injection.targets]
+        if step.fault.type != "Delete":
+            await self.observe(victims)
 
         async def one(victim: Victim) -> str:
             if victim.kind == "Cluster":
@@ -395,7 +447,8 @@ class PlanRunner:
             def flip(entries: list[FaultEntry], _: dict[str, Any]) -> list[FaultEntry]:
                 return [e.model_copy(update={"state": "recover"})
                         if e.id == entry_id and e.state == "inject" else e for e in entries]
-            return await edit_entries(client, _path(victim), flip, str(victim))
+            return await edit_entries(client, _path(victim), flip, str(victim),
+                                      self._observed(victim))
         problems = await self._each(victims, one)
         if problems:
             logger.warning("plan %s/%s: recovery of %s: %s", self.namespace, self.name,
@@ -409,8 +462,14 @@ class PlanRunner:
         step = self.steps[injection.step]
         entry_id = self._id(injection)
         victims = [executing.victim_of(text) for text in injection.targets]
-        left = [v for v in victims if not await self._recovered(step, entry_id, v)]
-        if left:
+        if step.fault.type != "Delete":
+            await self.observe(victims)
+        gate = asyncio.Semaphore(CONCURRENCY)
+
+        async def back(victim: Victim) -> bool:
+            async with gate:
+                return await self._recovered(step, entry_id, victim)
+        if not all(await asyncio.gather(*(back(v) for v in victims))):
             return
         self._replace(index, state="Recovered", recoveredAt=micro_time())
         await self.write()
@@ -435,10 +494,9 @@ class PlanRunner:
                     return False
                 return any(c.get("type") == "Ready" and c.get("status") == "True"
                            for c in (node.get("status") or {}).get("conditions") or ())
-            try:
-                obj = await client.get(_path(victim))
-            except NotFound:
-                return True  # gone: nothing left to undo
+            obj = self._observed(victim)
+            if obj is None:
+                return True  # not listed: gone, nothing left to undo
             entries, _ = read_entries(obj["metadata"].get("annotations"))
             mine = next((e for e in entries if e.id == entry_id), None)
             if mine is None:
@@ -448,7 +506,7 @@ class PlanRunner:
 
             def drop(entries: list[FaultEntry], _: dict[str, Any]) -> list[FaultEntry]:
                 return [e for e in entries if e.id != entry_id]
-            return not await edit_entries(client, _path(victim), drop, str(victim))
+            return not await edit_entries(client, _path(victim), drop, str(victim), obj)
         except K8sError as error:
             logger.info("plan %s/%s: %s not confirmed recovered yet: %s", self.namespace,
                         self.name, victim, error)
@@ -594,9 +652,8 @@ class PlanRunner:
             client = self.member(victim.cluster)
             if client is None:
                 return ""
-            uid = ""
-            with contextlib.suppress(K8sError):
-                uid = (await client.get(_path(victim)))["metadata"].get("uid", "")
+            uid = self._uids.get(executing.victim_text(
+                Victim(victim.cluster, victim.kind, victim.name, victim.namespace)), "")
             event = render_event(kind=victim.kind, name=victim.name, uid=uid,
                                  namespace=victim.namespace, event_type=kind, reason=reason,
                                  message=message, host="fakefleet-faultplan", now=rfc3339())
@@ -628,12 +685,17 @@ def _path(victim: Victim) -> str:
 
 async def edit_entries(client: Client, path: str,
                        edit: Callable[[list[FaultEntry], dict[str, Any]], list[FaultEntry]],
-                       what: str) -> str:
+                       what: str, observed: dict[str, Any] | None = None) -> str:
     """Read the object's fault entries, ``edit`` them, write them back on the resourceVersion
-    read (retrying on conflicts); "" when written or nothing changed, else what went wrong."""
+    read (retrying on conflicts); "" when written or nothing changed, else what went wrong.
+    ``observed``: the object as a list just showed it, tried first without reading it again
+    (a write on a stale resourceVersion fails with a conflict, and then it is read)."""
     for _ in range(CONFLICT_RETRIES):
+        obj = observed
+        observed = None
         try:
-            obj = await client.get(path)
+            if obj is None:
+                obj = await client.get(path)
         except NotFound:
             return f"{what}: not found"
         annotations = obj["metadata"].get("annotations") or {}
