@@ -450,3 +450,30 @@ def test_scheduler_and_controller_manager_outages(fleet: Fleet, delta: Path) -> 
                == "Succeeded", timeout=60, what="plan components Succeeded")
     assert {state("no-scheduler"), state("no-controllers")} == {"Recovered"}
     delete_plan(fleet, "components")
+
+
+def test_a_slow_api_server_delays_the_engines_writes(fleet: Fleet, delta: Path) -> None:
+    """APIServerSlow: every write of delta's engine waits 3 s, so a NotReady injected meanwhile
+    shows up no sooner than that; afterwards writes are prompt again."""
+    steps = [
+        {"name": "slow", "target": {"clusters": {"names": ["delta"]}}, "at": "0s",
+         "duration": "20s", "fault": {"type": "APIServerSlow", "latency": "3s"}},
+        {"name": "not-ready", "target": nodes("cpu-2"), "at": "3s", "duration": "8s",
+         "fault": {"type": "NotReady"},
+         "expectations": [expect("slowly", "20s", VICTIM_NODES,
+                                 condition={"type": "Ready", "status": "False"})]},
+        {"name": "not-ready-after", "target": nodes("cpu-2"), "after": ["slow"],
+         "duration": "5s", "fault": {"type": "NotReady"},
+         "expectations": [expect("promptly", "20s", VICTIM_NODES,
+                                 condition={"type": "Ready", "status": "False"})]},
+    ]
+    found = run(fleet, plan("slow", steps), "slow", timeout=120)
+    outcomes = results(found)
+    assert found["status"]["verdict"] == "Passed", outcomes
+    slowly = outcomes["not-ready/slowly"][1]
+    promptly = outcomes["not-ready-after/promptly"][1]
+    assert slowly is not None
+    assert promptly is not None
+    assert slowly >= 3.0, outcomes
+    assert promptly < 3.0, outcomes
+    delete_plan(fleet, "slow")

@@ -214,6 +214,9 @@ INVALID = {
     "plan: a parameter of another fault": (
         fault_plan(step(fault="{type: NotReady, exitCode: 3}")),
         ["spec.steps[0].fault.exitCode", "for fault type ContainerExit or CrashLoop only"]),
+    "plan: a slow API server without a latency": (
+        fault_plan(step(target="{}", fault="{type: APIServerSlow}")),
+        ["spec.steps[0].fault.latency", "needs fault.latency"]),
     "plan: duration on a one-shot fault": (
         fault_plan(step(target="{pods: {}}", fault="{type: OOMKilled}",
                         extra=", duration: 10s")),

@@ -13,7 +13,7 @@ from operators.api.faultplans import (
     FaultPlanSpec,
     InjectionStatus,
 )
-from operators.api.injections import FaultEntry, read_entries, render_entries
+from operators.api.injections import FaultEntry, read_entries, render_entries, write_latency
 from operators.faults import catalogue, executing
 from operators.faults.cel import CelMatcher
 from operators.faults.expectations import ExpectationError
@@ -198,3 +198,12 @@ def test_the_phase_ends_only_once_every_expectation_is_judged() -> None:
                                       ExpectationStatus(name="fast", outcome="Failed",
                                                         latencySeconds=1.0)])]
     assert executing.summary(plan, injections) == ("Running", "Failed", "1/1")
+
+
+def test_a_slowdown_is_an_entry_with_a_latency_the_engine_reads() -> None:
+    entry = catalogue.cluster_entry("x", Fault(type="APIServerSlow", latency="750ms"))
+    assert entry == FaultEntry(id="x", latency="750ms")
+    annotations = {"fakefleet.dev/faults": render_entries([
+        entry, FaultEntry(id="y", latency="2s", state="recover")]) or ""}
+    assert write_latency(annotations) == 0.75, "entries being recovered slow nothing"
+    assert write_latency({}) == 0.0

@@ -15,7 +15,7 @@ from operators.k8s.client import Client
 from operators.k8s.clock import FakeClock
 from operators.k8s.memory import MemoryTransport
 from operators.k8s.retrying import Backoff
-from operators.k8s.transport import split_lines
+from operators.k8s.transport import SlowWrites, split_lines
 from operators.k8s.watching import list_and_watch
 
 NODES = "/api/v1/nodes"
@@ -233,3 +233,21 @@ def test_backoff_doubles_to_the_cap_with_jitter_and_resets() -> None:
         assert ceiling / 2 <= delay <= ceiling
     backoff.reset()
     assert backoff.next() <= 1
+
+
+async def test_slowed_writes_wait_and_reads_do_not(api: MemoryTransport, clock: FakeClock) -> None:
+    slowed = SlowWrites(api, clock=clock)
+    client = Client(slowed, clock=clock)
+    slowed.delay = 2.0
+    start = clock.now()
+    write = asyncio.create_task(client.create(NODES, node("a")))
+    await clock.advance(1.0)
+    assert not write.done(), "a write waits the delay first"
+    await clock.advance(1.5)
+    await write
+    read = asyncio.create_task(client.get(f"{NODES}/a"))
+    await clock.advance(0.01)
+    assert read.done(), "reads are not held up"
+    assert clock.now() - start < 3.0
+    slowed.delay = 0.0
+    await client.delete(f"{NODES}/a")  # no delay once the fault is gone

@@ -65,11 +65,11 @@ FaultType = Literal[
     # pods
     "ContainerExit", "OOMKilled", "CrashLoop", "StuckPending", "Evict",
     # the cluster's control plane
-    "APIServerDown", "SchedulerDown", "ControllerManagerDown",
+    "APIServerDown", "SchedulerDown", "ControllerManagerDown", "APIServerSlow",
 ]
 NODE_FAULTS = ("NotReady", "Unreachable", "Condition", "GPUXid", "Delete", "Cordon", "Taint")
 POD_FAULTS = ("ContainerExit", "OOMKilled", "CrashLoop", "StuckPending", "Evict")
-CLUSTER_FAULTS = ("APIServerDown", "SchedulerDown", "ControllerManagerDown")
+CLUSTER_FAULTS = ("APIServerDown", "SchedulerDown", "ControllerManagerDown", "APIServerSlow")
 #: Faults that happen once and are over (a container exits): they have nothing to recover.
 INSTANT_FAULTS = ("ContainerExit", "OOMKilled", "Evict")
 
@@ -200,13 +200,14 @@ _PARAMETERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gpus", ("GPUXid",)),
     ("taint", ("Taint",)),
     ("exitCode", ("ContainerExit", "CrashLoop")),
+    ("latency", ("APIServerSlow",)),
 )
 
 
 class Fault(Model):
     """What happens to each victim. Node faults: NotReady, Unreachable, Condition, GPUXid,
     Delete, Cordon, Taint. Pod faults: ContainerExit, OOMKilled, CrashLoop, StuckPending, Evict.
-    Cluster faults: APIServerDown, SchedulerDown, ControllerManagerDown."""
+    Cluster faults: APIServerDown, SchedulerDown, ControllerManagerDown, APIServerSlow."""
 
     model_config = Model.model_config | {"json_schema_extra": validations(
         rule("self.type != 'Condition' || has(self.condition)",
@@ -217,6 +218,9 @@ class Fault(Model):
              field_path=".xid"),
         rule("self.type != 'Taint' || has(self.taint)",
              "fault type Taint needs fault.taint (key, value, effect)", field_path=".taint"),
+        rule("self.type != 'APIServerSlow' || has(self.latency)",
+             "fault type APIServerSlow needs fault.latency, e.g. 500ms",
+             field_path=".latency"),
         rule("self.type != 'ContainerExit' || has(self.exitCode)",
              "fault type ContainerExit needs fault.exitCode, e.g. 3", field_path=".exitCode"),
         rule("self.type != 'StuckPending' || !has(self.reason) || "
@@ -252,6 +256,9 @@ class Fault(Model):
     exitCode: int | None = Field(default=None, ge=1, le=255)
     """ContainerExit: the code the containers exit with; CrashLoop: the code of every crash
     (default 1)."""
+    latency: Duration | None = None
+    """APIServerSlow: added to every write the cluster's engine makes (node and pod status,
+    Leases, Events), as a slow or overloaded API server would answer them."""
 
 
 # -- expectations ------------------------------------------------------------------------------

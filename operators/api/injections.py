@@ -34,7 +34,8 @@ owns its existence instead:
   deletes held nodes and does not make them again until the entry is gone.
 - control-plane faults: the FakeCluster lists the components to stop in its
   ``fakefleet.dev/faults`` annotation (entries with ``stop``); the operator stops them and
-  starts them again once no entry in state ``inject`` names them.
+  starts them again once no entry in state ``inject`` names them. An entry with ``latency``
+  slows the cluster's engine's writes instead (its engine watches its FakeCluster).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from typing import Literal
 from pydantic import Field, ValidationError
 
 from operators.api.base import Model
+from operators.api.durations import DURATION_PATTERN, parse_duration
 from operators.api.stages import Stage
 
 FAULTS = "fakefleet.dev/faults"
@@ -67,6 +69,9 @@ class FaultEntry(Model):
     stop: list[Component] = Field(default_factory=list)
     """FakeCluster entries: the control-plane components that stay stopped while the state is
     inject."""
+    latency: str | None = Field(default=None, pattern=DURATION_PATTERN)
+    """FakeCluster entries: while the state is inject, the cluster's engine waits this long
+    before each of its writes (APIServerSlow)."""
 
     @property
     def live(self) -> list[Stage]:
@@ -121,6 +126,13 @@ def mark_done(annotations: Mapping[str, str] | None, entry_id: str) -> str | Non
             item["state"] = "done"
             return json.dumps(raw, separators=(",", ":"))
     return None
+
+
+def write_latency(annotations: Mapping[str, str] | None) -> float:
+    """Seconds a FakeCluster's entries add to each write of its engine (the largest)."""
+    entries, _ = read_entries(annotations)
+    return max((parse_duration(entry.latency) for entry in entries
+                if entry.state == "inject" and entry.latency), default=0.0)
 
 
 def read_held(annotations: Mapping[str, str] | None) -> dict[str, list[str]]:

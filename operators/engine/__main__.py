@@ -32,6 +32,7 @@ from operators.engine.stages import Rules, compile_lifecycle, default_rules
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.errors import K8sError
+from operators.k8s.transport import AiohttpTransport, SlowWrites
 
 logger = logging.getLogger("operators.engine")
 
@@ -62,15 +63,24 @@ async def serve(args: argparse.Namespace, rules: Rules,
     settings = EngineSettings(concurrency=args.concurrency, pod_concurrency=args.concurrency)
     member = load_kubeconfig_file(args.kubeconfig)
     # Requests in flight plus the long watches (nodes, pods) and the events.
-    client = Client.connect(member, connections=settings.pod_concurrency + 4)
-    heartbeats = Client.connect(member, connections=settings.heartbeat_connections)
+    # Writes go through SlowWrites, which an APIServerSlow fault on the FakeCluster slows.
+    slowed = [SlowWrites(AiohttpTransport(member, connections=connections))
+              for connections in (settings.pod_concurrency + 4,
+                                  settings.heartbeat_connections)]
+    client, heartbeats = (Client(transport, server=member.server) for transport in slowed)
+
+    def slow_down(seconds: float) -> None:
+        if seconds != slowed[0].delay:
+            logger.info("engine: every write now waits %.3fs first (APIServerSlow)", seconds)
+        for transport in slowed:
+            transport.delay = seconds
     host = Client.connect(load_kubeconfig_file(args.host_kubeconfig), connections=4) \
         if args.host_kubeconfig else None
     serves: ClusterRef | None = args.cluster
     name = f"{serves.namespace}.{serves.name}" if serves else args.name or args.kubeconfig.stem
     engine = ClusterEngine(name, client, heartbeat_client=heartbeats, host=host, serves=serves,
                            pools=dict(pools) if not serves else None, settings=settings,
-                           rules=rules)
+                           rules=rules, on_latency=slow_down)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

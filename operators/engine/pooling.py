@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from operators.api.base import API_VERSION
-from operators.api.injections import read_held
+from operators.api.injections import read_held, write_latency
 from operators.api.nodepools import FakeNodePool, FakeNodePoolSpec
 from operators.api.status import pool_status
 from operators.engine.nodes import node_index
@@ -56,6 +56,10 @@ class ClusterRef:
     def pools_path(self) -> str:
         return f"/apis/{API_VERSION}/namespaces/{self.namespace}/fakenodepools"
 
+    @property
+    def clusters_path(self) -> str:
+        return f"/apis/{API_VERSION}/namespaces/{self.namespace}/fakeclusters"
+
 
 class Pools:
     """Desired pools (from the host, or fixed) and their status (written to the host)."""
@@ -71,8 +75,10 @@ class Pools:
         cluster: ClusterRef | None = None,
         fixed: Mapping[str, FakeNodePoolSpec] | None = None,
         interval: float = STATUS_INTERVAL,
+        on_latency: Callable[[float], None] | None = None,
     ) -> None:
         self._clock = clock
+        self._on_latency = on_latency
         self._counts = counts
         self._problem = problem
         self._on_change = on_change
@@ -121,6 +127,22 @@ class Pools:
                 {"fieldSelector": f"spec.clusterRef={self._cluster.name}"},
                 on_list=self._relisted, on_event=self._changed, clock=self._clock))
             group.create_task(self._report())
+            if self._on_latency is not None:
+                # The FakeCluster itself: an APIServerSlow fault's entry slows our writes.
+                group.create_task(list_and_watch(
+                    self._host, self._cluster.clusters_path,
+                    {"fieldSelector": f"metadata.name={self._cluster.name}"},
+                    on_list=self._cluster_listed, on_event=self._cluster_changed,
+                    clock=self._clock))
+
+    def _cluster_listed(self, items: list[Any]) -> None:
+        for item in items:
+            self._cluster_changed("ADDED", item)
+
+    def _cluster_changed(self, kind: str, obj: Any) -> None:
+        if self._on_latency is not None:
+            self._on_latency(0.0 if kind == "DELETED" else
+                             write_latency(obj["metadata"].get("annotations")))
 
     # -- the host's pools in ------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import asyncio
 import dataclasses
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from operators.api.durations import parse_duration
@@ -87,6 +87,7 @@ class ClusterEngine:
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
         rules: Rules | None = None,
+        on_latency: Callable[[float], None] | None = None,
     ) -> None:
         self.cluster = cluster
         self.client = client
@@ -109,7 +110,7 @@ class ClusterEngine:
         self.pools = Pools(clock=clock, counts=self.book.counts,
                            problem=lambda pool: self.registrar.problems.get(pool, ""),
                            on_change=self._changed, host=host, cluster=serves, fixed=pools,
-                           interval=settings.status_interval)
+                           interval=settings.status_interval, on_latency=on_latency)
         self.pods = PodLifecycle(cluster, client, self, self.recorder, clock=clock,
                                  rules=rulebook, concurrency=settings.pod_concurrency,
                                  throttle=self.heartbeats.behind)

@@ -189,4 +189,6 @@ COMPONENTS = {
 
 def cluster_entry(entry_id: str, fault: Fault) -> FaultEntry:
     """The FakeCluster's entry for a control-plane fault."""
+    if fault.type == "APIServerSlow":
+        return FaultEntry(id=entry_id, latency=fault.latency)
     return FaultEntry.model_validate({"id": entry_id, "stop": [COMPONENTS[fault.type]]})

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import aiohttp
 
+from operators.k8s.clock import SYSTEM_CLOCK, Clock
 from operators.k8s.config import ClusterAccess
 from operators.k8s.errors import TransportError
 from operators.k8s.requests import Request
@@ -161,3 +162,28 @@ class AiohttpTransport:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+class SlowWrites:
+    """Another transport whose writes each wait ``delay`` seconds first: a slow API server, as
+    an APIServerSlow fault makes it for one engine (reads and watches are not held up)."""
+
+    def __init__(self, inner: Transport, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.inner = inner
+        self.delay = 0.0
+        self._clock = clock
+
+    async def send(self, request: Request) -> Response:
+        if self.delay > 0 and request.method != "GET":
+            await self._clock.sleep(self.delay)
+        return await self.inner.send(request)
+
+    def stream(self, request: Request) -> contextlib.AbstractAsyncContextManager[
+            StreamResponse]:
+        return self.inner.stream(request)
+
+    def refresh_credentials(self) -> None:
+        self.inner.refresh_credentials()
+
+    async def close(self) -> None:
+        await self.inner.close()
