@@ -74,8 +74,12 @@ CONFLICT_RETRIES = 8
 class PlanRunner:
     """One plan's progress: its status, and clients of the members it touches."""
 
-    def __init__(self, runtime: Runtime, plan: FaultPlan) -> None:
+    def __init__(self, runtime: Runtime, plan: FaultPlan, *,
+                 connect: Callable[[FakeCluster, str], Client | None] | None = None) -> None:
         self.runtime = runtime
+        #: A client of a member cluster (the default reaches it as the cluster handler does;
+        #: tests pass in-memory API servers).
+        self._connect = connect or self._connect_member
         self.plan = plan
         self.namespace: str = plan.metadata["namespace"]
         self.name: str = plan.metadata["name"]
@@ -208,12 +212,16 @@ class PlanRunner:
         known = self._clusters.get(cluster)
         if known is None:
             return None
-        access = member_access(self.runtime, known, cluster_key(self.namespace, cluster))
+        client = self._connect(known, cluster)
+        if client is not None:
+            self._clients[cluster] = client
+        return client
+
+    def _connect_member(self, cluster: FakeCluster, name: str) -> Client | None:
+        access = member_access(self.runtime, cluster, cluster_key(self.namespace, name))
         if access is None:
             return None
-        client = self._clients[cluster] = Client.connect(access, connections=CONCURRENCY,
-                                                         timeout=15)
-        return client
+        return Client.connect(access, connections=CONCURRENCY, timeout=15)
 
     async def close(self) -> None:
         for client in self._clients.values():
