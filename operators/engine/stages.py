@@ -222,15 +222,19 @@ class Rulebook:
         return found
 
     def _compile(self, faults: str) -> Rules:
+        """Recoveries first, then the faults' own stages, then their holds, then the defaults:
+        one fault's hold must not keep another fault from acting or recovering."""
         entries, problem = read_entries({FAULTS: faults})
+        ordered = sorted(((entry.state != "recover", stage.effect.hold, index, entry.id, stage)
+                          for index, entry in enumerate(entries) for stage in entry.live),
+                         key=lambda item: item[:3])
         pods: list[PodRule] = []
         nodes: list[NodeRule] = []
-        for entry in entries:
-            for stage in entry.live:
-                if isinstance(stage, PodStage):
-                    pods.append(_pod_rule(stage, entry.id))
-                else:
-                    nodes.append(_node_rule(stage, entry.id))
+        for *_, entry_id, stage in ordered:
+            if isinstance(stage, PodStage):
+                pods.append(_pod_rule(stage, entry_id))
+            else:
+                nodes.append(_node_rule(stage, entry_id))
         return Rules((*pods, *self.defaults.pods), (*nodes, *self.defaults.nodes), problem)
 
 

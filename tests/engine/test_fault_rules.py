@@ -36,7 +36,7 @@ def node_stage(name: str, **effect: Any) -> dict[str, Any]:
     return {"name": name, "resource": "Node", "effect": effect}
 
 
-def test_an_object_s_rules_are_its_live_fault_stages_in_order_then_the_defaults() -> None:
+def test_an_object_s_rules_are_its_live_fault_stages_then_the_defaults() -> None:
     book = Rulebook(stages.default_rules())
     text = faults(
         entry("a", [pod_stage("a-inject", hold=True)], [pod_stage("a-recover", endFault=True)]),
@@ -45,8 +45,10 @@ def test_an_object_s_rules_are_its_live_fault_stages_in_order_then_the_defaults(
         entry("c", [pod_stage("c-inject", hold=True)], state="done"))
     rules = book(text)
     defaults = [rule.name for rule in stages.default_rules().pods]
+    # Recoveries first, then the faults' stages (holds last): one fault's hold must not keep
+    # another from recovering.
     assert [(rule.name, rule.entry) for rule in rules.pods[:2]] == [
-        ("a-inject", "a"), ("b-recover", "b")]
+        ("b-recover", "b"), ("a-inject", "a")]
     assert [rule.name for rule in rules.pods[2:]] == defaults
     assert [rule.name for rule in rules.nodes][:1] == [stages.default_rules().nodes[0].name]
     assert rules.problem == ""
@@ -209,3 +211,14 @@ def test_allocatable_goes_back_to_the_capacity_observed() -> None:
         "allocatable": {"nvidia.com/gpu": "8"}}
     same = node_rule(allocatable={"nvidia.com/gpu": "7"}).stage.effect
     assert stages.node_status(same, facts, life, life) is None
+
+
+def test_one_fault_s_hold_lets_another_fault_act() -> None:
+    """A NotReady (its change, then a hold) on a node that also gets a Taint: the taint still
+    comes, whichever entry was written first."""
+    book = Rulebook(stages.default_rules())
+    not_ready = entry("a", [node_stage("a-not-ready", heartbeat=True), node_stage("a-hold",
+                                                                                  hold=True)])
+    taint = entry("b", [node_stage("b-taint", taints=[{"key": "x", "effect": "NoSchedule"}])])
+    names = [rule.name for rule in book(faults(not_ready, taint)).nodes[:3]]
+    assert names == ["a-not-ready", "b-taint", "a-hold"]
