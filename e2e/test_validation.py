@@ -217,6 +217,10 @@ INVALID = {
     "plan: a slow API server without a latency": (
         fault_plan(step(target="{}", fault="{type: APIServerSlow}")),
         ["spec.steps[0].fault.latency", "needs fault.latency"]),
+    "plan: too many occurrences": (
+        fault_plan(step("a", timing="at: 0s, repeat: {every: 1s, times: 150}"),
+                   step("b", timing="at: 0s, repeat: {every: 1s, times: 51}")),
+        ["spec.steps", "more than 200 occurrences"]),
     "plan: duration on a one-shot fault": (
         fault_plan(step(target="{pods: {}}", fault="{type: OOMKilled}",
                         extra=", duration: 10s")),

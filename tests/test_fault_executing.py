@@ -18,6 +18,7 @@ from operators.faults import catalogue, executing
 from operators.faults.cel import CelMatcher
 from operators.faults.expectations import ExpectationError
 from operators.faults.targets import ClusterView, Fleet, NodeView, Victim
+from operators.k8s.times import micro_time
 
 
 def spec(*steps: dict[str, Any], seed: int = 1) -> FaultPlanSpec:
@@ -207,3 +208,27 @@ def test_a_slowdown_is_an_entry_with_a_latency_the_engine_reads() -> None:
         entry, FaultEntry(id="y", latency="2s", state="recover")]) or ""}
     assert write_latency(annotations) == 0.75, "entries being recovered slow nothing"
     assert write_latency({}) == 0.0
+
+
+def test_a_cel_expression_that_cannot_be_evaluated_is_an_expectation_error() -> None:
+    matcher = CelMatcher("self.items.exists(1, true)")  # parses; refused when evaluated
+    with pytest.raises(ExpectationError, match="not a CEL expression"):
+        matcher.matches({"items": [1]})
+    deep = CelMatcher("(" * 300 + "1" + ")" * 300)
+    assert not deep.matches({})
+
+
+def test_a_step_after_another_counts_its_delay_from_when_that_one_really_finished() -> None:
+    plan = spec(
+        {"name": "a", "target": NODES, "fault": {"type": "NotReady"}, "at": "0s",
+         "duration": "10s"},
+        {"name": "b", "target": NODES, "fault": {"type": "Cordon"}, "after": ["a"],
+         "delay": "5s"})
+    started = 1_000_000.0
+    # a was planned to end at 10 s but its recovery was confirmed at 14 s.
+    injections = [InjectionStatus(step="a", state="Recovered", injectAt=0, recoverAt=10,
+                                  injectedAt=micro_time(started), recoveredAt=micro_time(
+                                      started + 14)),
+                  InjectionStatus(step="b", injectAt=15)]
+    assert executing.due(plan, injections, 16.0, started) == []
+    assert executing.due(plan, injections, 19.5, started) == [executing.Due(1, "inject")]

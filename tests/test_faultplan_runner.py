@@ -9,9 +9,12 @@ import time
 import types
 from typing import Any, cast
 
+import kopf
+import pytest
+
 from operators.api.faultplans import FaultPlan
 from operators.api.injections import FAULTS, FaultEntry, read_entries, render_entries
-from operators.handlers.faultplans import PlanRunner
+from operators.handlers.faultplans import PlanRunner, delete
 from operators.handlers.runtime import Runtime
 from operators.k8s.client import Client
 from operators.k8s.clock import FakeClock
@@ -40,7 +43,7 @@ class World:
                 "name": f"n-{index}", "labels": {"fakefleet.dev/pool": "p"}},
                 "status": {"capacity": {"nvidia.com/gpu": "8"}}})
         self.runtime = cast(Runtime, types.SimpleNamespace(
-            host=self.host, substrate=types.SimpleNamespace(clusters={})))
+            host=self.host, substrate=types.SimpleNamespace(clusters={}), plans=set()))
 
     def plan(self, *steps: dict[str, Any]) -> None:
         self.host_api.put(PLANS, {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FaultPlan",
@@ -147,7 +150,7 @@ async def test_recovery_waits_for_the_engine_then_removes_the_entries() -> None:
     await runner.advance()
     victims = [t.rsplit("/", 1)[-1] for t in runner.status.injections[0].targets]
     runner.status = runner.status.model_copy(
-        update={"startedAt": micro_time(time.time() - 11)})  # the duration is over
+        update={"startedAt": micro_time(time.time() - 20)})  # the duration is over
     await runner.advance()
     assert runner.status.injections[0].state == "Recovering"
     assert {e.state for node in victims for e in await world.entries(node)} == {"recover"}
@@ -171,7 +174,7 @@ async def test_a_victim_deleted_meanwhile_counts_as_recovered() -> None:
     victims = [t.rsplit("/", 1)[-1] for t in runner.status.injections[0].targets]
     await world.member.delete(f"{NODES}/{victims[0]}")
     runner.status = runner.status.model_copy(
-        update={"startedAt": micro_time(time.time() - 11)})
+        update={"startedAt": micro_time(time.time() - 20)})
     await runner.advance()
     await world.engine_marks_done(victims[1])
     await runner.advance()
@@ -213,3 +216,42 @@ async def test_a_plan_the_planner_refuses_fails_without_a_verdict() -> None:
     assert "cycle" in stalled.message
     written = await world.host.get(f"{PLANS}/p")
     assert written["status"]["phase"] == "Failed", "written, so kubectl and plan run see it"
+
+
+async def test_an_entry_not_written_is_tried_again_before_the_step_counts_as_injected() -> None:
+    world = World(nodes=2)
+    world.plan({**CORDON, "target": {"nodes": {}}})
+    runner = await started(world, 1)
+    world.member_api.fail("PATCH", f"{NODES}/n-1", status=500, reason="InternalError")
+    await runner.advance()
+    injection = runner.status.injections[0]
+    assert injection.state == "Scheduled", "not Injected while a victim lacks its entry"
+    assert "1 of 2 entries not written yet" in injection.message
+    await runner.advance()
+    assert runner.status.injections[0].state == "Injected"
+    for node in ("n-0", "n-1"):
+        assert len(await world.entries(node)) == 1
+
+
+async def test_a_cluster_deleted_meanwhile_leaves_nothing_to_recover() -> None:
+    world = World()
+    world.plan(CORDON)
+    runner = await started(world, 1)
+    await runner.advance()
+    await world.host.delete(f"{CLUSTERS}/west")
+    runner.status = runner.status.model_copy(
+        update={"startedAt": micro_time(time.time() - 20)})
+    await runner.advance()  # the flips fail: the member is gone with its cluster
+    await runner.advance()
+    assert runner.status.injections[0].state in ("Recovering", "Recovered")
+    await runner.advance()
+    assert runner.status.injections[0].state == "Recovered"
+
+
+async def test_the_finalizer_waits_for_the_plan_s_daemon_to_stop() -> None:
+    world = World()
+    world.plan(CORDON)
+    world.runtime.plans.add("default/p")
+    body = kopf.Body(kopf.RawBody(await world.host.get(f"{PLANS}/p")))
+    with pytest.raises(kopf.TemporaryError, match="daemon to stop"):
+        await delete(body=body, memo=kopf.Memo(runtime=world.runtime))

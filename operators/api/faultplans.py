@@ -50,6 +50,8 @@ MAX_AFTER = 4
 MAX_NAMES = 100
 MAX_VALUES = 16
 MAX_EXPECTATIONS = 10
+#: Occurrences of all steps together (repeat.times summed): each is recorded in the status.
+MAX_OCCURRENCES = 200
 MAX_EXPRESSION_LENGTH = 1024
 STEP_NAME_LENGTH = 63
 
@@ -378,7 +380,7 @@ class Expectation(Model):
 class Repeat(Model):
     every: Duration
     """Time between occurrences (each picks new victims)."""
-    times: int = Field(ge=1, le=1000)
+    times: int = Field(ge=1, le=MAX_OCCURRENCES)
     """How many occurrences in all."""
 
 
@@ -443,6 +445,10 @@ class FaultPlanSpec(Model):
              "steps wait for each other in a cycle (a step's after names itself, or two steps "
              "name each other): remove one of the names",
              field_path=".steps"),
+        rule(f"self.steps.map(s, has(s.repeat) ? s.repeat.times : 1).sum() <= {MAX_OCCURRENCES}",
+             f"the steps have more than {MAX_OCCURRENCES} occurrences in all (repeat.times "
+             f"summed over the steps): each is recorded in the plan's status; use fewer "
+             f"repeats, or split the plan", field_path=".steps"),
         rule("self == oldSelf", "spec is immutable: delete the FaultPlan and apply it again"),
     )}
 

@@ -14,7 +14,7 @@ import celpy
 from celpy.adapter import json_to_cel
 from celpy.celparser import CELParseError
 from celpy.celtypes import BoolType
-from celpy.evaluation import CELEvalError
+from celpy.evaluation import CELEvalError, CELSyntaxError
 
 from operators.faults.expectations import ExpectationError
 
@@ -28,13 +28,19 @@ class CelMatcher:
         self.expression = expression
         try:
             self._program = _ENVIRONMENT.program(_ENVIRONMENT.compile(expression))
-        except CELParseError as error:
+        except (CELParseError, RecursionError) as error:
             raise ExpectationError(f"cel: {expression!r} is not a CEL expression: "
+                                   f"{' '.join(str(error).split())}") from error
+        except Exception as error:  # the library's other refusals (macros misused, ...)
+            raise ExpectationError(f"cel: {expression!r} cannot be used: "
                                    f"{' '.join(str(error).split())}") from error
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
         try:
             result = self._program.evaluate({"self": json_to_cel(dict(obj))})
-        except CELEvalError:
-            return False
+        except CELSyntaxError as error:  # found only once evaluated (a macro misused)
+            raise ExpectationError(f"cel: {self.expression!r} is not a CEL expression: "
+                                   f"{' '.join(str(error).split())[:200]}") from error
+        except (CELEvalError, RecursionError, TypeError, ValueError):
+            return False  # a field it reads is missing or of another type: not this object
         return isinstance(result, BoolType) and bool(result)

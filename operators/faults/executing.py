@@ -20,6 +20,7 @@ from operators.api import faultplans as api
 from operators.api.durations import parse_duration
 from operators.faults import expectations as ex
 from operators.faults import planning, targets
+from operators.k8s.times import parse
 
 #: States after which an occurrence has nothing more to do (Injected is one for a fault that
 #: stays until the plan is deleted).
@@ -115,19 +116,40 @@ def step_finished(injections: Sequence[api.InjectionStatus], step: str) -> bool:
         i.state in SETTLED or (i.state == "Injected" and i.recoverAt is None) for i in mine)
 
 
+def finished_at(injections: Sequence[api.InjectionStatus], step: str,
+                started: float) -> float:
+    """When ``step`` actually finished, in seconds from the start (0 if it never had to)."""
+    moments = [parse(i.recoveredAt or i.injectedAt) - started for i in injections
+               if i.step == step and (i.recoveredAt or i.injectedAt)]
+    return max(moments, default=0.0)
+
+
 def due(spec: api.FaultPlanSpec, injections: Sequence[api.InjectionStatus],
-        elapsed: float) -> list[Due]:
-    """What to do ``elapsed`` seconds after the start: recoveries first (an occurrence that
-    starts as the previous one ends finds it undone), then injections whose time came and
-    whose after-steps have finished."""
-    after = {step.name: step.after for step in spec.steps}
+        elapsed: float, started: float = 0.0) -> list[Due]:
+    """What to do ``elapsed`` seconds after the start (``started``, seconds since the epoch):
+    recoveries first (an occurrence that starts as the previous one ends finds it undone),
+    then injections whose time came and whose after-steps have finished, their delay counted
+    from when those actually finished (a recovery can take longer than planned)."""
+    steps = {step.name: step for step in spec.steps}
     recover = [Due(n, "recover") for n, i in enumerate(injections)
                if i.state == "Injected" and i.recoverAt is not None
                and elapsed >= i.recoverAt]
-    inject = [Due(n, "inject") for n, i in enumerate(injections)
-              if i.state == "Scheduled" and i.injectAt is not None and elapsed >= i.injectAt
-              and all(step_finished(injections, name) for name in after.get(i.step, ()))]
+    inject = []
+    for n, i in enumerate(injections):
+        if i.state != "Scheduled" or i.injectAt is None or elapsed < i.injectAt:
+            continue
+        after = steps[i.step].after if i.step in steps else []
+        if not all(step_finished(injections, name) for name in after):
+            continue
+        if after and elapsed < max(finished_at(injections, name, started) for name in after) \
+                + parse_duration(steps[i.step].delay) + i.occurrence * _every(steps[i.step]):
+            continue
+        inject.append(Due(n, "inject"))
     return recover + inject
+
+
+def _every(step: api.Step) -> float:
+    return parse_duration(step.repeat.every) if step.repeat is not None else 0.0
 
 
 def next_time(injections: Sequence[api.InjectionStatus], elapsed: float) -> float | None:

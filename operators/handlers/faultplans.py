@@ -26,6 +26,7 @@ import kopf
 
 from operators.api.base import API_VERSION
 from operators.api.clusters import FakeCluster
+from operators.api.durations import parse_duration
 from operators.api.faultplans import (
     INSTANT_FAULTS,
     ExpectationStatus,
@@ -69,6 +70,10 @@ TICK = 1.0
 #: Writes of one injection in flight at once, per member cluster.
 CONCURRENCY = 64
 CONFLICT_RETRIES = 8
+#: Victims one injection may have, and all injections of a plan: they are recorded in the
+#: status (about 40 bytes each), which must stay well under etcd's 1.5 MiB per object.
+MAX_VICTIMS = 5000
+MAX_RECORDED = 20000
 
 
 class PlanRunner:
@@ -136,7 +141,8 @@ class PlanRunner:
         now = time.time()
         elapsed = now - parse(self.status.startedAt)
         injections = list(self.status.injections)
-        for due in executing.due(self.plan.spec, injections, elapsed):
+        for due in executing.due(self.plan.spec, injections, elapsed,
+                                 parse(self.status.startedAt)):
             injection = self.status.injections[due.index]
             if due.action == "inject":
                 await self.inject(due.index, injection)
@@ -151,8 +157,10 @@ class PlanRunner:
     async def _sleep(self, stopped: Callable[[], bool]) -> None:
         elapsed = time.time() - parse(self.status.startedAt)
         upcoming = executing.next_time(self.status.injections, elapsed)
-        pending = any(i.state == "Recovering" or any(r.outcome == "Pending"
-                                                     for r in i.expectations)
+        pending = any(i.state == "Recovering"
+                      or any(r.outcome == "Pending" for r in i.expectations)
+                      # due, but waiting for steps it comes after, or for an entry to write
+                      or (i.state == "Scheduled" and (i.injectAt or 0.0) <= elapsed)
                       for i in self.status.injections)
         wait = TICK if pending or upcoming is None else max(0.0, upcoming - elapsed)
         deadline = time.monotonic() + min(wait, 30.0)
@@ -246,10 +254,12 @@ class PlanRunner:
                 listed = await client.get("/api/v1/nodes")
                 for item in listed.get("items") or ():
                     self._remember(name, "Node", item)
+                # Only the engine's nodes: an adopted cluster's real nodes take no fault.
                 nodes = tuple(NodeView(n["metadata"]["name"],
-                                       (n["metadata"].get("labels") or {}).get(POOL_LABEL, ""),
+                                       (n["metadata"].get("labels") or {})[POOL_LABEL],
                                        n["metadata"].get("labels") or {})
-                              for n in listed.get("items") or ())
+                              for n in listed.get("items") or ()
+                              if POOL_LABEL in (n["metadata"].get("labels") or {}))
                 views.append(ClusterView(name, cluster.spec.labels, nodes=nodes))
             else:
                 path = "/api/v1/pods" if not step.target.pods or not step.target.pods.namespace \
@@ -257,10 +267,14 @@ class PlanRunner:
                 listed = await client.get(path)
                 for item in listed.get("items") or ():
                     self._remember(name, "Pod", item)
+                # Only pods the engine runs: bound to one of its nodes, not finished.
+                ours = {n["metadata"]["name"] for n in (await client.get(
+                    "/api/v1/nodes", {"labelSelector": POOL_LABEL})).get("items") or ()}
                 pods = tuple(_pod_view(p) for p in listed.get("items") or ()
-                             if not (p["metadata"].get("deletionTimestamp")
-                                     or (p.get("status") or {}).get("phase") in
-                                     ("Succeeded", "Failed")))
+                             if (p.get("spec") or {}).get("nodeName") in ours
+                             and not (p["metadata"].get("deletionTimestamp")
+                                      or (p.get("status") or {}).get("phase") in
+                                      ("Succeeded", "Failed")))
                 views.append(ClusterView(name, cluster.spec.labels, pods=pods))
         return Fleet(tuple(views))
 
@@ -315,6 +329,10 @@ class PlanRunner:
                 self._replace(index, state="Skipped", message=injection.message or
                               "nothing matched the target when the step was due")
                 return
+            too_many = self._too_many(len(mine.victims))
+            if too_many:
+                self._replace(index, state="Skipped", message=too_many)
+                return
             # Recorded before anything is written: a successor injects into exactly these.
             self._replace(index, targets=[executing.victim_text(v) for v in mine.victims])
             await self.write()
@@ -323,19 +341,30 @@ class PlanRunner:
         if not any(executing.victim_text(v) in self._seen for v in victims):
             await self.observe(victims)  # recorded before a restart: look at them now
         chosen = time.monotonic()
-        problems = await self._each(victims, lambda v: self._inject_one(step, injection, v))
+        problems, failed = await self._each(
+            victims, lambda v: self._inject_one(step, injection, v))
         logger.info("plan %s/%s: %s#%d: %d victims chosen in %.2fs, entries written in %.2fs",
                     self.namespace, self.name, step.name, injection.occurrence, len(victims),
                     chosen - began, time.monotonic() - chosen)
+        if failed:
+            # Not injected until every victim has its entry: the next tick writes the rest
+            # (entries already written are not written twice).
+            self._replace(index, message=_summary(
+                f"{len(failed)} of {len(victims)} entries not written yet, trying again", failed))
+            return
         state = "Done" if step.fault.type in INSTANT_FAULTS else "Injected"
-        self._replace(index, state=state, injectedAt=micro_time(),
-                      message="; ".join(problems) or injection.message,
+        now = micro_time()
+        # The fault lasts its duration from when it is in place, however late that was.
+        recover_at = None if step.duration is None else \
+            parse(now) - parse(self.status.startedAt) + parse_duration(step.duration)
+        self._replace(index, state=state, injectedAt=now, recoverAt=recover_at,
+                      message=_summary("", problems) or injection.message,
                       expectations=[ExpectationStatus(name=e.name)
                                     for e in step.expectations])
         await self.write()
         self._plan_event("Normal", "FaultInjected",
                          f"step {step.name} #{injection.occurrence}: {step.fault.type} on "
-                         f"{len(victims)} target(s)" + (f" ({'; '.join(problems)})"
+                         f"{len(victims)} target(s)" + (f" ({_summary('', problems)})"
                                                         if problems else ""))
         await self._member_events(victims, "Warning", "FaultInjected",
                                   f"{step.fault.type} injected by FaultPlan "
@@ -427,11 +456,13 @@ class PlanRunner:
         problem = await edit_entries(self.runtime.host, path, edit, f"FakeCluster {cluster}")
         if problem:
             return problem
-        try:
-            fresh = FakeCluster.model_validate(await self.runtime.host.get(path))
-        except NotFound:
-            return ""
-        await hold_components(self.runtime, fresh, cluster_key(self.namespace, cluster))
+        key = cluster_key(self.namespace, cluster)
+        async with self.runtime.lock(key):  # as the cluster handler: one at a time
+            try:
+                fresh = FakeCluster.model_validate(await self.runtime.host.get(path))
+            except NotFound:
+                return ""
+            await hold_components(self.runtime, fresh, key)
         return ""
 
     # -- recover --------------------------------------------------------------------------------
@@ -459,10 +490,15 @@ class PlanRunner:
                         if e.id == entry_id and e.state == "inject" else e for e in entries]
             return await edit_entries(client, _path(victim), flip, str(victim),
                                       self._observed(victim))
-        problems = await self._each(victims, one)
+        problems, failed = await self._each(victims, one)
         if problems:
             logger.warning("plan %s/%s: recovery of %s: %s", self.namespace, self.name,
-                           injection.step, "; ".join(problems))
+                           injection.step, _summary("", problems))
+        if failed:
+            self._replace(index, message=_summary(
+                f"recovery of {len(failed)} of {len(victims)} not written yet, trying again",
+                failed))
+            return
         self._replace(index, state="Recovering")
         await self.write()
 
@@ -473,7 +509,9 @@ class PlanRunner:
         entry_id = self._id(injection)
         victims = [executing.victim_of(text) for text in injection.targets]
         if step.fault.type != "Delete":
-            await self.observe(victims)
+            await self.observe(victims)  # lists the clusters too
+        else:
+            await self.clusters()
         gate = asyncio.Semaphore(CONCURRENCY)
 
         async def back(victim: Victim) -> bool:
@@ -492,8 +530,10 @@ class PlanRunner:
 
     async def _recovered(self, step: Step, entry_id: str, victim: Victim) -> bool:
         try:
+            if victim.cluster not in self._clusters:
+                return True  # the FakeCluster is gone, and all of it with it
             if victim.kind == "Cluster":
-                return await self._component_back(victim.cluster, step)
+                return await self._component_back(victim.cluster, step, entry_id)
             client = self.member(victim.cluster)
             if client is None:
                 return False
@@ -501,7 +541,7 @@ class PlanRunner:
                 try:
                     node = await client.get(f"/api/v1/nodes/{victim.name}")
                 except NotFound:
-                    return False
+                    return not await self._served(victim)
                 return any(c.get("type") == "Ready" and c.get("status") == "True"
                            for c in (node.get("status") or {}).get("conditions") or ())
             obj = self._observed(victim)
@@ -511,6 +551,14 @@ class PlanRunner:
             mine = next((e for e in entries if e.id == entry_id), None)
             if mine is None:
                 return True
+            if mine.state == "inject":  # its flip was lost (a restart, an error): again
+
+                def flip(entries: list[FaultEntry], _: dict[str, Any]) -> list[FaultEntry]:
+                    return [e.model_copy(update={"state": "recover"})
+                            if e.id == entry_id and e.state == "inject" else e
+                            for e in entries]
+                await edit_entries(client, _path(victim), flip, str(victim), obj)
+                return False
             if mine.state != "done":
                 return False
 
@@ -522,7 +570,27 @@ class PlanRunner:
                         self.name, victim, error)
             return False
 
-    async def _component_back(self, cluster: str, step: Step) -> bool:
+    async def _served(self, victim: Victim) -> bool:
+        """Whether a pool of the victim's cluster still has the deleted node's name (so its
+        engine makes it again)."""
+        found = await self.runtime.host.get(POOLS.format(namespace=self.namespace))
+        for pool in found.get("items") or ():
+            prefix = f"{pool['metadata']['name']}-"
+            index = victim.name[len(prefix):]
+            if pool["spec"].get("clusterRef") == victim.cluster and \
+                    victim.name.startswith(prefix) and index.isdigit() and \
+                    int(index) < int(pool["spec"].get("replicas", 0)):
+                return True
+        return False
+
+    async def _component_back(self, cluster: str, step: Step, entry_id: str) -> bool:
+        known = self._clusters.get(cluster)
+        if known is not None and any(
+                entry.id == entry_id for entry in
+                read_entries(known.metadata.get("annotations"))[0]):
+            # Its removal was lost (a restart, an error): remove it again.
+            await self._cluster_entries(cluster, entry_id)
+            return False
         local = self.runtime.substrate.clusters.get(cluster_key(self.namespace, cluster))
         if local is None:
             return True
@@ -570,6 +638,13 @@ class PlanRunner:
                 except K8sError as error:
                     holds, message = False, f"could not look: {error}"
                     result = result.model_copy(update={"message": message})
+                except Exception as error:  # a defect of an expression must not stop the plan
+                    logger.exception("plan %s/%s: expectation %s", self.namespace, self.name,
+                                     spec.name)
+                    results.append(result.model_copy(update={
+                        "outcome": "Failed", "latencySeconds": 0.0,
+                        "message": f"expectation {spec.name} cannot be judged: {error!r}"}))
+                    continue
                 deadline = ex.Deadline(expectation, injected)
                 outcome = deadline.observe(now, holds)
                 if outcome is None:
@@ -631,18 +706,32 @@ class PlanRunner:
     # -- helpers --------------------------------------------------------------------------------
 
     async def _each(self, victims: Sequence[Victim],
-                    act: Callable[[Victim], Any]) -> list[str]:
-        """``act`` on every victim, CONCURRENCY at once; the problems it reported."""
+                    act: Callable[[Victim], Any]) -> tuple[list[str], list[str]]:
+        """``act`` on every victim, CONCURRENCY at once: the problems it reported (for good: a
+        victim gone, one that cannot take the fault), and the API errors to try again."""
         gate = asyncio.Semaphore(CONCURRENCY)
 
-        async def guarded(victim: Victim) -> str:
+        async def guarded(victim: Victim) -> tuple[str, str]:
             async with gate:
                 try:
                     problem: str = await act(victim)
-                    return problem
+                    return problem, ""
                 except K8sError as error:
-                    return f"{victim}: {error}"
-        return [p for p in await asyncio.gather(*(guarded(v) for v in victims)) if p]
+                    return "", f"{victim}: {error}"
+        found = await asyncio.gather(*(guarded(v) for v in victims))
+        return [p for p, _ in found if p], [e for _, e in found if e]
+
+    def _too_many(self, victims: int) -> str:
+        """Why an occurrence with this many victims is not injected ("" if it may be): the
+        victims are recorded in the status, which must stay well under etcd's object size."""
+        recorded = sum(len(i.targets) for i in self.status.injections)
+        if victims > MAX_VICTIMS:
+            return (f"{victims} victims, more than {MAX_VICTIMS} in one injection: set "
+                    f"target.maxTargets (or a smaller percent)")
+        if recorded + victims > MAX_RECORDED:
+            return (f"{victims} more victims would make {recorded + victims} in the plan, more "
+                    f"than {MAX_RECORDED}: set target.maxTargets or use fewer occurrences")
+        return ""
 
     def _replace(self, index: int, **changes: Any) -> None:
         injections = list(self.status.injections)
@@ -676,6 +765,15 @@ class PlanRunner:
                                     f"/events", event, decode=False)
             return ""
         await self._each(victims, one)
+
+
+def _summary(head: str, problems: Sequence[str], shown: int = 5) -> str:
+    """``head``, then the first few problems and how many more (status messages stay short)."""
+    if not problems:
+        return head
+    listed = "; ".join(problems[:shown])
+    more = f" (and {len(problems) - shown} more)" if len(problems) > shown else ""
+    return f"{head}: {listed}{more}" if head else f"{listed}{more}"
 
 
 def _pod_view(pod: dict[str, Any]) -> PodView:
@@ -741,21 +839,29 @@ async def run(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
               **_: Any) -> None:
     """Daemon: one per plan, for as long as it runs (kopf starts it again on resume)."""
     runtime: Runtime = memo.runtime
-    plan = FaultPlan.model_validate(await runtime.host.get(PLAN.format(
-        namespace=body["metadata"]["namespace"], name=body["metadata"]["name"])))
-    if plan.metadata.get("deletionTimestamp"):
-        return
-    runner = PlanRunner(runtime, plan)
+    key = f"{body['metadata']['namespace']}/{body['metadata']['name']}"
+    runtime.plans.add(key)
     try:
+        plan = FaultPlan.model_validate(await runtime.host.get(PLAN.format(
+            namespace=body["metadata"]["namespace"], name=body["metadata"]["name"])))
+        if plan.metadata.get("deletionTimestamp"):
+            return
+        runner = PlanRunner(runtime, plan)
         await runner.run(lambda: bool(stopped))
     except K8sError as error:
-        raise kopf.TemporaryError(f"plan {runner.namespace}/{runner.name}: {error}",
-                                  delay=2) from error
+        raise kopf.TemporaryError(f"plan {key}: {error}", delay=2) from error
+    finally:
+        runtime.plans.discard(key)
 
 
 async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Finalizer: recover everything the plan injected; the plan goes once all is undone."""
     runtime: Runtime = memo.runtime
+    key = f"{body['metadata']['namespace']}/{body['metadata']['name']}"
+    if key in runtime.plans:
+        # kopf stops the daemon when the plan is deleted, but runs this meanwhile: an
+        # injection it is writing now must be seen here, so wait until it has stopped.
+        raise kopf.TemporaryError("waiting for the plan's daemon to stop", delay=1)
     try:
         plan = FaultPlan.model_validate(await runtime.host.get(PLAN.format(
             namespace=body["metadata"]["namespace"], name=body["metadata"]["name"])))

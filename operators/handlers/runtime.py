@@ -43,6 +43,8 @@ class Runtime:
     #: Each member's API server version, and when it last said so (time.monotonic()).
     versions: dict[str, tuple[str, float]] = dataclasses.field(default_factory=dict)
     locks: dict[str, asyncio.Lock] = dataclasses.field(default_factory=dict)
+    #: FaultPlans whose daemon runs now (namespace/name): their finalizer waits for it.
+    plans: set[str] = dataclasses.field(default_factory=set)
 
     def lock(self, key: str) -> asyncio.Lock:
         """One reconciliation at a time per object (change handlers and timers overlap)."""
