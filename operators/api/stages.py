@@ -50,6 +50,7 @@ POD_FIELDS: dict[str, str] = {
     "exitCode": "the code its containers exit with (annotation fakefleet.dev/exit-code, else 0)",
     "restartPolicy": "Always, OnFailure or Never",
     "waiting": "the reason the containers wait with, as a stage set it (empty: not waiting)",
+    "restarts": "how often the containers restarted (the status's restartCount)",
 }
 #: What a node selector may test.
 NODE_FIELDS: dict[str, str] = {

@@ -19,8 +19,9 @@ annotation plans it again. A fault stage with ``endFault`` is followed by a seco
 pod itself: its entry marked done, conditional on the resourceVersion the status write
 returned (on a 409 the pod is read again, and only that entry, if still there and not done, is
 flipped). Its life is committed once both succeeded; a failure retries the whole step, whose
-status write is the same again. The engine stopping between the two writes is the one window
-in which a one-shot fault (an exit) can happen twice: on a restart its entry is still live.
+status write is the same again. An engine stopping between the two writes leaves the entry
+live; a one-shot fault's stages therefore select what its write changes (the restart count it
+was written for, or a phase it leaves), so a restarted engine does not apply it again.
 """
 
 from __future__ import annotations

@@ -81,6 +81,7 @@ POD_VIEWS: dict[str, PodView] = {
     "exitCode": lambda pod, _: str(pod.exit_code),
     "restartPolicy": lambda pod, _: pod.restart_policy,
     "waiting": lambda _, life: life.waiting[0] if life.waiting else "",
+    "restarts": lambda _, life: str(life.restarts),
 }
 NODE_VIEWS: dict[str, NodeView] = {
     "name": lambda node, _: node.name,

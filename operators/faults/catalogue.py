@@ -134,17 +134,20 @@ RUNNING = ("Running",)
 ALIVE = ("Pending", "Initializing", "Running", "BackOff")
 
 
-def pod_entry(entry_id: str, fault: Fault) -> FaultEntry:
-    """The entry for a pod fault."""
+def pod_entry(entry_id: str, fault: Fault, *, restarts: int = 0) -> FaultEntry:
+    """The entry for a pod fault. ``restarts``: the pod's restart count when the fault is
+    written; a one-shot exit fires only while it is still that, so an engine restarted between
+    writing the exit and marking the entry done does not make the container exit again."""
     kind = fault.type
+    once = _is("restarts", str(restarts))
     if kind == "ContainerExit":
         stages = _stages(_pod("fault-exit", {"exit": {
             "exitCode": fault.exitCode, "reason": fault.reason or "Error",
-            "message": fault.message or ""}, "endFault": True}, phases=RUNNING))
+            "message": fault.message or ""}, "endFault": True}, once, phases=RUNNING))
     elif kind == "OOMKilled":
         stages = _stages(_pod("fault-oom", {"exit": {
             "exitCode": 137, "reason": "OOMKilled", "message": fault.message or ""},
-            "endFault": True}, phases=RUNNING))
+            "endFault": True}, once, phases=RUNNING))
     elif kind == "Evict":
         stages = _stages(_pod("fault-evict", {"evict": {
             "reason": fault.reason or "Evicted",

@@ -379,10 +379,12 @@ class PlanRunner:
         if client is None:
             return f"{victim}: the cluster is not reachable"
         if victim.kind == "Pod":
-            def add_pod(entries: list[FaultEntry], _: dict[str, Any]) -> list[FaultEntry]:
+            def add_pod(entries: list[FaultEntry], pod: dict[str, Any]) -> list[FaultEntry]:
                 if any(e.id == entry_id for e in entries):
                     return entries
-                return [*entries, catalogue.pod_entry(entry_id, fault)]
+                restarts = max((c.get("restartCount", 0) for c in (pod.get("status") or {})
+                                .get("containerStatuses") or ()), default=0)
+                return [*entries, catalogue.pod_entry(entry_id, fault, restarts=restarts)]
             return await edit_entries(client, _pod_path(victim), add_pod, str(victim),
                                       self._observed(victim))
         if fault.type == "Delete":

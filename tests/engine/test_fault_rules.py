@@ -222,3 +222,22 @@ def test_one_fault_s_hold_lets_another_fault_act() -> None:
     taint = entry("b", [node_stage("b-taint", taints=[{"key": "x", "effect": "NoSchedule"}])])
     names = [rule.name for rule in book(faults(not_ready, taint)).nodes[:3]]
     assert names == ["a-not-ready", "b-taint", "a-hold"]
+
+
+def test_a_one_shot_exit_fires_only_at_the_restart_count_it_was_written_for() -> None:
+    """An engine killed after writing the exit and before marking the entry done finds the
+    entry still live: the pod restarted since, so the exit does not come again."""
+    from operators.api.faultplans import Fault
+    from operators.faults.catalogue import pod_entry
+
+    book = Rulebook(stages.default_rules())
+    written = pod_entry("ns/plan/exit/0", Fault(type="ContainerExit", exitCode=3), restarts=2)
+    text = json.dumps([written.model_dump(mode="json", exclude_defaults=True)
+                       | {"id": written.id, "state": "inject"}])
+    facts = PodFacts(manifest(**{FAULTS: text}))
+    rules = book(text).pods
+    before = stages.match_pod(rules, facts, PodLife(phase="Running", restarts=2))
+    after = stages.match_pod(rules, facts, PodLife(phase="Running", restarts=3))
+    assert before is not None
+    assert before.name == "fault-exit"
+    assert after is None or after.name != "fault-exit"
