@@ -52,13 +52,32 @@ VICTIM_NODES = {"kind": "Node", "victims": True}
 def run(fleet: Fleet, manifest: str, name: str, timeout: float = 180) -> dict[str, Any]:
     """Apply a plan and wait until it finished; the plan as it ended."""
     fleet.apply(manifest)
+    return finished(fleet, name, timeout)
 
-    def finished() -> dict[str, Any] | None:
+
+def finished(fleet: Fleet, name: str, timeout: float) -> dict[str, Any]:
+    """The plan once it finished (Succeeded or Failed)."""
+    def ended() -> dict[str, Any] | None:
         found: dict[str, Any] = fleet.get("fp", name, "-n", NAMESPACE)
         return found if (found.get("status") or {}).get("phase") in (
             "Succeeded", "Failed") else None
-    result: dict[str, Any] = eventually(finished, timeout=timeout, what=f"plan {name} finished")
+    result: dict[str, Any] = eventually(ended, timeout=timeout, what=f"plan {name} finished")
     return result
+
+
+def deployment(name: str, replicas: int, image: str = "busybox") -> str:
+    return f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: work}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      containers: [{{name: main, image: {image}}}]
+"""
 
 
 def delete_plan(fleet: Fleet, name: str) -> None:
@@ -192,17 +211,6 @@ spec:
       restartPolicy: Never
       containers: [{name: allreduce, image: nccl-tests}]
 ---
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: work}
-spec:
-  replicas: 4
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      containers: [{name: web, image: nginx}]
----
 apiVersion: v1
 kind: Pod
 metadata:
@@ -231,7 +239,7 @@ def running(member: Path, selector: str, count: int) -> bool:
 
 
 def test_pod_faults_reach_the_workloads_controllers(fleet: Fleet, delta: Path) -> None:
-    apply_member(delta, WORKLOADS)
+    apply_member(delta, WORKLOADS + "---" + deployment("web", 4, image="nginx"))
     eventually(lambda: running(delta, "app=nccl", 2) and running(delta, "app=web", 4),
                timeout=60, what="the Job's and the Deployment's pods Running")
 
@@ -324,18 +332,6 @@ def test_an_expectation_that_cannot_hold_fails_at_its_deadline(fleet: Fleet,
     delete_plan(fleet, "impossible")
 
 
-KILL_DEPLOYMENT = """
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: kill, namespace: work}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: kill}}
-  template:
-    metadata: {labels: {app: kill}}
-    spec:
-      containers: [{name: main, image: busybox}]
-"""
 
 
 def engine_pid(cluster: str) -> int:
@@ -350,7 +346,7 @@ def test_kill_9_of_operator_and_engine_mid_plan(fleet: Fleet, delta: Path) -> No
     """Five steps; the operator and then the engine are killed between them. Container exits
     (one restart each if injected once) and cordons (recovered) tell that every step happened
     exactly once and every recovery was done."""
-    apply_member(delta, KILL_DEPLOYMENT)
+    apply_member(delta, deployment("kill", 3))
     eventually(lambda: running(delta, "app=kill", 3), timeout=60, what="3 pods app=kill")
     names = sorted(p["metadata"]["name"] for p in pods(delta, "app=kill"))
     kill_pods = {"clusters": {"names": ["delta"]}, "mode": "one",
@@ -371,12 +367,7 @@ def test_kill_9_of_operator_and_engine_mid_plan(fleet: Fleet, delta: Path) -> No
     # The new operator starts the member's engine again; kill that one too, mid-plan.
     engine = eventually(lambda: engine_pid("delta"), timeout=60, what="delta's engine")
     os.kill(engine, signal.SIGKILL)
-
-    def finished() -> dict[str, Any] | None:
-        found: dict[str, Any] = fleet.get("fp", "survivor", "-n", NAMESPACE)
-        return found if (found.get("status") or {}).get("phase") in (
-            "Succeeded", "Failed") else None
-    found = eventually(finished, timeout=120, what="plan survivor finished")
+    found = finished(fleet, "survivor", timeout=120)
     injections = found["status"]["injections"]
     assert [i["state"] for i in injections] == ["Done", "Recovered", "Done", "Recovered",
                                                 "Done"], injections
@@ -441,7 +432,7 @@ def test_scheduler_and_controller_manager_outages(fleet: Fleet, delta: Path) -> 
     # Scheduled once the scheduler is back (the controller-manager plays no part in that).
     eventually(lambda: kubectl_json(delta, "-n", "work", "get", "pod", "waits")["spec"].get(
         "nodeName"), timeout=30, what="pod waits scheduled after the scheduler came back")
-    apply_member(delta, KILL_DEPLOYMENT.replace("kill", "later"))
+    apply_member(delta, deployment("later", 3))
     time.sleep(5)
     assert pods(delta, "app=later") == [], "no ReplicaSet controller while it is down"
     eventually(lambda: running(delta, "app=later", 3), timeout=90,
