@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 from operators.api import faultplans as api
 from operators.api.durations import parse_duration
 from operators.faults import expectations as ex
 from operators.faults import planning, targets
+from operators.faults.cel import CelMatcher
 from operators.k8s.times import parse
 
 #: States after which an occurrence has nothing more to do (Injected is one for a fault that
@@ -163,9 +164,8 @@ def next_time(injections: Sequence[api.InjectionStatus], elapsed: float) -> floa
 
 # -- expectations ------------------------------------------------------------------------------
 
-def expectation_of(spec: api.Expectation, cel: Any = None) -> ex.Expectation:
-    """The pure expectation; ``cel``: a compiler of CEL expressions to matchers (the handler
-    passes one; CEL needs a library the pure layer does not load)."""
+def expectation_of(spec: api.Expectation) -> ex.Expectation:
+    """The expectation to judge; a CEL expression that does not parse is an ExpectationError."""
     objects = spec.objects
     ref = ex.Objects(objects.apiVersion, objects.kind, objects.namespace, objects.name,
                      _selector(objects.selector), objects.victims, objects.onVictimNodes,
@@ -173,23 +173,22 @@ def expectation_of(spec: api.Expectation, cel: Any = None) -> ex.Expectation:
     matcher: ex.Matcher | ex.Count
     if spec.count is not None:
         where = spec.count.where
-        matcher = ex.Count(None if where is None else _matcher(where, cel), spec.count.equals,
+        matcher = ex.Count(None if where is None else _matcher(where), spec.count.equals,
                            spec.count.atLeast, spec.count.atMost)
     else:
-        matcher = _matcher(spec, cel)
+        matcher = _matcher(spec)
     return ex.Expectation(spec.name, parse_duration(spec.within), ref, matcher)
 
 
-def _matcher(spec: api.Expectation | api.Where, cel: Any) -> ex.Matcher:
+def _matcher(spec: api.Expectation | api.Where) -> ex.Matcher:
     if spec.field is not None:
         return ex.Field(spec.field.path, spec.field.equals)
     if spec.condition is not None:
         return ex.Condition(spec.condition.type, spec.condition.status, spec.condition.reason)
     if spec.taint is not None:
         return ex.Taint(spec.taint.key, spec.taint.effect)
-    if spec.cel is not None and cel is not None:
-        matcher: ex.Matcher = cel(spec.cel)
-        return matcher
+    if spec.cel is not None:
+        return CelMatcher(spec.cel)
     raise ex.ExpectationError("the expectation has no matcher")
 
 

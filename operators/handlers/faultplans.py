@@ -49,7 +49,6 @@ from operators.api.status import condition
 from operators.engine.recording import render_event
 from operators.faults import catalogue, executing
 from operators.faults import expectations as ex
-from operators.faults.cel import CelMatcher
 from operators.faults.planning import PlanError
 from operators.faults.targets import ClusterView, Fleet, NodeView, PodView, TargetError, Victim
 from operators.handlers.clusters import hold_components, member_access
@@ -93,12 +92,13 @@ class PlanRunner:
         self.steps = {step.name: step for step in plan.spec.steps}
         self._clients: dict[str, Client] = {}
         self._clusters: dict[str, FakeCluster] = {}
-        self._plurals: dict[tuple[str, str, str], str] = {}
+        #: (server, apiVersion, kind) → (plural, namespaced), from the API's discovery.
+        self._plurals: dict[tuple[str, str, str], tuple[str, bool]] = {}
         self._written = self.status.model_dump(mode="json")
-        #: Victims as the last list showed them (by their status text), so that a write can
-        #: go out without reading each object first.
-        self._seen: dict[str, dict[str, Any]] = {}
-        self._uids: dict[str, str] = {}  # the same, their uids (for Events about them)
+        #: Victims as the last list showed them, so that a write can go out without reading
+        #: each object first; and their uids (for Events about them).
+        self._seen: dict[Seen, dict[str, Any]] = {}
+        self._uids: dict[Seen, str] = {}
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -173,10 +173,9 @@ class PlanRunner:
         phase, verdict, steps = executing.summary(self.plan.spec, self.status.injections)
         if self.status.phase not in ("Running", "Pending"):
             return
-        stalled = ""
         self.status = self.status.model_copy(update={
             "phase": phase, "verdict": verdict, "stepsDone": steps,
-            "conditions": self._conditions(stalled=stalled, phase=phase)})
+            "conditions": self._conditions(phase=phase)})
 
     def _conditions(self, *, stalled: str = "", phase: str = "Running") -> list[Any]:
         generation = int(self.plan.metadata.get("generation", 0))
@@ -302,14 +301,12 @@ class PlanRunner:
 
     def _remember(self, cluster: str, kind: str, item: dict[str, Any]) -> None:
         meta = item["metadata"]
-        key = executing.victim_text(Victim(cluster, kind, meta["name"],  # type: ignore[arg-type]
-                                           meta.get("namespace", "")))
+        key = (cluster, kind, meta.get("namespace", ""), meta["name"])
         self._seen[key] = item
         self._uids[key] = meta.get("uid", "")
 
     def _observed(self, victim: Victim) -> dict[str, Any] | None:
-        return self._seen.pop(executing.victim_text(
-            Victim(victim.cluster, victim.kind, victim.name, victim.namespace)), None)
+        return self._seen.pop(_seen(victim), None)
 
     # -- inject ---------------------------------------------------------------------------------
 
@@ -338,7 +335,7 @@ class PlanRunner:
             await self.write()
             injection = self.status.injections[index]
         victims = [executing.victim_of(text) for text in injection.targets]
-        if not any(executing.victim_text(v) in self._seen for v in victims):
+        if not any(_seen(v) in self._seen for v in victims):
             await self.observe(victims)  # recorded before a restart: look at them now
         chosen = time.monotonic()
         problems, failed = await self._each(
@@ -630,7 +627,7 @@ class PlanRunner:
                     results.append(result)
                     continue
                 try:
-                    expectation = executing.expectation_of(spec, cel=compile_cel)
+                    expectation = executing.expectation_of(spec)
                     holds = await self._holds(expectation, victims)
                 except (ex.ExpectationError, ValueError) as error:
                     results.append(result.model_copy(update={
@@ -690,20 +687,17 @@ class PlanRunner:
 
     async def _plural(self, client: Client, api_version: str, kind: str) -> tuple[str, bool]:
         key = (client.server, api_version, kind)
-        cached = self._plurals.get(key)
-        if cached is None:
+        if key not in self._plurals:
             path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
             found = await client.get(path)
             for resource in found.get("resources") or ():
                 if "/" not in resource["name"]:
-                    self._plurals[(client.server, api_version, resource["kind"])] = \
-                        resource["name"] + ("|ns" if resource.get("namespaced") else "")
-            cached = self._plurals.get(key)
-            if cached is None:
+                    self._plurals[(client.server, api_version, resource["kind"])] = (
+                        resource["name"], bool(resource.get("namespaced")))
+            if key not in self._plurals:
                 raise ex.ExpectationError(f"objects: the API has no kind {kind} in "
                                           f"{api_version}")
-        plural, _, scope = cached.partition("|")
-        return plural, scope == "ns"
+        return self._plurals[key]
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -755,8 +749,7 @@ class PlanRunner:
             client = self.member(victim.cluster)
             if client is None:
                 return ""
-            uid = self._uids.get(executing.victim_text(
-                Victim(victim.cluster, victim.kind, victim.name, victim.namespace)), "")
+            uid = self._uids.get(_seen(victim), "")
             event = render_event(kind=victim.kind, name=victim.name, uid=uid,
                                  namespace=victim.namespace, event_type=kind, reason=reason,
                                  message=message, host="fakefleet-faultplan", now=rfc3339())
@@ -767,6 +760,14 @@ class PlanRunner:
                                     f"/events", event, decode=False)
             return ""
         await self._each(victims, one)
+
+
+#: How a listed object is found again: (cluster, kind, namespace, name).
+Seen = tuple[str, str, str, str]
+
+
+def _seen(victim: Victim) -> Seen:
+    return (victim.cluster, victim.kind, victim.namespace, victim.name)
 
 
 def _summary(head: str, problems: Sequence[str], shown: int = 5) -> str:
@@ -828,11 +829,6 @@ async def edit_entries(client: Client, path: str,
         except NotFound:
             return f"{what}: not found"
     return f"{what}: changed by others {CONFLICT_RETRIES} times in a row; not written"
-
-
-def compile_cel(expression: str) -> ex.Matcher:
-    """A matcher of a CEL expression over the object (named ``self``)."""
-    return CelMatcher(expression)
 
 
 # -- kopf handlers ------------------------------------------------------------------------------
