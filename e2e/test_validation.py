@@ -33,9 +33,9 @@ def pool(spec: str, *, name: str = "bad", cluster_ref: str = "somewhere") -> str
            f"spec:\n  clusterRef: {cluster_ref}\n{spec}"
 
 
-def fault_plan(*steps: str, name: str = "bad") -> str:
+def fault_plan(*steps: str, name: str = "bad", spec: str = "") -> str:
     return (f"apiVersion: fakefleet.dev/v1alpha1\nkind: FaultPlan\nmetadata: {{name: {name}}}\n"
-            "spec:\n  steps:\n" + "".join(f"  - {step}\n" for step in steps))
+            f"spec:\n{spec}  steps:\n" + "".join(f"  - {step}\n" for step in steps))
 
 
 def step(name: str = "s", *, target: str = "{nodes: {}}", fault: str = "{type: NotReady}",
@@ -143,6 +143,20 @@ INVALID = {
     "cluster label value": (
         cluster("  labels: {region: 'eu west'}\n"),
         ["spec.labels[region]", f"value {LABEL_VALUE}"]),
+    "hub address without credentials": (
+        cluster("  federation: {address: 'hub.example.com:7443'}\n"),
+        ["spec.federation.credentialsSecret",
+         "federation.address needs federation.credentialsSecret", "token and ca.crt"]),
+    "hub credentials without an address": (
+        cluster("  federation: {credentialsSecret: hub-member}\n"),
+        ["spec.federation.address", "federation.credentialsSecret is for the hub that "
+         "federation.address names: set address (host:port)"]),
+    "hub address without a port": (
+        cluster("  federation: {address: hub.example.com, credentialsSecret: hub-member}\n"),
+        ["spec.federation.address", "should match"]),
+    "hub credentials not a Secret name": (
+        cluster("  federation: {address: 'hub:7443', credentialsSecret: Hub_Member}\n"),
+        ["spec.federation.credentialsSecret", "should match"]),
     "annotation key": (
         pool("  template:\n    annotations: {'-x': note}\n"),
         ["spec.template.annotations", "'-x' is not a valid annotation key", QUALIFIED_NAME]),
@@ -217,6 +231,25 @@ INVALID = {
     "plan: a slow API server without a latency": (
         fault_plan(step(target="{}", fault="{type: APIServerSlow}")),
         ["spec.steps[0].fault.latency", "needs fault.latency"]),
+    "plan: a hub latency without a latency": (
+        fault_plan(step(target="{}", fault="{type: HubLatency}")),
+        ["spec.steps[0].fault.latency", "fault type HubLatency needs fault.latency"]),
+    "plan: a direction on another fault": (
+        fault_plan(step(target="{}", fault="{type: APIServerDown, direction: toHub}")),
+        ["spec.steps[0].fault.direction", "for fault type HubPartition only"]),
+    "plan: an unknown hub direction": (
+        fault_plan(step(target="{}", fault="{type: HubPartition, direction: sideways}")),
+        ["spec.steps[0].fault.direction", 'Unsupported value: "sideways"', '"toHub"']),
+    "plan: a hub partition of nodes": (
+        fault_plan(step(fault="{type: HubPartition}")),
+        ["spec.steps[0].target", "a cluster fault (control plane or hub link) targets "
+         "clusters"]),
+    "plan: a start that is no RFC 3339 time": (
+        fault_plan(step(), spec="  startAt: '2030-01-02 15:04'\n"),
+        ["spec.startAt", "should match"]),
+    "plan: a cluster twice": (
+        fault_plan(step(), spec="  clusters: [west, west]\n"),
+        ["spec.clusters[1]", "Duplicate value"]),
     "plan: too many occurrences": (
         fault_plan(step("a", timing="at: 0s, repeat: {every: 1s, times: 150}"),
                    step("b", timing="at: 0s, repeat: {every: 1s, times: 51}")),
@@ -252,6 +285,15 @@ VALID = {
     "longest pool name, in the cluster with the longest name": pool(
         "  replicas: 0\n", name=LONGEST_POOL_NAME, cluster_ref=LONGEST_CLUSTER_NAME),
     "gpu pool": pool("  replicas: 0\n  gpu: {preset: GB200}\n"),
+    "cluster joining a remote hub": cluster(
+        "  federation: {address: 'hub.example.com:7443', credentialsSecret: hub-member}\n"),
+    "cluster joining no hub": cluster("  federation: {enabled: false}\n"),
+    "plan for one member of a fleet run, with hub faults": fault_plan(
+        step("cut", target="{}", fault="{type: HubPartition, direction: fromHub}",
+             timing="at: 0s, duration: 10s"),
+        step("slow", target="{clusters: {names: [west]}}",
+             fault="{type: HubLatency, latency: 500ms}", timing="after: [cut], duration: 1m"),
+        spec="  startAt: '2030-01-02T15:04:05.5+02:00'\n  clusters: [west]\n"),
     "as many nodes as pod CIDRs": pool("  replicas: 32768\n"),
     "zero capacity, prefixed keys": pool(
         "  template:\n"

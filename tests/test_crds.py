@@ -1,4 +1,5 @@
-"""The generated CRDs are structural and match what is committed under crds/."""
+"""The generated CRDs are structural and match what is committed under crds/; what their
+patterns accept."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+from pydantic import ValidationError
 
-from operators.api import RESOURCES, CustomResource, FakeCluster, FakeNodePool
-from operators.api.clusters import MAX_CLUSTER_NAME_LENGTH
+from operators.api import RESOURCES, CustomResource, FakeCluster, FakeClusterSpec, FakeNodePool
+from operators.api.clusters import MAX_CLUSTER_NAME_LENGTH, FederationSpec
 from operators.api.crdgen import crd, file_name, render
 from operators.api.nodepools import (
     INSTANCE_TYPE_PREFIX,
@@ -125,3 +128,34 @@ def test_every_string_list_and_map_under_a_rule_is_bounded() -> None:
         spec = schema_of(model)["properties"]["spec"]
         unbounded = [path for path, bounded in bounded_paths(spec, "spec") if not bounded]
         assert not unbounded, f"{model.__name__}: give these maxLength/maxItems/maxProperties"
+
+
+@pytest.mark.parametrize("address", ["hub.example.com:7443", "127.0.0.1:1", "[::1]:65535",
+                                     "hub:443", "a-b.c-d.example:8080"])
+def test_a_hub_address_is_host_and_port(address: str) -> None:
+    assert FederationSpec(address=address, credentialsSecret="hub").address == address
+
+
+@pytest.mark.parametrize("address", ["hub.example.com", "hub:0", "hub:65536", ":7443",
+                                     "https://hub:7443", "hub:7443/path", "-hub:7443"])
+def test_a_hub_address_without_a_port_or_with_more_is_refused(address: str) -> None:
+    with pytest.raises(ValidationError, match="address"):
+        FederationSpec(address=address, credentialsSecret="hub")
+
+
+def test_a_cluster_without_federation_joins_the_hub_of_its_host() -> None:
+    assert FakeClusterSpec().effective_federation == FederationSpec()
+    assert FakeClusterSpec().effective_federation.joins_local_hub
+    assert not FederationSpec(enabled=False).joins_local_hub
+    remote = FederationSpec(address="hub:7443", credentialsSecret="hub-member")
+    assert not remote.joins_local_hub
+    assert FakeClusterSpec(federation=remote).effective_federation == remote
+
+
+def test_federation_address_and_credentials_go_together() -> None:
+    federation = schema_of(FakeCluster)["properties"]["spec"]["properties"]["federation"]
+    rules = {rule["fieldPath"]: rule for rule in federation["x-kubernetes-validations"]}
+    assert rules[".credentialsSecret"]["rule"] == \
+        "!has(self.address) || has(self.credentialsSecret)"
+    assert rules[".address"]["rule"] == "!has(self.credentialsSecret) || has(self.address)"
+    assert "default" not in federation, "absent means the host's hub, not a stored default"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from operators.api.faultplans import (
     ExpectationStatus,
@@ -13,10 +14,20 @@ from operators.api.faultplans import (
     FaultPlanSpec,
     InjectionStatus,
 )
-from operators.api.injections import FaultEntry, read_entries, render_entries, write_latency
+from operators.api.injections import (
+    FAULTS,
+    FaultEntry,
+    HubLink,
+    HubLinkFaults,
+    hub_link_faults,
+    read_entries,
+    render_entries,
+    write_latency,
+)
 from operators.faults import catalogue, executing
 from operators.faults.cel import CelMatcher
 from operators.faults.expectations import ExpectationError
+from operators.faults.planning import PlanError
 from operators.faults.targets import ClusterView, Fleet, NodeView, Victim
 from operators.k8s.times import micro_time
 
@@ -232,3 +243,107 @@ def test_a_step_after_another_counts_its_delay_from_when_that_one_really_finishe
                   InjectionStatus(step="b", injectAt=15)]
     assert executing.due(plan, injections, 16.0, started) == []
     assert executing.due(plan, injections, 19.5, started) == [executing.Due(1, "inject")]
+
+
+# -- the plan's clock and its clusters ---------------------------------------------------------
+
+CORDON = {"name": "a", "target": NODES, "fault": {"type": "Cordon"}, "at": "0s"}
+TWO = Fleet((*FLEET.clusters, ClusterView("east", nodes=(NodeView("e-0", "p"),))))
+
+
+def test_time_zero_is_start_at_or_now() -> None:
+    assert executing.time_zero(spec(CORDON), "2030-01-01T00:00:00.000000Z") == \
+        "2030-01-01T00:00:00.000000Z"
+    timed = FaultPlanSpec.model_validate({"steps": [CORDON],
+                                          "startAt": "2030-01-02T15:04:05+02:00"})
+    assert executing.time_zero(timed, "2030-01-01T00:00:00Z") == "2030-01-02T15:04:05+02:00"
+    impossible = FaultPlanSpec.model_validate({"steps": [CORDON],
+                                               "startAt": "2030-02-30T00:00:00Z"})
+    with pytest.raises(PlanError, match=r"spec.startAt: '2030-02-30T00:00:00Z' is not a time"):
+        executing.time_zero(impossible, "2030-01-01T00:00:00Z")
+
+
+@pytest.mark.parametrize("text", ["tomorrow", "2030-01-02", "2030-01-02 15:04:05Z",
+                                  "2030-01-02T15:04:05", "2030-13-02T15:04:05Z"])
+def test_start_at_is_an_rfc_3339_time(text: str) -> None:
+    with pytest.raises(ValidationError, match="startAt"):
+        FaultPlanSpec.model_validate({"steps": [CORDON], "startAt": text})
+
+
+def test_a_step_due_long_ago_is_due_at_once() -> None:
+    plan = spec({**CORDON, "at": "10s", "duration": "5s", "repeat": {"every": "1m", "times": 2}})
+    injections = executing.initial_injections(executing.schedule(plan, FLEET))
+    # startAt lay two minutes back when the operator first ran the plan: both are due.
+    assert executing.due(plan, injections, 120.0) == [executing.Due(0, "inject"),
+                                                      executing.Due(1, "inject")]
+
+
+def test_the_schedule_keeps_to_spec_clusters() -> None:
+    plan = FaultPlanSpec.model_validate({
+        "seed": 1, "clusters": ["east"],
+        "steps": [{**CORDON, "target": {"nodes": {}}},
+                  {**CORDON, "name": "b", "target": {"clusters": {"names": ["west"]},
+                                                     "nodes": {}}}]})
+    schedule = executing.schedule(plan, TWO)
+    assert schedule.of("a")[0].victims == (Victim("east", "Node", "e-0"),)
+    assert schedule.of("b")[0].victims == ()
+    assert schedule.unknown_clusters == {}
+    everywhere = executing.schedule(plan.model_copy(update={"clusters": []}), TWO)
+    assert {v.cluster for v in everywhere.of("a")[0].victims} == {"east", "west"}
+
+
+# -- hub-link faults ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("fault", "link"), [
+    (Fault(type="HubPartition"), HubLink(partition="both")),
+    (Fault(type="HubPartition", direction="toHub"), HubLink(partition="toHub")),
+    (Fault(type="HubPartition", direction="fromHub"), HubLink(partition="fromHub")),
+    (Fault(type="HubLatency", latency="300ms"), HubLink(latency="300ms")),
+])
+def test_hub_faults_are_cluster_entries_for_the_hub_link(fault: Fault, link: HubLink) -> None:
+    entry = catalogue.cluster_entry("x", fault)
+    assert entry == FaultEntry(id="x", hub=link)
+    assert (len(entry.stages), len(entry.recovery), len(entry.stop)) == (0, 0, 0), \
+        "nothing for the engine to run"
+    assert entry.latency is None, "the engine's writes are not slowed"
+    assert read_entries({FAULTS: render_entries([entry]) or ""}) == ([entry], "")
+
+
+def carrying(*entries: FaultEntry) -> dict[str, str]:
+    """A FakeCluster's annotations with ``entries``."""
+    return {FAULTS: render_entries(list(entries)) or ""}
+
+
+def test_hub_link_faults_add_up_the_entries_being_injected() -> None:
+    to_hub = FaultEntry(id="a", hub=HubLink(partition="toHub"))
+    from_hub = FaultEntry(id="b", hub=HubLink(partition="fromHub"))
+    slow = FaultEntry(id="c", hub=HubLink(latency="250ms"))
+    slower = FaultEntry(id="d", hub=HubLink(latency="1.5s"))
+    assert hub_link_faults(carrying(to_hub)) == HubLinkFaults(to_hub_dropped=True)
+    assert hub_link_faults(carrying(from_hub, slow)) == HubLinkFaults(
+        from_hub_dropped=True, latency=0.25)
+    assert hub_link_faults(carrying(to_hub, from_hub, slow, slower)) == HubLinkFaults(
+        to_hub_dropped=True, from_hub_dropped=True, latency=1.5), "the largest latency"
+    both = FaultEntry(id="e", hub=HubLink(partition="both"))
+    assert hub_link_faults(carrying(both)) == HubLinkFaults(True, True)
+
+
+def test_hub_link_faults_ignore_everything_but_hub_entries_being_injected() -> None:
+    others = carrying(
+        FaultEntry(id="a", hub=HubLink(partition="both"), state="recover"),
+        FaultEntry(id="b", hub=HubLink(latency="2s"), state="done"),
+        FaultEntry(id="c", latency="3s"),
+        FaultEntry.model_validate({"id": "d", "stop": ["kube-apiserver"]}))
+    assert hub_link_faults(others) == HubLinkFaults()
+    assert hub_link_faults({FAULTS: "not json"}) == HubLinkFaults()
+    assert hub_link_faults({}) == hub_link_faults(None) == HubLinkFaults()
+    assert write_latency(carrying(FaultEntry(id="e", hub=HubLink(latency="2s")))) == 0.0
+
+
+@pytest.mark.parametrize(("fault", "field"), [
+    ({"type": "HubPartition", "direction": "sideways"}, "direction"),
+    ({"type": "HubLatency", "latency": "soon"}, "latency"),
+])
+def test_hub_fault_parameters_are_checked(fault: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValidationError, match=field):
+        Fault.model_validate(fault)

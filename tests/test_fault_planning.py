@@ -3,11 +3,13 @@
 Example tests pin the rules; property tests (hypothesis) check them over generated fleets and
 steps: a seed always gives the same victims and times, whatever order the fleet is listed in;
 no injection exceeds maxTargets; every injection with a duration recovers after it injects;
-a step waiting for others starts only once they finished; occurrences of a step never overlap.
+a step waiting for others starts only once they finished; occurrences of a step never overlap;
+a plan narrowed to one cluster picks there what the whole plan picks there.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -33,6 +35,7 @@ from operators.faults.targets import (
     TargetError,
     Victim,
     how_many,
+    unknown_names,
 )
 
 
@@ -125,6 +128,30 @@ def test_a_cluster_target_hits_each_cluster_once() -> None:
     schedule = plan([step("outage", target=target, fault="APIServerDown")], FLEET, 1)
     assert schedule.injections[0].victims == (Victim("west", "Cluster", "west"),)
     assert schedule.unknown_clusters == {"outage": ("gone",)}
+
+
+def test_a_plan_narrowed_to_clusters_hits_no_other() -> None:
+    steps = [step("all", target=Target(nodes=Nodes(), mode=Mode.ONE)),
+             step("west", target=Target(clusters=Clusters(names=("west",)), nodes=Nodes()))]
+    schedule = plan(steps, FLEET, 1, within=("east",))
+    assert {v.cluster for v in schedule.of("all")[0].victims} == {"east"}
+    assert schedule.of("west")[0].victims == ()
+    assert schedule.unknown_clusters == {}, "west exists: it is another copy's business"
+
+
+def test_unknown_names_count_only_the_clusters_a_plan_is_narrowed_to() -> None:
+    named = Target(clusters=Clusters(names=("west", "gone", "elsewhere")))
+    assert unknown_names(named, FLEET.clusters) == ["gone", "elsewhere"]
+    assert unknown_names(named, FLEET.clusters, within=("west", "gone")) == ["gone"]
+    assert unknown_names(named, FLEET.clusters, within=("east",)) == []
+    # A target naming none hits the clusters the plan runs for: one missing is worth saying.
+    assert unknown_names(Target(), FLEET.clusters, within=("west", "gone")) == ["gone"]
+    assert unknown_names(Target(), FLEET.clusters) == []
+
+
+def test_a_fleet_within_no_names_is_the_whole_fleet() -> None:
+    assert FLEET.within(()) is FLEET
+    assert [c.name for c in FLEET.within(("north", "gone")).clusters] == ["north"]
 
 
 @pytest.mark.parametrize(("make", "message"), [
@@ -275,6 +302,21 @@ def test_victims_are_candidates_within_the_caps(fleet: Fleet, target: Target, ti
             if target.mode is Mode.PERCENT and target.clusters.holds(view):
                 assert target.percent is not None
                 assert wanted == math.ceil(available * target.percent / 100)
+
+
+@settings(max_examples=200, deadline=None)
+@given(fleet=fleets, target=targets, timing=timings, seed=seeds, pick=st.randoms())
+def test_a_copy_for_one_cluster_picks_there_what_the_whole_plan_picks(
+        fleet: Fleet, target: Target, timing: Timing, seed: int | str,
+        pick: random.Random) -> None:
+    target = dataclasses.replace(target, max_targets=None)  # a cap weighs the whole fleet
+    steps = [Step("s", target, "NotReady", timing)]
+    name = pick.choice(fleet.clusters).name
+    whole = plan(steps, fleet, seed)
+    copy = plan(steps, fleet, seed, within=(name,))
+    for mine, everyone in zip(copy.injections, whole.injections, strict=True):
+        assert mine.inject_at == everyone.inject_at
+        assert mine.victims == tuple(v for v in everyone.victims if v.cluster == name)
 
 
 @settings(max_examples=200, deadline=None)

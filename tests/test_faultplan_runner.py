@@ -1,10 +1,12 @@
 """The FaultPlan runner's I/O over in-memory API servers: victims recorded before anything is
 written, entries written once (a restart between the writes and the status injects nothing
 twice), conflicts retried, recovery confirmed only once the engine marked the entries done,
-victims that vanished counted as recovered."""
+victims that vanished counted as recovered; spec.startAt as time zero, spec.clusters keeping a
+plan to its clusters, and hub-link faults recovered by the plan alone."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import types
 from typing import Any, cast
@@ -13,13 +15,20 @@ import kopf
 import pytest
 
 from operators.api.faultplans import FaultPlan
-from operators.api.injections import FAULTS, FaultEntry, read_entries, render_entries
+from operators.api.injections import (
+    FAULTS,
+    FaultEntry,
+    HubLinkFaults,
+    hub_link_faults,
+    read_entries,
+    render_entries,
+)
 from operators.handlers.faultplans import PlanRunner, delete
 from operators.handlers.runtime import Runtime
 from operators.k8s.client import Client
 from operators.k8s.clock import FakeClock
 from operators.k8s.memory import MemoryTransport
-from operators.k8s.times import micro_time
+from operators.k8s.times import micro_time, parse
 
 CLUSTERS = "/apis/fakefleet.dev/v1alpha1/namespaces/default/fakeclusters"
 PLANS = "/apis/fakefleet.dev/v1alpha1/namespaces/default/faultplans"
@@ -27,33 +36,44 @@ NODES = "/api/v1/nodes"
 
 
 class World:
-    """A host API server with a FakeCluster and a plan, and the cluster's member API server."""
+    """A host API server with FakeClusters (west, and any added) and a plan, and each cluster's
+    member API server."""
 
     def __init__(self, nodes: int = 3) -> None:
         self.clock = FakeClock()
         self.host_api = MemoryTransport(self.clock)
-        self.member_api = MemoryTransport(self.clock)
         self.host = Client(self.host_api, clock=self.clock)
-        self.member = Client(self.member_api, clock=self.clock)
+        self.member_apis: dict[str, MemoryTransport] = {}
+        self.members: dict[str, Client] = {}
+        self.member = self.add_cluster("west", nodes)
+        self.member_api = self.member_apis["west"]
+        locks: dict[str, asyncio.Lock] = {}
+        self.runtime = cast(Runtime, types.SimpleNamespace(
+            host=self.host, substrate=types.SimpleNamespace(clusters={}), plans=set(),
+            lock=lambda key: locks.setdefault(key, asyncio.Lock())))
+
+    def add_cluster(self, name: str, nodes: int = 3) -> Client:
+        """A FakeCluster in the host and its member API server with ``nodes`` pool nodes."""
         self.host_api.put(CLUSTERS, {"apiVersion": "fakefleet.dev/v1alpha1",
-                                     "kind": "FakeCluster", "metadata": {"name": "west"},
+                                     "kind": "FakeCluster", "metadata": {"name": name},
                                      "spec": {}})
+        self.member_apis[name] = MemoryTransport(self.clock)
+        self.members[name] = Client(self.member_apis[name], clock=self.clock)
         for index in range(nodes):
-            self.member_api.put(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {
+            self.member_apis[name].put(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {
                 "name": f"n-{index}", "labels": {"fakefleet.dev/pool": "p"}},
                 "status": {"capacity": {"nvidia.com/gpu": "8"}}})
-        self.runtime = cast(Runtime, types.SimpleNamespace(
-            host=self.host, substrate=types.SimpleNamespace(clusters={}), plans=set()))
+        return self.members[name]
 
-    def plan(self, *steps: dict[str, Any]) -> None:
+    def plan(self, *steps: dict[str, Any], **spec: Any) -> None:
         self.host_api.put(PLANS, {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FaultPlan",
                                   "metadata": {"name": "p", "uid": "0123456789abcdef"},
-                                  "spec": {"seed": 1, "steps": list(steps)}})
+                                  "spec": {"seed": 1, "steps": list(steps), **spec}})
 
     async def runner(self) -> PlanRunner:
         """A runner as the daemon makes one: from the plan as the API shows it now."""
         plan = FaultPlan.model_validate(await self.host.get(f"{PLANS}/p"))
-        return PlanRunner(self.runtime, plan, connect=lambda *_: self.member)
+        return PlanRunner(self.runtime, plan, connect=lambda _, name: self.members[name])
 
     async def entries(self, node: str) -> list[FaultEntry]:
         found = await self.member.get(f"{NODES}/{node}")
@@ -255,3 +275,115 @@ async def test_the_finalizer_waits_for_the_plan_s_daemon_to_stop() -> None:
     body = kopf.Body(kopf.RawBody(await world.host.get(f"{PLANS}/p")))
     with pytest.raises(kopf.TemporaryError, match="daemon to stop"):
         await delete(body=body, memo=kopf.Memo(runtime=world.runtime))
+
+
+async def test_start_at_is_the_plan_s_time_zero_and_steps_already_due_run_at_once() -> None:
+    world = World()
+    start_at = micro_time(time.time() - 100)
+    world.plan({**CORDON, "at": "30s"}, {**CORDON, "name": "later", "at": "5m"},
+               startAt=start_at)
+    runner = await world.runner()
+    await runner.start()
+    assert runner.status.startedAt == start_at, "every member of a fleet run shares one clock"
+    await runner.advance()
+    assert [i.state for i in runner.status.injections] == ["Injected", "Scheduled"]
+    injection = runner.status.injections[0]
+    # Its duration counts from when it was in place, not from when it was due.
+    assert injection.recoverAt == pytest.approx(
+        parse(injection.injectedAt) - parse(start_at) + 10, abs=0.01)
+
+
+async def test_a_start_in_the_future_waits_for_it() -> None:
+    world = World()
+    world.plan(CORDON, startAt=micro_time(time.time() + 3600))
+    runner = await world.runner()
+    await runner.start()
+    await runner.advance()
+    assert runner.status.injections[0].state == "Scheduled"
+    assert runner.status.phase == "Running"
+    assert not world.member_api.sent("PATCH", f"{NODES}/.*")
+
+
+async def test_a_start_at_that_is_no_time_fails_the_plan_naming_the_field() -> None:
+    world = World()
+    world.plan(CORDON, startAt="2030-02-30T00:00:00Z")  # the pattern lets it through
+    runner = await world.runner()
+    await runner.start()
+    assert runner.status.phase == "Failed"
+    stalled = next(c for c in runner.status.conditions if c.type == "Stalled")
+    assert "spec.startAt" in stalled.message
+    assert "RFC 3339" in stalled.message
+
+
+async def test_clusters_keep_every_step_to_the_plan_s_own_cluster() -> None:
+    world = World()
+    world.add_cluster("east")
+    world.plan({**CORDON, "target": {"nodes": {}}},
+               {**CORDON, "name": "elsewhere", "target": {"clusters": {"names": ["east"]},
+                                                          "nodes": {}}},
+               clusters=["west"])
+    runner = await started(world, 1)
+    assert runner.status.injections[1].message == "", \
+        "east exists, and is another copy's business: no complaint"
+    await runner.advance()
+    mine, elsewhere = runner.status.injections
+    assert mine.state == "Injected"
+    assert {t.split("/")[0] for t in mine.targets} == {"west"}
+    assert len(mine.targets) == 3
+    assert elsewhere.state == "Skipped"
+    assert "nothing matched" in elsewhere.message
+    assert "no FakeCluster named" not in elsewhere.message
+    assert world.member_apis["east"].requests == [], "east's API is not even looked at"
+
+
+async def test_clusters_naming_a_missing_cluster_say_so() -> None:
+    world = World()
+    world.plan(CORDON, clusters=["gone"])
+    runner = await started(world, 1)
+    assert "no FakeCluster named gone" in runner.status.injections[0].message
+    await runner.advance()
+    assert runner.status.injections[0].state == "Skipped"
+    assert world.member_api.requests == []
+
+
+HUB_PARTITION = {"name": "cut", "target": {}, "fault": {"type": "HubPartition",
+                                                       "direction": "toHub"},
+                 "at": "0s", "duration": "10s"}
+
+
+async def hub_faults(world: World, cluster: str = "west") -> HubLinkFaults:
+    """What the hub link of ``cluster`` reads from its FakeCluster."""
+    found = await world.host.get(f"{CLUSTERS}/{cluster}")
+    return hub_link_faults(found["metadata"].get("annotations"))
+
+
+async def test_a_hub_partition_is_recovered_by_the_plan_alone() -> None:
+    world = World()
+    world.plan(HUB_PARTITION)
+    runner = await started(world, 1)
+    await runner.advance()
+    assert runner.status.injections[0].state == "Injected"
+    assert runner.status.injections[0].targets == ["west/Cluster//west"]
+    assert await hub_faults(world) == HubLinkFaults(to_hub_dropped=True)
+    runner.status = runner.status.model_copy(
+        update={"startedAt": micro_time(time.time() - 20)})  # the duration is over
+    await runner.advance()
+    # Nobody marks a FakeCluster entry done: the plan removes it, and the fault is over.
+    assert await hub_faults(world) == HubLinkFaults()
+    await runner.advance()
+    assert runner.status.injections[0].state == "Recovered"
+    assert runner.status.phase == "Succeeded"
+    found = await world.host.get(f"{CLUSTERS}/west")
+    assert FAULTS not in (found["metadata"].get("annotations") or {})
+
+
+async def test_hub_faults_reach_adopted_clusters_too() -> None:
+    world = World()
+    await world.host.patch(f"{CLUSTERS}/west", {"spec": {"controlPlane": {
+        "backend": "external", "kubeconfigSecretRef": {"name": "west"}}}})
+    world.plan({**HUB_PARTITION, "fault": {"type": "HubLatency", "latency": "2s"}})
+    runner = await started(world, 1)
+    await runner.advance()
+    assert runner.status.injections[0].state == "Injected"
+    assert runner.status.injections[0].message == ""
+    assert (await hub_faults(world)).latency == 2.0

@@ -43,6 +43,54 @@ class SecretKeyRef(Model):
     """Key in the Secret's data that holds the kubeconfig."""
 
 
+#: ``host:port``: a DNS name, an IPv4 address or a bracketed IPv6 address, and a port from 1 to
+#: 65535. A pattern, not a CEL rule: it costs nothing of the CRD's CEL budget.
+HUB_ADDRESS_PATTERN = (
+    r"^([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*"
+    r"|\[[0-9A-Fa-f:.]+\])"
+    r":([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$")
+#: A Secret's name: a DNS subdomain, as Kubernetes requires of it.
+SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: Keys of the Secret that ``credentialsSecret`` names.
+TOKEN_KEY = "token"
+CA_KEY = "ca.crt"
+
+
+class FederationSpec(Model):
+    """How the cluster joins a gRPC federation hub. Without spec.federation it joins as with
+    {enabled: true}: the hub that 'fakefleet up' started on this host, if there is one."""
+
+    model_config = Model.model_config | {"json_schema_extra": validations(
+        rule("!has(self.address) || has(self.credentialsSecret)",
+             "federation.address needs federation.credentialsSecret: name the Secret (keys "
+             "token and ca.crt) with this cluster's member token and that hub's CA, or remove "
+             "address to join the hub of this host",
+             field_path=".credentialsSecret"),
+        rule("!has(self.credentialsSecret) || has(self.address)",
+             "federation.credentialsSecret is for the hub that federation.address names: set "
+             "address (host:port), or remove credentialsSecret to join the hub of this host",
+             field_path=".address"),
+    )}
+
+    enabled: bool = True
+    """Whether the cluster joins a hub at all; false: it joins none, and fleet-wide plans and
+    workloads do not reach it."""
+    address: str | None = Field(default=None, max_length=253, pattern=HUB_ADDRESS_PATTERN)
+    """host:port of the hub, e.g. hub.example.com:7443 or [::1]:7443; needs
+    credentialsSecret. Absent: the hub that 'fakefleet up' started on this host (the operator
+    knows its address and credentials)."""
+    credentialsSecret: str | None = Field(default=None, min_length=1, max_length=253,
+                                          pattern=SECRET_NAME_PATTERN)
+    """A Secret in the FakeCluster's namespace with key 'token' (the member token the hub
+    issued for this cluster's name) and key 'ca.crt' (the hub's CA certificate, PEM); needs
+    address."""
+
+    @property
+    def joins_local_hub(self) -> bool:
+        """Whether the cluster joins the hub that 'fakefleet up' started on this host."""
+        return self.enabled and self.address is None
+
+
 class ControlPlaneSpec(Model):
     """Where the cluster's API server comes from."""
 
@@ -98,6 +146,14 @@ class FakeClusterSpec(Model):
     labels: Labels = Field(default_factory=dict)
     """Labels for fleet selection (region, zone, provider), used by fault plans and the hub; at
     most 64, keys and values as Kubernetes labels."""
+    federation: FederationSpec | None = None
+    """The federation hub the cluster joins. Absent: as {enabled: true}, the hub that
+    'fakefleet up' started on this host, if there is one."""
+
+    @property
+    def effective_federation(self) -> FederationSpec:
+        """spec.federation as it applies: absent is {enabled: true}."""
+        return self.federation or FederationSpec()
 
 
 class FakeClusterStatus(Model):

@@ -24,6 +24,11 @@ each injection (``expectations``)::
           objects: {kind: Node, victims: true}
           taint: {key: fakefleet.dev/gpu-xid}
 
+``startAt`` fixes the plan's time zero and ``clusters`` narrows every step to some
+FakeClusters: a fleet-wide run through the federation hub gives each member a copy with the same
+``startAt`` and that member's name in ``clusters``, so the members keep one clock and each copy
+hits only its own cluster.
+
 Everything the API server can check, it checks (schema, enums, CEL): a bad plan is refused
 when it is applied, with the field named, never accepted and left Pending.
 """
@@ -36,6 +41,7 @@ from pydantic import Field
 
 from operators.api.base import Condition, CustomResource, Model, PrinterColumn, ResourceInfo
 from operators.api.durations import DURATION_PATTERN
+from operators.api.injections import HubDirection
 from operators.api.names import (
     LABEL_VALUE_MAX_LENGTH,
     QUALIFIED_NAME_MAX_LENGTH,
@@ -60,6 +66,11 @@ Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
 StepName = Annotated[str, Field(
     min_length=1, max_length=STEP_NAME_LENGTH, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
 ObjectName = Annotated[str, Field(min_length=1, max_length=253)]
+#: An RFC 3339 time such as 2030-01-02T15:04:05Z (Kubernetes' metav1.Time, optionally with a
+#: fraction and an offset). A pattern, not a CEL rule: it costs nothing of the CEL budget.
+TIME_PATTERN = (r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+                r"T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?"
+                r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$")
 
 FaultType = Literal[
     # nodes
@@ -68,10 +79,13 @@ FaultType = Literal[
     "ContainerExit", "OOMKilled", "CrashLoop", "StuckPending", "Evict",
     # the cluster's control plane
     "APIServerDown", "SchedulerDown", "ControllerManagerDown", "APIServerSlow",
+    # the cluster's link to its federation hub
+    "HubPartition", "HubLatency",
 ]
 NODE_FAULTS = ("NotReady", "Unreachable", "Condition", "GPUXid", "Delete", "Cordon", "Taint")
 POD_FAULTS = ("ContainerExit", "OOMKilled", "CrashLoop", "StuckPending", "Evict")
-CLUSTER_FAULTS = ("APIServerDown", "SchedulerDown", "ControllerManagerDown", "APIServerSlow")
+CLUSTER_FAULTS = ("APIServerDown", "SchedulerDown", "ControllerManagerDown", "APIServerSlow",
+                  "HubPartition", "HubLatency")
 #: Faults that happen once and are over (a container exits): they have nothing to recover.
 INSTANT_FAULTS = ("ContainerExit", "OOMKilled", "Evict")
 
@@ -202,14 +216,16 @@ _PARAMETERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gpus", ("GPUXid",)),
     ("taint", ("Taint",)),
     ("exitCode", ("ContainerExit", "CrashLoop")),
-    ("latency", ("APIServerSlow",)),
+    ("latency", ("APIServerSlow", "HubLatency")),
+    ("direction", ("HubPartition",)),
 )
 
 
 class Fault(Model):
     """What happens to each victim. Node faults: NotReady, Unreachable, Condition, GPUXid,
     Delete, Cordon, Taint. Pod faults: ContainerExit, OOMKilled, CrashLoop, StuckPending, Evict.
-    Cluster faults: APIServerDown, SchedulerDown, ControllerManagerDown, APIServerSlow."""
+    Cluster faults: APIServerDown, SchedulerDown, ControllerManagerDown, APIServerSlow (the
+    control plane); HubPartition, HubLatency (the cluster's link to its federation hub)."""
 
     model_config = Model.model_config | {"json_schema_extra": validations(
         rule("self.type != 'Condition' || has(self.condition)",
@@ -223,6 +239,8 @@ class Fault(Model):
         rule("self.type != 'APIServerSlow' || has(self.latency)",
              "fault type APIServerSlow needs fault.latency, e.g. 500ms",
              field_path=".latency"),
+        rule("self.type != 'HubLatency' || has(self.latency)",
+             "fault type HubLatency needs fault.latency, e.g. 500ms", field_path=".latency"),
         rule("self.type != 'ContainerExit' || has(self.exitCode)",
              "fault type ContainerExit needs fault.exitCode, e.g. 3", field_path=".exitCode"),
         rule("self.type != 'StuckPending' || !has(self.reason) || "
@@ -260,7 +278,11 @@ class Fault(Model):
     (default 1)."""
     latency: Duration | None = None
     """APIServerSlow: added to every write the cluster's engine makes (node and pod status,
-    Leases, Events), as a slow or overloaded API server would answer them."""
+    Leases, Events), as a slow or overloaded API server would answer them. HubLatency: added to
+    every message between the cluster and its hub, each way (so twice to a round trip)."""
+    direction: HubDirection | None = None
+    """HubPartition: which way the link drops messages: both (default), toHub (what the
+    cluster sends is lost) or fromHub (what the hub sends is lost)."""
 
 
 # -- expectations ------------------------------------------------------------------------------
@@ -393,8 +415,8 @@ class Step(Model):
              "(names of steps that must have finished)"),
         rule("!(self.fault.type in " + _cel_list(CLUSTER_FAULTS)
              + ") || (!has(self.target.nodes) && !has(self.target.pods))",
-             "a control-plane fault targets clusters: remove target.nodes and target.pods",
-             field_path=".target"),
+             "a cluster fault (control plane or hub link) targets clusters: remove "
+             "target.nodes and target.pods", field_path=".target"),
         rule("!(self.fault.type in " + _cel_list(NODE_FAULTS) + ") || has(self.target.nodes)",
              "a node fault needs target.nodes (use {} for all nodes of the clusters)",
              field_path=".target"),
@@ -459,6 +481,17 @@ class FaultPlanSpec(Model):
         min_length=1, max_length=MAX_STEPS,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
     """The steps, at most 20; names unique."""
+    startAt: str | None = Field(default=None, max_length=64, pattern=TIME_PATTERN)
+    """The plan's time zero, an RFC 3339 time such as 2030-01-02T15:04:05Z: at and repeat
+    count from here. Default: when the operator first runs the plan. A fleet-wide run gives
+    every member the same startAt, so that all members keep one clock; steps already due when
+    the plan starts (a startAt in the past) run at once."""
+    clusters: list[ObjectName] = Field(default_factory=list, max_length=MAX_NAMES,
+                                       json_schema_extra={"x-kubernetes-list-type": "set"})
+    """Only these FakeClusters (of the plan's namespace) take the plan's faults: every step's
+    target is narrowed to them, and a step that selects none of them is Skipped. Empty: no
+    restriction. A fleet-wide run names the one member each copy of the plan runs for, so that
+    members on one host each run their own copy without touching each other."""
 
 
 # -- status ------------------------------------------------------------------------------------
@@ -503,7 +536,8 @@ class FaultPlanStatus(Model):
 
     phase: Phase = "Pending"
     startedAt: str = ""
-    """The plan's time zero (RFC 3339); at and repeat count from here."""
+    """The plan's time zero (RFC 3339): spec.startAt, or when the operator first ran the plan;
+    at and repeat count from here."""
     stepsDone: str = ""
     """Steps finished / steps, e.g. 3/5."""
     verdict: Literal["", "Passed", "Failed"] = ""

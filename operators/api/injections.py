@@ -26,7 +26,7 @@ uid-derived suffix, the step and the occurrence: writing an entry that is alread
 plan operator restarted between its write and its status update) changes nothing, so no fault
 is injected twice.
 
-Two faults cannot be carried by the object they act on, and are carried by the object that
+Some faults cannot be carried by the object they act on, and are carried by the object that
 owns its existence instead:
 
 - ``Delete`` of a node: the FakeNodePool in the host cluster lists the node in its
@@ -36,10 +36,21 @@ owns its existence instead:
   ``fakefleet.dev/faults`` annotation (entries with ``stop``); the operator stops them and
   starts them again once no entry in state ``inject`` names them. An entry with ``latency``
   slows the cluster's engine's writes instead (its engine watches its FakeCluster).
+- hub-link faults (HubPartition, HubLatency): the FakeCluster carries an entry with ``hub``
+  (``partition``: which way the link loses messages; ``latency``: added to each message, each
+  way); the hub link, which runs in the operator for each FakeCluster, obeys
+  :func:`hub_link_faults` of the FakeCluster's annotations whenever they change.
+
+FakeCluster entries never reach ``recover`` or ``done``: nothing there is undone stage by
+stage, so the plan writes them in state ``inject`` and removes them when the fault ends (its
+duration is over, or the plan is deleted). Their readers obey the entries in state ``inject``
+and nothing else; the plan counts such a fault recovered once its entry is gone (and, for a
+stopped component, once the component runs again).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Literal
@@ -55,6 +66,18 @@ HELD_NODES = "fakefleet.dev/held-nodes"
 
 EntryState = Literal["inject", "recover", "done"]
 Component = Literal["kube-apiserver", "kube-scheduler", "kube-controller-manager"]
+#: Which way a partitioned hub link loses messages: both ways, what the member sends (toHub),
+#: or what the hub sends (fromHub).
+HubDirection = Literal["both", "toHub", "fromHub"]
+
+
+class HubLink(Model):
+    """What a hub-link fault does to the FakeCluster's link to its federation hub."""
+
+    partition: HubDirection | None = None
+    """HubPartition: the messages that are lost (both ways, toHub or fromHub)."""
+    latency: str | None = Field(default=None, pattern=DURATION_PATTERN)
+    """HubLatency: how long each message, either way, waits before it is delivered."""
 
 
 class FaultEntry(Model):
@@ -72,6 +95,9 @@ class FaultEntry(Model):
     latency: str | None = Field(default=None, pattern=DURATION_PATTERN)
     """FakeCluster entries: while the state is inject, the cluster's engine waits this long
     before each of its writes (APIServerSlow)."""
+    hub: HubLink | None = None
+    """FakeCluster entries: while the state is inject, what happens to the cluster's link to
+    its hub (HubPartition, HubLatency)."""
 
     @property
     def live(self) -> list[Stage]:
@@ -133,6 +159,31 @@ def write_latency(annotations: Mapping[str, str] | None) -> float:
     entries, _ = read_entries(annotations)
     return max((parse_duration(entry.latency) for entry in entries
                 if entry.state == "inject" and entry.latency), default=0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class HubLinkFaults:
+    """What a FakeCluster's entries do to its hub link now (nothing, by default)."""
+
+    #: What the member sends to the hub is lost.
+    to_hub_dropped: bool = False
+    #: What the hub sends to the member is lost.
+    from_hub_dropped: bool = False
+    #: Seconds each message waits before it is delivered, either way (the largest of the
+    #: entries: latencies of faults that overlap do not add up).
+    latency: float = 0.0
+
+
+def hub_link_faults(annotations: Mapping[str, str] | None) -> HubLinkFaults:
+    """What the entries in state inject of a FakeCluster's annotations do to its hub link; an
+    annotation that cannot be read does nothing (:func:`read_entries` says why)."""
+    entries, _ = read_entries(annotations)
+    links = [entry.hub for entry in entries if entry.state == "inject" and entry.hub]
+    return HubLinkFaults(
+        to_hub_dropped=any(link.partition in ("both", "toHub") for link in links),
+        from_hub_dropped=any(link.partition in ("both", "fromHub") for link in links),
+        latency=max((parse_duration(link.latency) for link in links if link.latency),
+                    default=0.0))
 
 
 def read_held(annotations: Mapping[str, str] | None) -> dict[str, list[str]]:

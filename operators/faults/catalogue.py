@@ -7,6 +7,10 @@ Ready again). Its ``recovery`` restores what the fault changed and ends with ``e
 engine marks the entry done once everything is written back. A one-shot fault (a container
 exit, an eviction) ends its own stages with ``endFault``: it happens once, and the pod then
 lives on by its restartPolicy.
+
+A cluster fault is an entry on the FakeCluster without stages: the components it stops, the
+latency of its engine's writes, or what happens to its link to the federation hub. Nobody marks
+it done: the plan removes it when the fault ends.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from operators.api.faultplans import Fault
-from operators.api.injections import FaultEntry
+from operators.api.injections import FaultEntry, HubLink
 from operators.api.stages import Stage
 from operators.faults.xid import describe
 
@@ -191,7 +195,12 @@ COMPONENTS = {
 
 
 def cluster_entry(entry_id: str, fault: Fault) -> FaultEntry:
-    """The FakeCluster's entry for a control-plane fault."""
+    """The FakeCluster's entry for a cluster fault: of its control plane, or of its link to the
+    federation hub."""
     if fault.type == "APIServerSlow":
         return FaultEntry(id=entry_id, latency=fault.latency)
+    if fault.type == "HubPartition":
+        return FaultEntry(id=entry_id, hub=HubLink(partition=fault.direction or "both"))
+    if fault.type == "HubLatency":
+        return FaultEntry(id=entry_id, hub=HubLink(latency=fault.latency))
     return FaultEntry.model_validate({"id": entry_id, "stop": [COMPONENTS[fault.type]]})

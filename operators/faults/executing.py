@@ -21,6 +21,7 @@ from operators.api.durations import parse_duration
 from operators.faults import expectations as ex
 from operators.faults import planning, targets
 from operators.faults.cel import CelMatcher
+from operators.faults.planning import PlanError
 from operators.k8s.times import parse
 
 #: States after which an occurrence has nothing more to do (Injected is one for a fault that
@@ -67,8 +68,24 @@ def step_of(step: api.Step) -> planning.Step:
 
 
 def schedule(spec: api.FaultPlanSpec, fleet: targets.Fleet) -> planning.Schedule:
-    """The plan's schedule over ``fleet``; PlanError (naming the step and field) otherwise."""
-    return planning.plan([step_of(step) for step in spec.steps], fleet, spec.seed)
+    """The plan's schedule over ``fleet`` narrowed to spec.clusters; PlanError (naming the step
+    and field) otherwise."""
+    return planning.plan([step_of(step) for step in spec.steps], fleet, spec.seed,
+                         within=spec.clusters)
+
+
+def time_zero(spec: api.FaultPlanSpec, now: str) -> str:
+    """The plan's time zero as status.startedAt records it: spec.startAt, or ``now`` (the
+    moment the operator first runs the plan); PlanError for a startAt that its pattern lets
+    through but that is no time (30 February)."""
+    if spec.startAt is None:
+        return now
+    try:
+        parse(spec.startAt)
+    except ValueError as error:
+        raise PlanError(f"spec.startAt: {spec.startAt!r} is not a time ({error}): give an "
+                        f"RFC 3339 time such as 2030-01-02T15:04:05Z") from error
+    return spec.startAt
 
 
 def initial_injections(plan: planning.Schedule) -> list[api.InjectionStatus]:

@@ -10,6 +10,9 @@ Timing, per step: ``at`` (an offset) or ``after`` (steps that must have finished
 finishes when its last occurrence recovered, or was injected if it has no duration), then
 ``delay`` plus a uniform ``jitter``; ``repeat`` as ``times`` occurrences ``every`` seconds
 apart, each with new victims and its own jitter; ``duration`` then recovery.
+
+A plan may be narrowed to some clusters (``within``, a FaultPlan's ``spec.clusters``): no step
+hits any other, as if the fleet had no others.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Literal
 
 from operators.faults.targets import Fleet, Target, Victim, choose, unknown_names
@@ -95,7 +98,8 @@ class Schedule:
     injections: tuple[Injection, ...]
     #: When each step finished (its last occurrence recovered, or was injected).
     finished: Mapping[str, float]
-    #: Cluster names a step's target gives that the fleet does not have, per step.
+    #: Cluster names a step's target gives (or the plan is narrowed to) that the fleet does not
+    #: have, per step.
     unknown_clusters: Mapping[str, tuple[str, ...]]
 
     def actions(self) -> list[Action]:
@@ -111,9 +115,12 @@ class Schedule:
         return [injection for injection in self.injections if injection.step == step]
 
 
-def plan(steps: Sequence[Step], fleet: Fleet, seed: int | str) -> Schedule:
-    """The schedule of ``steps`` over ``fleet``; PlanError naming each problem otherwise."""
+def plan(steps: Sequence[Step], fleet: Fleet, seed: int | str, *,
+         within: Collection[str] = ()) -> Schedule:
+    """The schedule of ``steps`` over ``fleet``; PlanError naming each problem otherwise.
+    ``within``: the only clusters any step may hit (empty: all of them)."""
     order = _order(steps)
+    fleet = fleet.within(within)
     finished: dict[str, float] = {}
     injections: list[Injection] = []
     for step in order:
@@ -130,7 +137,7 @@ def plan(steps: Sequence[Step], fleet: Fleet, seed: int | str) -> Schedule:
         finished[step.name] = max(i.finished_at for i in injections if i.step == step.name)
     injections.sort(key=lambda i: (i.inject_at, i.step, i.occurrence))
     unknown = {step.name: tuple(names) for step in steps
-               if (names := unknown_names(step.target, fleet.clusters))}
+               if (names := unknown_names(step.target, fleet.clusters, within))}
     return Schedule(tuple(injections), finished, unknown)
 
 

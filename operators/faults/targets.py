@@ -14,7 +14,7 @@ import dataclasses
 import enum
 import math
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Literal
 
 
@@ -94,6 +94,13 @@ class ClusterView:
 @dataclasses.dataclass(frozen=True)
 class Fleet:
     clusters: tuple[ClusterView, ...] = ()
+
+    def within(self, names: Collection[str]) -> Fleet:
+        """The fleet narrowed to the clusters ``names`` gives (a plan's spec.clusters); all of
+        it when ``names`` is empty."""
+        if not names:
+            return self
+        return Fleet(tuple(cluster for cluster in self.clusters if cluster.name in names))
 
 
 # -- what a step targets -----------------------------------------------------------------------
@@ -247,7 +254,13 @@ def choose(target: Target, fleet: Fleet,
     return tuple(sorted(picked))
 
 
-def unknown_names(target: Target, fleet: Iterable[ClusterView]) -> list[str]:
-    """Cluster names the target gives that the fleet does not have (for a status message)."""
+def unknown_names(target: Target, fleet: Iterable[ClusterView],
+                  within: Collection[str] = ()) -> list[str]:
+    """Cluster names the target gives that the fleet does not have (for a status message).
+    With ``within`` (a plan's spec.clusters), only names in it count, and when the target gives
+    none those of ``within`` do: the plan runs for them, so one missing is worth saying, and
+    one outside is none of the plan's business."""
     present = {cluster.name for cluster in fleet}
-    return [name for name in target.clusters.names if name not in present]
+    names = target.clusters.names or tuple(within)
+    return [name for name in names
+            if name not in present and (not within or name in within)]

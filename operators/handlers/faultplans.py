@@ -9,8 +9,14 @@ entries to their recovery stages; the occurrence is Recovered once the engines m
 entry done (everything written back) and the entries are removed.
 
 Node and pod faults travel as stages in the objects' ``fakefleet.dev/faults`` annotation
-(:mod:`operators.api.injections`); a node Delete as a hold in its pool; a control-plane fault
-as an entry on the FakeCluster, which :func:`operators.handlers.clusters.hold_components` obeys.
+(:mod:`operators.api.injections`); a node Delete as a hold in its pool; a cluster fault as an
+entry on the FakeCluster, which :func:`operators.handlers.clusters.hold_components` (components
+to stop), the cluster's engine (APIServerSlow) or its hub link (HubPartition, HubLatency) obeys.
+A cluster fault's entry is removed when the fault ends, and nobody marks it done: it is
+recovered once the entry is gone and what it stopped runs again.
+
+``spec.startAt`` is the plan's time zero when given; ``spec.clusters`` narrows every step to
+those FakeClusters (their names are the only ones looked at).
 """
 
 from __future__ import annotations
@@ -114,10 +120,13 @@ class PlanRunner:
             await self.close()
 
     async def start(self) -> None:
+        """Plan the times and record time zero: spec.startAt (every member of a fleet-wide run
+        has the same one), or now."""
         clusters = await self.clusters()
         fleet = Fleet(tuple(ClusterView(name, cluster.spec.labels)
                             for name, cluster in sorted(clusters.items())))
         try:
+            started = executing.time_zero(self.plan.spec, micro_time())
             plan = executing.schedule(self.plan.spec, fleet)
         except (PlanError, TargetError) as error:
             # No verdict: a plan that cannot run says nothing about the system under test.
@@ -132,7 +141,7 @@ class PlanRunner:
         injections = [i.model_copy(update={"message": unknown})
                       if i.step in plan.unknown_clusters else i
                       for i in executing.initial_injections(plan)]
-        self.status = FaultPlanStatus(phase="Running", startedAt=micro_time(),
+        self.status = FaultPlanStatus(phase="Running", startedAt=started,
                                       injections=injections)
         self._summarise()
         await self.write()
@@ -239,8 +248,11 @@ class PlanRunner:
         """The clusters the step may hit, with the nodes or pods its target looks at."""
         clusters = await self.clusters()
         target = executing.target_of(step.target)
+        within = self.plan.spec.clusters
         views = []
         for name, cluster in sorted(clusters.items()):
+            if within and name not in within:
+                continue  # another copy's cluster (spec.clusters): not even looked at
             view = ClusterView(name, cluster.spec.labels)
             if not target.clusters.holds(view) or target.kind == "Cluster":
                 views.append(view)
@@ -442,11 +454,11 @@ class PlanRunner:
                                add: Any = None) -> str:
         """Add (``add``: the fault) or remove the FakeCluster's entry, then apply it."""
         known = self._clusters.get(cluster)
-        slow = add is not None and add.type == "APIServerSlow"
-        if known is not None and known.spec.controlPlane.backend != "local" and not slow and \
-                add is not None:
-            return (f"{cluster}: control-plane faults need a local control plane; this "
-                    f"cluster is adopted (backend external), its processes are not ours")
+        # A slowdown and the hub link's faults act on processes of ours: any cluster takes them.
+        stops = add is not None and add.type in catalogue.COMPONENTS
+        if known is not None and known.spec.controlPlane.backend != "local" and stops:
+            return (f"{cluster}: {add.type} needs a local control plane; this cluster is "
+                    f"adopted (backend external), its processes are not ours")
         path = f"{CLUSTERS.format(namespace=self.namespace)}/{cluster}"
 
         def edit(entries: list[FaultEntry], _: dict[str, Any]) -> list[FaultEntry]:
@@ -595,7 +607,7 @@ class PlanRunner:
             return True
         component = catalogue.COMPONENTS.get(step.fault.type)
         if component is None:
-            return True  # a slowdown: over once its entry is gone
+            return True  # a slowdown or a hub-link fault: over once its entry is gone
         process = local.processes.get(component)
         if process is None or not process.running:
             return False
