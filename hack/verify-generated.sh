@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hack/update-generated.sh
-if ! git diff --exit-code -- crds || [ -n "$(git status --porcelain -- crds)" ]; then
+if ! git diff --exit-code -- crds federation/api || [ -n "$(git status --porcelain -- crds federation/api)" ]; then
   echo "generated artifacts are out of date: run 'make generate' and commit the result" >&2
   exit 1
 fi

@@ -158,6 +158,32 @@ class EtcdPKI:
         yield from (self.fakefleet_client_cert, self.fakefleet_client_key)
 
 
+@dataclasses.dataclass(frozen=True)
+class HubPKI:
+    """The federation hub's CA and serving certificate (loopback names and addresses)."""
+
+    directory: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.directory / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.directory / "ca.key"
+
+    @property
+    def serving_cert(self) -> Path:
+        return self.directory / "hub.crt"
+
+    @property
+    def serving_key(self) -> Path:
+        return self.directory / "hub.key"
+
+    def files(self) -> Iterator[Path]:
+        yield from (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key)
+
+
 def common_name(name: str, suffix: str = "") -> str:
     """``name + suffix`` when it fits in a common name; otherwise ``name`` cut short and followed
     by a digest of all of it, so that long names that share a beginning stay distinct."""
@@ -180,6 +206,13 @@ def ensure_etcd_pki(directory: Path) -> EtcdPKI:
     _ensure(directory, lambda at: EtcdPKI(at).files(),
             lambda staging: _generate_etcd(EtcdPKI(staging)))
     return EtcdPKI(directory)
+
+
+def ensure_hub_pki(directory: Path) -> HubPKI:
+    """The hub's PKI in ``directory``: reused if complete, else generated anew."""
+    _ensure(directory, lambda at: HubPKI(at).files(),
+            lambda staging: _generate_hub(HubPKI(staging)))
+    return HubPKI(directory)
 
 
 def _ensure(directory: Path, files: Callable[[Path], Iterator[Path]],
@@ -251,6 +284,15 @@ def _generate_etcd(pki: EtcdPKI) -> None:
            (), ca_cert, ca_key, now, usages=client, sans=[])
     _issue(pki.fakefleet_client_cert, pki.fakefleet_client_key, "fakefleet-etcd-client",
            (), ca_cert, ca_key, now, usages=client, sans=[])
+
+
+def _generate_hub(pki: HubPKI) -> None:
+    now = _now()
+    ca_cert, ca_key = _new_ca(pki.ca_cert, pki.ca_key, "fakefleet-hub-ca", now)
+    sans: list[x509.GeneralName] = [x509.DNSName("localhost")]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "::1")]
+    _issue(pki.serving_cert, pki.serving_key, "fakefleet-hub", (), ca_cert, ca_key, now,
+           usages=(ExtendedKeyUsageOID.SERVER_AUTH,), sans=sans)
 
 
 def _now() -> datetime.datetime:

@@ -1,0 +1,84 @@
+"""The fleet API for users and the CLI: typed async calls over FleetService."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import TracebackType
+
+from federation.api import common_pb2, fleet_pb2, fleet_pb2_grpc
+from federation.client.channels import HubAddress, bearer, open_channel
+
+
+class FleetClient:
+    """``async with FleetClient(hub, token) as fleet: await fleet.list_clusters()``."""
+
+    def __init__(self, hub: HubAddress, token: str, *, timeout: float = 10.0) -> None:
+        self._channel = open_channel(hub)
+        self._stub = fleet_pb2_grpc.FleetServiceStub(self._channel)
+        self._metadata = bearer(token)
+        self.timeout = timeout
+
+    async def __aenter__(self) -> FleetClient:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        traceback: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def list_clusters(self, selector: common_pb2.ClusterSelector | None = None
+                            ) -> list[common_pb2.Member]:
+        response = await self._stub.ListClusters(
+            fleet_pb2.ListClustersRequest(selector=selector), metadata=self._metadata,
+            timeout=self.timeout)
+        return list(response.members)
+
+    async def watch_clusters(self, selector: common_pb2.ClusterSelector | None = None
+                             ) -> AsyncIterator[fleet_pb2.ClusterEvent]:
+        call = self._stub.WatchClusters(fleet_pb2.WatchClustersRequest(selector=selector),
+                                        metadata=self._metadata)
+        try:
+            async for event in call:
+                yield event
+        finally:
+            call.cancel()
+
+    async def run_plan(self, plan_json: str, clusters: common_pb2.ClusterSelector | None = None,
+                       *, start_delay: float | None = None, name: str = "",
+                       traceparent: str = "") -> fleet_pb2.Run:
+        request = fleet_pb2.RunPlanRequest(plan=plan_json, clusters=clusters, name=name,
+                                           traceparent=traceparent)
+        if start_delay is not None:
+            request.start_delay.FromNanoseconds(int(start_delay * 1e9))
+        response = await self._stub.RunPlan(request, metadata=self._metadata,
+                                            timeout=self.timeout)
+        return response.run
+
+    async def get_run(self, run_id: str) -> fleet_pb2.Run:
+        return await self._stub.GetRun(fleet_pb2.GetRunRequest(run_id=run_id),
+                                       metadata=self._metadata, timeout=self.timeout)
+
+    async def cancel_run(self, run_id: str) -> fleet_pb2.Run:
+        return await self._stub.CancelRun(fleet_pb2.CancelRunRequest(run_id=run_id),
+                                          metadata=self._metadata, timeout=self.timeout)
+
+    async def list_runs(self) -> list[fleet_pb2.Run]:
+        response = await self._stub.ListRuns(fleet_pb2.ListRunsRequest(),
+                                             metadata=self._metadata, timeout=self.timeout)
+        return list(response.runs)
+
+    async def watch_run(self, run_id: str) -> AsyncIterator[fleet_pb2.Run]:
+        call = self._stub.WatchRun(fleet_pb2.WatchRunRequest(run_id=run_id),
+                                   metadata=self._metadata)
+        try:
+            async for run in call:
+                yield run
+        finally:
+            call.cancel()
+
+
+def selector(names: list[str] | None = None, labels: dict[str, str] | None = None
+             ) -> common_pb2.ClusterSelector:
+    return common_pb2.ClusterSelector(names=names or [], match_labels=labels or {})

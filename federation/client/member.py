@@ -1,0 +1,245 @@
+"""The member side of a hub link: register, keep a session up, heartbeat, take commands.
+
+What the member *is* and *does* comes from a :class:`Member` (the operator's hub link, or the
+benchmark's simulated members); this module only keeps the conversation going:
+
+- register, open the session with a Hello that reports every command the member has (so the
+  hub resends only what never arrived), then heartbeat at the hub's interval, echoing the
+  hub's own heartbeat numbers;
+- commands are carried out one at a time, in order, and acknowledged after the member has
+  them (``Member.execute`` returns once they are durable); results go out as they change;
+- on any failure it reconnects with jittered exponential back-off; refusals that retrying
+  cannot fix (bad token, a name another host holds) wait longer and are reported as they are;
+- link faults (:class:`LinkFaults`) drop what goes one way or both, or delay it; when a
+  partition heals the session is opened anew, so that the Hello resynchronises both sides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import random
+import time
+from typing import Protocol
+
+import grpc
+
+from federation.api import common_pb2, member_pb2, member_pb2_grpc
+from federation.client.channels import HubAddress, bearer, open_channel
+
+logger = logging.getLogger(__name__)
+
+#: Back-off between attempts: from the first to the largest, doubling, with jitter. A hub
+#: restart is survived within the largest plus a round trip.
+BACKOFF_FIRST = 0.2
+BACKOFF_MAX = 3.0
+#: After a refusal that retrying does not fix (token, name), ask again this rarely.
+REFUSED_BACKOFF = 15.0
+FAULT_POLL = 0.2
+_FINAL = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
+          grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS}
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkFaults:
+    """What a fault plan does to the link right now."""
+
+    to_hub_dropped: bool = False
+    from_hub_dropped: bool = False
+    latency: float = 0.0
+
+    @property
+    def partitioned(self) -> bool:
+        return self.to_hub_dropped or self.from_hub_dropped
+
+
+NO_FAULTS = LinkFaults()
+
+
+class Member(Protocol):
+    """A member cluster, as the link needs it."""
+
+    async def introduce(self) -> member_pb2.RegisterRequest:
+        """Identity and capacity, for Register."""
+        ...
+
+    async def inventory(self) -> common_pb2.Inventory | None:
+        """The inventory to send with the next heartbeat (None: unchanged or unknown)."""
+        ...
+
+    async def resync(self) -> list[member_pb2.CommandResult]:
+        """Every command the member has, and where each stands (for the Hello)."""
+        ...
+
+    async def execute(self, command: member_pb2.Command) -> bool:
+        """Carry ``command`` out (durably started when this returns); True when the member had
+        it already. Results are reported through :meth:`MemberLink.report`."""
+        ...
+
+    def faults(self) -> LinkFaults:
+        ...
+
+    def connected(self, up: bool, message: str) -> None:
+        """The link came up (True) or went down (False, with why)."""
+        ...
+
+
+class MemberLink:
+    def __init__(self, hub: HubAddress, token: str, member: Member, cluster: str, *,
+                 rng: random.Random | None = None) -> None:
+        self.hub = hub
+        self.member = member
+        self.cluster = cluster
+        self._metadata = bearer(token)
+        self._rng = rng or random.Random()
+        self._outbox: asyncio.Queue[member_pb2.MemberMessage] | None = None
+        self.sessions = 0
+        self.hub_seq = 0
+
+    def report(self, result: member_pb2.CommandResult) -> None:
+        """Send a command's result now if a session is up (else the next Hello carries it)."""
+        if self._outbox is not None:
+            self._outbox.put_nowait(member_pb2.MemberMessage(result=result))
+
+    async def run(self, stop_flag: asyncio.Event) -> None:
+        delay = BACKOFF_FIRST
+        channel = open_channel(self.hub)
+        try:
+            while not stop_flag.is_set():
+                await self._await_healed(stop_flag)
+                started = time.monotonic()
+                try:
+                    await self._session(channel, stop_flag)
+                    message = "the session ended"
+                    final = False
+                except grpc.aio.AioRpcError as error:
+                    message = f"{error.code().name}: {error.details()}"
+                    final = error.code() in _FINAL
+                    logger.warning("hub link of %s: %s", self.cluster, message)
+                if stop_flag.is_set():
+                    break
+                self.member.connected(False, message)
+                if time.monotonic() - started > 2 * BACKOFF_MAX:
+                    delay = BACKOFF_FIRST  # it was up a while: try again soon
+                wait = REFUSED_BACKOFF if final else delay * (0.5 + self._rng.random() / 2)
+                delay = min(BACKOFF_MAX, delay * 2)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop_flag.wait(), wait)
+        finally:
+            await channel.close()
+
+    async def deregister(self) -> None:
+        """Leave the fleet (the cluster is gone)."""
+        channel = open_channel(self.hub)
+        try:
+            stub = member_pb2_grpc.MemberServiceStub(channel)
+            await stub.Deregister(member_pb2.DeregisterRequest(cluster=self.cluster),
+                                  metadata=self._metadata, timeout=10)
+        finally:
+            await channel.close()
+
+    async def _await_healed(self, stop_flag: asyncio.Event) -> None:
+        """A partitioned member cannot reach the hub: it tries again once the fault is over."""
+        while self.member.faults().partitioned and not stop_flag.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop_flag.wait(), FAULT_POLL)
+
+    async def _session(self, channel: grpc.aio.Channel, stop_flag: asyncio.Event) -> None:
+        stub = member_pb2_grpc.MemberServiceStub(channel)
+        registered = await stub.Register(await self.member.introduce(), metadata=self._metadata,
+                                         timeout=10)
+        interval = registered.heartbeat_interval.ToNanoseconds() / 1e9 or 2.0
+        call = stub.Session(metadata=self._metadata)
+        hello = member_pb2.Hello(cluster=self.cluster, commands=await self.member.resync())
+        await call.write(member_pb2.MemberMessage(hello=hello))
+        outbox: asyncio.Queue[member_pb2.MemberMessage] = asyncio.Queue()
+        self._outbox = outbox
+        commands: asyncio.Queue[member_pb2.Command] = asyncio.Queue()
+        tasks = [
+            asyncio.create_task(self._write(call, outbox), name=f"link-write-{self.cluster}"),
+            asyncio.create_task(self._heartbeat(outbox, interval),
+                                name=f"link-beat-{self.cluster}"),
+            asyncio.create_task(self._execute(commands, outbox),
+                                name=f"link-exec-{self.cluster}"),
+            asyncio.create_task(self._read(call, commands), name=f"link-read-{self.cluster}"),
+            asyncio.create_task(self._until_healed(), name=f"link-heal-{self.cluster}"),
+            asyncio.create_task(stop_flag.wait(), name=f"link-stop-{self.cluster}"),
+        ]
+        self.sessions += 1
+        self.member.connected(True, f"session open with the hub at {self.hub.address}")
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if not task.cancelled() and (error := task.exception()) is not None:
+                    raise error
+        finally:
+            self._outbox = None
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            call.cancel()
+
+    async def _write(self, call: grpc.aio.StreamStreamCall[member_pb2.MemberMessage,
+                                                          member_pb2.HubMessage],
+                     outbox: asyncio.Queue[member_pb2.MemberMessage]) -> None:
+        while True:
+            message = await outbox.get()
+            faults = self.member.faults()
+            if faults.to_hub_dropped:
+                continue
+            if faults.latency:
+                await asyncio.sleep(faults.latency)
+            await call.write(message)
+
+    async def _heartbeat(self, outbox: asyncio.Queue[member_pb2.MemberMessage],
+                         interval: float) -> None:
+        seq = 0
+        while True:
+            seq += 1
+            beat = member_pb2.MemberHeartbeat(seq=seq, hub_seq=self.hub_seq)
+            beat.sent_at.GetCurrentTime()
+            inventory = await self.member.inventory()
+            if inventory is not None:
+                beat.inventory.CopyFrom(inventory)
+            outbox.put_nowait(member_pb2.MemberMessage(heartbeat=beat))
+            await asyncio.sleep(interval)
+
+    async def _read(self, call: grpc.aio.StreamStreamCall[member_pb2.MemberMessage,
+                                                         member_pb2.HubMessage],
+                    commands: asyncio.Queue[member_pb2.Command]) -> None:
+        while True:
+            message = await call.read()
+            if message is grpc.aio.EOF:
+                return
+            assert isinstance(message, member_pb2.HubMessage)
+            faults = self.member.faults()
+            if faults.from_hub_dropped:
+                continue
+            if faults.latency:
+                await asyncio.sleep(faults.latency)
+            kind = message.WhichOneof("kind")
+            if kind == "heartbeat":
+                self.hub_seq = max(self.hub_seq, message.heartbeat.seq)
+            elif kind == "command":
+                commands.put_nowait(message.command)
+
+    async def _execute(self, commands: asyncio.Queue[member_pb2.Command],
+                       outbox: asyncio.Queue[member_pb2.MemberMessage]) -> None:
+        while True:
+            command = await commands.get()
+            duplicate = await self.member.execute(command)
+            outbox.put_nowait(member_pb2.MemberMessage(
+                ack=member_pb2.CommandAck(command_id=command.id, duplicate=duplicate)))
+
+    async def _until_healed(self) -> None:
+        """Returns when a partition that began during this session ends: a new session
+        resynchronises what either side missed."""
+        partitioned = False
+        while True:
+            now = self.member.faults().partitioned
+            if partitioned and not now:
+                return
+            partitioned = partitioned or now
+            await asyncio.sleep(FAULT_POLL)

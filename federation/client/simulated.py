@@ -1,0 +1,120 @@
+"""Simulated members: the member side of the hub protocol with no API server behind it.
+
+For scale tests and the hub benchmark: a thousand of them in one process speak real gRPC to a
+hub. Each keeps its commands in memory (what a real member keeps in FaultPlans), runs each once
+however often it is delivered, and finishes a StartPlan after ``run_seconds``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Coroutine
+
+from federation.api import common_pb2, member_pb2
+from federation.client.member import NO_FAULTS, LinkFaults, MemberLink
+
+
+@dataclasses.dataclass
+class Executed:
+    command: member_pb2.Command
+    received_at: float
+    result: member_pb2.CommandResult
+
+
+class SimulatedMember:
+    def __init__(self, name: str, *, labels: dict[str, str] | None = None, nodes: int = 8,
+                 gpus_per_node: int = 8, run_seconds: float = 0.0, verdict: str = "Passed",
+                 host: str = "simulator") -> None:
+        self.name = name
+        self.labels = labels or {}
+        self.nodes = nodes
+        self.gpus_per_node = gpus_per_node
+        self.run_seconds = run_seconds
+        self.verdict = verdict
+        self.host = host
+        self.link: MemberLink | None = None
+        self.executed: dict[str, Executed] = {}
+        #: How often each command id arrived (duplicates included).
+        self.deliveries: dict[str, int] = {}
+        self.link_faults = NO_FAULTS
+        self.up = False
+        self.up_since = 0.0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _inventory(self) -> common_pb2.Inventory:
+        gpus = str(self.nodes * self.gpus_per_node)
+        return common_pb2.Inventory(
+            pools=[common_pb2.PoolInventory(name="gpu", ready=self.nodes, total=self.nodes,
+                                            allocatable={"nvidia.com/gpu":
+                                                         str(self.gpus_per_node)})],
+            nodes_ready=self.nodes, nodes_total=self.nodes,
+            allocatable={"nvidia.com/gpu": gpus}, pods_by_phase={"Running": 0})
+
+    async def introduce(self) -> member_pb2.RegisterRequest:
+        return member_pb2.RegisterRequest(
+            cluster=common_pb2.ClusterIdentity(name=self.name, host=self.host,
+                                               labels=self.labels,
+                                               kubernetes_version="v1.36.3",
+                                               endpoint="https://127.0.0.1:6443"),
+            capacity=self._inventory())
+
+    async def inventory(self) -> common_pb2.Inventory | None:
+        return None  # unchanged since Register
+
+    async def resync(self) -> list[member_pb2.CommandResult]:
+        return [executed.result for executed in self.executed.values()]
+
+    async def execute(self, command: member_pb2.Command) -> bool:
+        self.deliveries[command.id] = self.deliveries.get(command.id, 0) + 1
+        if command.id in self.executed:
+            return True
+        kind = command.WhichOneof("action")
+        if kind == "stop_plan":
+            started = self.executed.get(command.stop_plan.command_id)
+            if started is not None and started.result.phase == member_pb2.COMMAND_PHASE_RUNNING:
+                started.result.phase = member_pb2.COMMAND_PHASE_FAILED
+                started.result.message = "stopped"
+            result = member_pb2.CommandResult(command_id=command.id,
+                                              phase=member_pb2.COMMAND_PHASE_SUCCEEDED)
+        else:
+            result = member_pb2.CommandResult(
+                command_id=command.id, phase=member_pb2.COMMAND_PHASE_RUNNING,
+                steps_done="0/1", object=f"FaultPlan default/{command.run_id}-{self.name}")
+            self._spawn(self._finish(command.id))
+        self.executed[command.id] = Executed(command, time.time(), result)
+        self._report(result)
+        return False
+
+    async def _finish(self, command_id: str) -> None:
+        await asyncio.sleep(self.run_seconds)
+        result = self.executed[command_id].result
+        if result.phase == member_pb2.COMMAND_PHASE_RUNNING:
+            result.phase = member_pb2.COMMAND_PHASE_SUCCEEDED
+            result.steps_done, result.verdict = "1/1", self.verdict
+            self._report(result)
+
+    def _report(self, result: member_pb2.CommandResult) -> None:
+        if self.link is not None:
+            copy = member_pb2.CommandResult()
+            copy.CopyFrom(result)
+            self.link.report(copy)
+
+    def _spawn(self, work: Coroutine[None, None, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def faults(self) -> LinkFaults:
+        return self.link_faults
+
+    def connected(self, up: bool, message: str) -> None:
+        if up and not self.up:
+            self.up_since = time.time()
+        self.up = up
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,85 @@
+"""Hub tokens: who may speak to the hub, as whom.
+
+A hub has one secret key (32 random bytes in its state directory). From it come
+
+- the **fleet token**, for users and the CLI: ``ff1.<mac>``;
+- one **member token** per cluster name: ``fm1.<cluster>.<mac>``, bound to that name: the mac
+  covers it, so a member holding it can register as, and act for, that cluster only.
+
+The hub checks a token by computing its mac again (no token table to keep in sync); whoever
+holds the key (the hub, and the operator on the hub's own host) can mint tokens. Changing the
+key revokes every token at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+KEY_BYTES = 32
+FLEET_PREFIX = "ff1"
+MEMBER_PREFIX = "fm1"
+
+
+class TokenError(ValueError):
+    """A token that is malformed or was not made with this hub's key."""
+
+
+def new_key() -> bytes:
+    return secrets.token_bytes(KEY_BYTES)
+
+
+def load_or_create_key(path: Path) -> bytes:
+    """The key at ``path``, made (readable by its owner only) if there is none."""
+    try:
+        key = path.read_bytes()
+    except FileNotFoundError:
+        key = new_key()
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(key)
+        try:
+            os.link(temporary, path)  # never replaces a key another process made meanwhile
+        except FileExistsError:
+            key = path.read_bytes()
+        finally:
+            temporary.unlink()
+    if len(key) != KEY_BYTES:
+        raise TokenError(f"{path} does not hold a hub key ({len(key)} bytes, not {KEY_BYTES}): "
+                         f"remove it to make a new one (every token made so far stops working)")
+    return key
+
+
+def _mac(key: bytes, subject: str) -> str:
+    digest = hmac.new(key, subject.encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def fleet_token(key: bytes) -> str:
+    return f"{FLEET_PREFIX}.{_mac(key, 'fleet')}"
+
+
+def member_token(key: bytes, cluster: str) -> str:
+    return f"{MEMBER_PREFIX}.{cluster}.{_mac(key, 'member:' + cluster)}"
+
+
+def check_fleet(key: bytes, token: str) -> None:
+    if not hmac.compare_digest(token.encode(), fleet_token(key).encode()):
+        raise TokenError("not this hub's fleet token")
+
+
+def check_member(key: bytes, token: str) -> str:
+    """The cluster ``token`` speaks for."""
+    prefix, _, rest = token.partition(".")
+    cluster, _, mac = rest.rpartition(".")
+    if prefix != MEMBER_PREFIX or not cluster or not mac:
+        raise TokenError(f"not a member token (expected {MEMBER_PREFIX}.<cluster>.<mac>)")
+    if not hmac.compare_digest(mac.encode(), _mac(key, "member:" + cluster).encode()):
+        raise TokenError(f"the token for cluster {cluster!r} was not made with this hub's key")
+    return cluster

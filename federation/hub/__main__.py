@@ -1,0 +1,67 @@
+"""``python -m federation.hub``: run the federation hub until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from federation.hub.core import HubSettings
+from federation.hub.server import ServeSettings, Tls, serve
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m federation.hub",
+                                     description="The fakefleet federation hub.")
+    parser.add_argument("--state-dir", type=Path, required=True,
+                        help="where the hub keeps its key, state and hub.json")
+    parser.add_argument("--listen", default="127.0.0.1:0",
+                        help="host:port to serve on (default: loopback, a free port)")
+    parser.add_argument("--tls-cert", type=Path, help="serving certificate (PEM)")
+    parser.add_argument("--tls-key", type=Path, help="its private key (PEM)")
+    parser.add_argument("--tls-ca", type=Path, help="the CA that signed it (given to clients)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="serve without TLS (tests and benchmarks on loopback only)")
+    parser.add_argument("--heartbeat-interval", type=float, default=2.0,
+                        help="seconds between heartbeats, both ways (default 2)")
+    parser.add_argument("--grace", type=float, default=6.0,
+                        help="seconds of silence before a member is Unreachable (default 6)")
+    parser.add_argument("--unsafe-no-fsync", action="store_true",
+                        help="do not fsync the state file (tests and benchmarks)")
+    args = parser.parse_args(argv)
+    tls_given = [args.tls_cert, args.tls_key, args.tls_ca]
+    if args.insecure == any(tls_given) or (any(tls_given) and not all(tls_given)):
+        parser.error("give --tls-cert, --tls-key and --tls-ca, or --insecure")
+    if args.grace <= args.heartbeat_interval:
+        parser.error(f"--grace ({args.grace:g}s) must be longer than --heartbeat-interval "
+                     f"({args.heartbeat_interval:g}s), or every member looks silent")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = ServeSettings(
+        hub=HubSettings(state_dir=args.state_dir.resolve(),
+                        heartbeat_interval=args.heartbeat_interval, grace=args.grace,
+                        fsync=not args.unsafe_no_fsync),
+        listen=args.listen,
+        tls=None if args.insecure else Tls(cert=args.tls_cert, key=args.tls_key,
+                                           ca=args.tls_ca))
+
+    async def run() -> None:
+        stop_flag = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop_flag.set)
+        await serve(settings, stop_flag=stop_flag)
+
+    try:
+        asyncio.run(run())
+    except OSError as error:
+        logging.getLogger(__name__).error("%s", error)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""The two gRPC services over :class:`~federation.hub.core.Hub`: authentication, validation,
+translation, and nothing else.
+
+Every call is authenticated first (``authorization: Bearer <token>``): MemberService takes a
+member token and learns from it which cluster speaks; FleetService takes the fleet token. Then
+the request is validated (INVALID_ARGUMENT naming every bad field) before anything changes.
+A refusal of the hub maps to its gRPC code; an unexpected error of ours ends only that call,
+with INTERNAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from federation.api import fleet_pb2, fleet_pb2_grpc, member_pb2, member_pb2_grpc
+from federation.client import tokens
+from federation.hub import convert, validation
+from federation.hub.core import Hub, Refused
+from federation.hub.core import Session as MemberSession
+
+logger = logging.getLogger(__name__)
+
+#: A session's first message (its Hello) must come within this long.
+HELLO_TIMEOUT = 30.0
+WATCH_RUN_COALESCE = 0.1
+
+Context = grpc.aio.ServicerContext[Any, Any]
+Result = TypeVar("Result")
+
+
+async def _abort(context: Context, code: grpc.StatusCode, message: str) -> NoReturn:
+    await context.abort(code, message)
+    raise AssertionError("unreachable: abort raises")
+
+
+def _bearer(context: Context) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+            return value.removeprefix("Bearer ").strip()
+    return ""
+
+
+async def _invalid(context: Context, problems: list[str]) -> None:
+    if problems:
+        await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "; ".join(problems))
+
+
+def _guarded(method: Callable[..., Awaitable[Result]]) -> Callable[..., Awaitable[Result]]:
+    """Refusals become their status codes; a defect of ours becomes INTERNAL for this call."""
+    @functools.wraps(method)
+    async def call(self: Any, request: Any, context: Context) -> Result:
+        try:
+            return await method(self, request, context)
+        except Refused as refusal:
+            await _abort(context, grpc.StatusCode[refusal.code], str(refusal))
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as error:
+            logger.exception("%s failed", method.__name__)
+            await _abort(context, grpc.StatusCode.INTERNAL,
+                         f"{method.__name__} failed in the hub: {error!r}")
+    return call
+
+
+def _guarded_stream(method: Callable[..., AsyncIterator[Result]]
+                    ) -> Callable[..., AsyncIterator[Result]]:
+    @functools.wraps(method)
+    async def call(self: Any, request: Any, context: Context) -> AsyncIterator[Result]:
+        try:
+            async for item in method(self, request, context):
+                yield item
+        except Refused as refusal:
+            await _abort(context, grpc.StatusCode[refusal.code], str(refusal))
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as error:
+            logger.exception("%s failed", method.__name__)
+            await _abort(context, grpc.StatusCode.INTERNAL,
+                         f"{method.__name__} failed in the hub: {error!r}")
+    return call
+
+
+class MemberService(member_pb2_grpc.MemberServiceServicer):
+    def __init__(self, hub: Hub, key: bytes) -> None:
+        self.hub = hub
+        self.key = key
+
+    async def _cluster(self, context: Context) -> str:
+        token = _bearer(context)
+        if not token:
+            await _abort(context, grpc.StatusCode.UNAUTHENTICATED,
+                         "authorization: missing; send 'authorization: Bearer <member token>'")
+        try:
+            return tokens.check_member(self.key, token)
+        except tokens.TokenError as error:
+            await _abort(context, grpc.StatusCode.UNAUTHENTICATED, f"authorization: {error}")
+
+    async def _same(self, context: Context, claimed: str, cluster: str, field: str) -> None:
+        if claimed != cluster:
+            await _abort(context, grpc.StatusCode.PERMISSION_DENIED,
+                         f"{field}: {claimed!r}, but the token is for cluster {cluster!r}; a "
+                         f"member speaks only for its own cluster")
+
+    @_guarded
+    async def Register(self, request: member_pb2.RegisterRequest,
+                       context: Context) -> member_pb2.RegisterResponse:
+        cluster = await self._cluster(context)
+        await _invalid(context, validation.register(request))
+        await self._same(context, request.cluster.name, cluster, "cluster.name")
+        await self.hub.register(convert.identity(request.cluster),
+                                convert.inventory(request.capacity))
+        settings = self.hub.settings
+        return member_pb2.RegisterResponse(
+            hub_id=self.hub.hub_id,
+            heartbeat_interval=convert.duration(settings.heartbeat_interval),
+            grace=convert.duration(settings.grace))
+
+    @_guarded
+    async def Deregister(self, request: member_pb2.DeregisterRequest,
+                         context: Context) -> member_pb2.DeregisterResponse:
+        cluster = await self._cluster(context)
+        await _invalid(context, validation.cluster_name(request.cluster, "cluster")
+                       + validation.traceparent(request.traceparent))
+        await self._same(context, request.cluster, cluster, "cluster")
+        await self.hub.deregister(cluster)
+        return member_pb2.DeregisterResponse()
+
+    @_guarded_stream
+    async def Session(self, request_iterator: AsyncIterator[member_pb2.MemberMessage],
+                      context: Context) -> AsyncIterator[member_pb2.HubMessage]:
+        cluster = await self._cluster(context)
+        try:
+            hello = await asyncio.wait_for(anext(request_iterator), HELLO_TIMEOUT)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            await _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED,
+                         f"hello: none within {HELLO_TIMEOUT:g}s; a session opens with Hello")
+        await _invalid(context, validation.member_message(hello, first=True))
+        await self._same(context, hello.hello.cluster, cluster, "hello.cluster")
+        session = self.hub.open_session(
+            cluster, [convert.report(report) for report in hello.hello.commands])
+        failure: list[tuple[grpc.StatusCode, str]] = []
+        reader = asyncio.create_task(self._read(request_iterator, session, failure),
+                                     name=f"session-{cluster}")
+        try:
+            while True:
+                message = await session.outbox.get()
+                if message is None:
+                    break
+                yield message
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+            self.hub.close_session(session)
+        if failure:
+            await _abort(context, *failure[0])
+
+    async def _read(self, messages: AsyncIterator[member_pb2.MemberMessage],
+                    session: MemberSession, failure: list[tuple[grpc.StatusCode, str]]) -> None:
+        try:
+            async for message in messages:
+                if not self.hub.current(session):
+                    break
+                problems = validation.member_message(message, first=False)
+                if problems:
+                    failure.append((grpc.StatusCode.INVALID_ARGUMENT, "; ".join(problems)))
+                    break
+                kind = message.WhichOneof("kind")
+                if kind == "heartbeat":
+                    self.hub.heartbeat(session, message.heartbeat)
+                elif kind == "ack":
+                    self.hub.acknowledged(session, message.ack.command_id)
+                elif kind == "result":
+                    self.hub.reported(session, convert.report(message.result))
+        except Refused as refusal:
+            failure.append((grpc.StatusCode[refusal.code], str(refusal)))
+        except grpc.aio.AioRpcError:
+            pass  # the member went away; closing the session says so
+        except Exception as error:
+            logger.exception("session of %s failed", session.cluster)
+            failure.append((grpc.StatusCode.INTERNAL, f"the hub failed reading: {error!r}"))
+        finally:
+            session.close()
+
+
+class FleetService(fleet_pb2_grpc.FleetServiceServicer):
+    def __init__(self, hub: Hub, key: bytes) -> None:
+        self.hub = hub
+        self.key = key
+
+    async def _authorise(self, context: Context) -> None:
+        token = _bearer(context)
+        if not token:
+            await _abort(context, grpc.StatusCode.UNAUTHENTICATED,
+                         "authorization: missing; send 'authorization: Bearer <fleet token>'")
+        try:
+            tokens.check_fleet(self.key, token)
+        except tokens.TokenError as error:
+            await _abort(context, grpc.StatusCode.UNAUTHENTICATED, f"authorization: {error}")
+
+    @_guarded
+    async def ListClusters(self, request: fleet_pb2.ListClustersRequest,
+                           context: Context) -> fleet_pb2.ListClustersResponse:
+        await self._authorise(context)
+        await _invalid(context, validation.selector(request.selector, "selector"))
+        selector = convert.selector(request.selector)
+        return fleet_pb2.ListClustersResponse(members=[
+            convert.member_message(member)
+            for _, member in sorted(self.hub.membership.members.items())
+            if convert.selects(selector, member.identity)])
+
+    @_guarded_stream
+    async def WatchClusters(self, request: fleet_pb2.WatchClustersRequest,
+                            context: Context) -> AsyncIterator[fleet_pb2.ClusterEvent]:
+        await self._authorise(context)
+        await _invalid(context, validation.selector(request.selector, "selector"))
+        watcher = self.hub.watch(convert.selector(request.selector))
+        try:
+            while (event := await watcher.events.get()) is not None:
+                yield event
+                if watcher.overflowed and watcher.events.empty():
+                    break
+        finally:
+            self.hub.unwatch(watcher)
+        if watcher.overflowed:
+            await _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         "the watch fell behind the fleet's changes; watch again")
+
+    @_guarded
+    async def RunPlan(self, request: fleet_pb2.RunPlanRequest,
+                      context: Context) -> fleet_pb2.RunPlanResponse:
+        await self._authorise(context)
+        await _invalid(context, validation.run_plan(request))
+        delay = request.start_delay.ToNanoseconds() / 1e9 \
+            if request.HasField("start_delay") else None
+        run = await self.hub.run_plan(request.plan, convert.selector(request.clusters), delay,
+                                      request.name)
+        return fleet_pb2.RunPlanResponse(run=convert.run_message(run))
+
+    @_guarded
+    async def GetRun(self, request: fleet_pb2.GetRunRequest,
+                     context: Context) -> fleet_pb2.Run:
+        await self._authorise(context)
+        await _invalid(context, validation.run_id(request.run_id))
+        return convert.run_message(self.hub.get_run(request.run_id))
+
+    @_guarded
+    async def CancelRun(self, request: fleet_pb2.CancelRunRequest,
+                        context: Context) -> fleet_pb2.Run:
+        await self._authorise(context)
+        await _invalid(context, validation.run_id(request.run_id))
+        return convert.run_message(await self.hub.cancel_run(request.run_id))
+
+    @_guarded
+    async def ListRuns(self, request: fleet_pb2.ListRunsRequest,
+                       context: Context) -> fleet_pb2.ListRunsResponse:
+        await self._authorise(context)
+        return fleet_pb2.ListRunsResponse(runs=[
+            convert.run_message(run)
+            for run in sorted(self.hub.runs.values(), key=lambda run: run.created_at)])
+
+    @_guarded_stream
+    async def WatchRun(self, request: fleet_pb2.WatchRunRequest,
+                       context: Context) -> AsyncIterator[fleet_pb2.Run]:
+        await self._authorise(context)
+        await _invalid(context, validation.run_id(request.run_id))
+        while True:
+            run = self.hub.get_run(request.run_id)
+            changed = self.hub.run_changed(run.id)
+            message = convert.run_message(run)
+            yield message
+            if message.phase != fleet_pb2.RUN_PHASE_RUNNING:
+                return
+            await changed.wait()
+            # A run of many members changes many times a second while it fans out: one
+            # message per short while tells the watcher as much.
+            await asyncio.sleep(WATCH_RUN_COALESCE)

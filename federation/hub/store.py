@@ -1,0 +1,177 @@
+"""The hub's memory across restarts: members and runs in one JSON file, written whole.
+
+``<state dir>/state.json`` is replaced atomically (written aside, flushed to disk, renamed), so
+a hub killed at any moment finds the last complete state. Writes are group commits: any number
+of changes made while one write is under way go out together in the next one, and
+:meth:`Store.commit` returns once a write that includes the caller's change is on disk — which
+is when the hub may act on it (a run's commands go out only after the run is stored).
+
+Liveness (when a member was last heard) is not stored: a restarted hub gives every member its
+grace from the restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from federation.hub.membership import Identity, Inventory, Member, Pool, State
+from federation.hub.runs import MemberPart, Part, Run
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1
+
+
+@dataclasses.dataclass
+class Snapshot:
+    hub_id: str
+    members: list[Member]
+    runs: list[Run]
+
+
+def encode(snapshot: Snapshot) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "hubId": snapshot.hub_id,
+        "members": [_member(m) for m in snapshot.members],
+        "runs": [_run(r) for r in snapshot.runs],
+    }
+
+
+def decode(data: dict[str, Any]) -> Snapshot:
+    if data.get("format") != FORMAT:
+        raise ValueError(f"state format {data.get('format')!r}; this hub reads {FORMAT}")
+    return Snapshot(hub_id=data["hubId"],
+                    members=[_read_member(m) for m in data.get("members", [])],
+                    runs=[_read_run(r) for r in data.get("runs", [])])
+
+
+def _member(member: Member) -> dict[str, Any]:
+    return {
+        "identity": dataclasses.asdict(member.identity),
+        "state": member.state.value, "reason": member.reason, "message": member.message,
+        "registeredAt": member.registered_at, "stateSince": member.state_since,
+        "lastHeartbeat": member.last_heartbeat,
+        "inventory": dataclasses.asdict(member.inventory),
+    }
+
+
+def _read_member(data: dict[str, Any]) -> Member:
+    raw = data["inventory"]
+    inventory = Inventory(pools=tuple(Pool(**p) for p in raw["pools"]),
+                          nodes_ready=raw["nodes_ready"], nodes_total=raw["nodes_total"],
+                          allocatable=raw["allocatable"], pods_by_phase=raw["pods_by_phase"])
+    return Member(identity=Identity(**data["identity"]), state=State(data["state"]),
+                  reason=data["reason"], message=data["message"],
+                  registered_at=data["registeredAt"], state_since=data["stateSince"],
+                  last_heartbeat=data.get("lastHeartbeat", 0.0), inventory=inventory)
+
+
+def _run(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.id, "name": run.name, "plan": run.plan, "selector": run.selector,
+        "createdAt": run.created_at, "startAt": run.start_at, "cancelled": run.cancelled,
+        "finishedAt": run.finished_at,
+        "parts": [dataclasses.asdict(part) | {"state": part.state.value}
+                  for part in run.parts.values()],
+    }
+
+
+def _read_run(data: dict[str, Any]) -> Run:
+    parts = {}
+    for raw in data["parts"]:
+        part = MemberPart(**(raw | {"state": Part(raw["state"])}))
+        parts[part.cluster] = part
+    return Run(id=data["id"], name=data["name"], plan=data["plan"], selector=data["selector"],
+               created_at=data["createdAt"], start_at=data["startAt"], parts=parts,
+               cancelled=data["cancelled"], finished_at=data["finishedAt"])
+
+
+class Store:
+    """One state file, written by group commits from a background task."""
+
+    def __init__(self, path: Path, *, fsync: bool = True) -> None:
+        self.path = path
+        self.fsync = fsync
+        self._dirty = asyncio.Event()
+        self._generation = 0  # changes made so far
+        self._written = 0  # changes on disk
+        self._done = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+
+    def load(self) -> Snapshot:
+        """What the file holds; a new hub id and nothing else when there is no file."""
+        try:
+            return decode(json.loads(self.path.read_text()))
+        except FileNotFoundError:
+            return Snapshot(hub_id=secrets.token_hex(8), members=[], runs=[])
+
+    def start(self, snapshot: Callable[[], Snapshot]) -> None:
+        self._task = asyncio.create_task(self._write_loop(snapshot), name="hub-store")
+
+    async def stop(self) -> None:
+        """Write what is pending, then stop."""
+        if self._task is None:
+            return
+        if self._generation != self._written and self._failure is None:
+            with contextlib.suppress(OSError):
+                await self.commit(changed=False)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    def changed(self) -> int:
+        """Note a change to be written soon; returns its number, for :meth:`commit`."""
+        self._generation += 1
+        self._dirty.set()
+        return self._generation
+
+    async def commit(self, *, changed: bool = True) -> None:
+        """Note a change (unless ``changed`` is False) and return once it is on disk."""
+        target = self.changed() if changed else self._generation
+        async with self._done:
+            await self._done.wait_for(lambda: self._written >= target or
+                                      self._failure is not None)
+        if self._failure is not None and self._written < target:
+            raise OSError(f"the hub cannot write {self.path}: {self._failure}")
+
+    async def _write_loop(self, snapshot: Callable[[], Snapshot]) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            target = self._generation
+            text = json.dumps(encode(snapshot()), separators=(",", ":"))
+            try:
+                await asyncio.to_thread(self._write, text)
+            except OSError as error:
+                logger.error("cannot write %s: %s (retrying)", self.path, error)
+                self._failure = error
+                self._dirty.set()
+                async with self._done:
+                    self._done.notify_all()
+                await asyncio.sleep(1.0)
+                continue
+            self._failure = None
+            async with self._done:
+                self._written = target
+                self._done.notify_all()
+
+    def _write(self, text: str) -> None:
+        temporary = self.path.with_name(f".{self.path.name}.tmp")
+        with temporary.open("w") as handle:
+            handle.write(text)
+            handle.flush()
+            if self.fsync:
+                os.fsync(handle.fileno())
+        temporary.replace(self.path)
