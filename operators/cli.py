@@ -24,12 +24,12 @@ import click
 import yaml
 from click.core import ParameterSource
 from pydantic import ValidationError
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from operators import fleetcli
 from operators.api.base import API_VERSION
 from operators.api.clusters import KUBECONFIG_KEY
 from operators.api.faultplans import FaultPlan, FaultPlanSpec
@@ -51,28 +51,8 @@ from operators.faults import progress
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.errors import Conflict, Invalid, K8sError, NotFound, transient
+from operators.terminal import console, default_state_dir, state_dir_option, stdout
 
-console = Console(stderr=True)
-# Tables piped to a file or a test keep their columns instead of wrapping at 80.
-stdout = Console() if sys.stdout.isatty() else Console(width=160)
-
-
-def default_state_dir() -> Path:
-    """``$FAKEFLEET_STATE_DIR``, else ``$XDG_STATE_HOME/fakefleet``, else ~/.local/state/."""
-    explicit = os.environ.get("FAKEFLEET_STATE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_STATE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "fakefleet"
-
-
-state_dir_option = click.option(
-    "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=default_state_dir,
-    show_default="$FAKEFLEET_STATE_DIR or ~/.local/state/fakefleet",
-    help="Where the control plane keeps its data, certificates and logs.",
-)
 version_option = click.option(
     "--kubernetes-version",
     default=binaries_.DEFAULT_KUBERNETES_VERSION,
@@ -129,9 +109,13 @@ def binaries(kubernetes_version: str) -> None:
 @click.option("--unsafe-no-fsync", is_flag=True,
               help="For tests and benchmarks: etcd does not fsync, so data may be lost on a "
                    "machine crash.")
+@click.option("--no-hub", is_flag=True,
+              help="Do not start the federation hub (FakeClusters then join no hub unless "
+                   "their spec.federation names one).")
 def up(state_dir: Path, kubernetes_version: str, port: int | None, profile: str,
-       timeout: float, unsafe_no_fsync: bool) -> None:
-    """Start the host control plane (etcd, apiserver, scheduler, controller-manager)."""
+       timeout: float, unsafe_no_fsync: bool, no_hub: bool) -> None:
+    """Start the host control plane (etcd, apiserver, scheduler, controller-manager), the
+    operator and the federation hub."""
     state_dir = state_dir.resolve()
     state = StateDir(state_dir)
     if daemon.daemon_alive(state_dir):
@@ -153,6 +137,8 @@ def up(state_dir: Path, kubernetes_version: str, port: int | None, profile: str,
         argv += ["--port", str(port)]
     if unsafe_no_fsync:
         argv.append("--unsafe-no-fsync")
+    if no_hub:
+        argv.append("--no-hub")
     state.create()
     started = time.monotonic()
     with state.daemon_log.open("ab") as log:
@@ -868,3 +854,6 @@ def _print_results(namespace: str, name: str, status: dict[str, Any]) -> None:
                       "" if result.latency is None else progress.seconds(result.latency),
                       result.message)
     stdout.print(table, soft_wrap=True)
+
+
+main.add_command(fleetcli.fleet)

@@ -54,6 +54,14 @@ class LinkFaults:
     def partitioned(self) -> bool:
         return self.to_hub_dropped or self.from_hub_dropped
 
+    def describe(self) -> str:
+        dropped = [way for way, lost in (("to the hub", self.to_hub_dropped),
+                                         ("from the hub", self.from_hub_dropped)) if lost]
+        parts = [f"what goes {' and '.join(dropped)} is lost"] if dropped else []
+        if self.latency:
+            parts.append(f"{self.latency:g}s added to every message")
+        return "; ".join(parts) or "none"
+
 
 NO_FAULTS = LinkFaults()
 
@@ -118,6 +126,9 @@ class MemberLink:
                     message = f"{error.code().name}: {error.details()}"
                     final = error.code() in _FINAL
                     logger.warning("hub link of %s: %s", self.cluster, message)
+                except Exception as error:  # the member failed a command: start over
+                    message, final = f"the member failed: {error}", False
+                    logger.exception("hub link of %s", self.cluster)
                 if stop_flag.is_set():
                     break
                 self.member.connected(False, message)
@@ -127,16 +138,6 @@ class MemberLink:
                 delay = min(BACKOFF_MAX, delay * 2)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop_flag.wait(), wait)
-        finally:
-            await channel.close()
-
-    async def deregister(self) -> None:
-        """Leave the fleet (the cluster is gone)."""
-        channel = open_channel(self.hub)
-        try:
-            stub = member_pb2_grpc.MemberServiceStub(channel)
-            await stub.Deregister(member_pb2.DeregisterRequest(cluster=self.cluster),
-                                  metadata=self._metadata, timeout=10)
         finally:
             await channel.close()
 
@@ -235,11 +236,24 @@ class MemberLink:
 
     async def _until_healed(self) -> None:
         """Returns when a partition that began during this session ends: a new session
-        resynchronises what either side missed."""
+        resynchronises what either side missed. Meanwhile the member hears it is cut off."""
         partitioned = False
         while True:
-            now = self.member.faults().partitioned
-            if partitioned and not now:
+            faults = self.member.faults()
+            if partitioned and not faults.partitioned:
                 return
-            partitioned = partitioned or now
+            if faults.partitioned and not partitioned:
+                self.member.connected(False, f"the link is partitioned ({faults.describe()})")
+            partitioned = partitioned or faults.partitioned
             await asyncio.sleep(FAULT_POLL)
+
+
+async def deregister(hub: HubAddress, token: str, cluster: str, *, timeout: float = 10) -> None:
+    """Take ``cluster`` out of the fleet (its FakeCluster is gone)."""
+    channel = open_channel(hub)
+    try:
+        stub = member_pb2_grpc.MemberServiceStub(channel)
+        await stub.Deregister(member_pb2.DeregisterRequest(cluster=cluster),
+                              metadata=bearer(token), timeout=timeout)
+    finally:
+        await channel.close()

@@ -160,11 +160,12 @@ class Hub:
     # -- members -----------------------------------------------------------------------------
 
     async def register(self, identity: Identity, inventory: Inventory) -> Member:
+        known = identity.name in self.membership.members
         try:
             member = self.membership.register(identity, inventory, self.clock())
         except HostConflict as conflict:
             raise Refused("ALREADY_EXISTS", str(conflict)) from conflict
-        self._publish([member], added=True)
+        self._publish([member], added=not known)
         await self.store.commit()
         return member
 

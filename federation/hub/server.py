@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from federation.api import fleet_pb2, fleet_pb2_grpc, member_pb2, member_pb2_grpc
 from federation.client import tokens
+from federation.client.discovery import HubFiles, HubInfo
 from federation.hub.core import Hub, HubSettings
 from federation.hub.services import FleetService, MemberService
 
@@ -55,52 +55,6 @@ class ServeSettings:
     hub: HubSettings
     listen: str = "127.0.0.1:0"
     tls: Tls | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class HubFiles:
-    """The paths of a hub's state directory, spelled once."""
-
-    root: Path
-
-    @property
-    def key(self) -> Path:
-        return self.root / "hub.key"
-
-    @property
-    def fleet_token(self) -> Path:
-        return self.root / "fleet.token"
-
-    @property
-    def info(self) -> Path:
-        return self.root / "hub.json"
-
-    @property
-    def log(self) -> Path:
-        return self.root / "hub.log"
-
-
-@dataclasses.dataclass(frozen=True)
-class HubInfo:
-    """What a running hub publishes (``hub.json``)."""
-
-    pid: int
-    address: str
-    ca: str | None
-    fleet_token_file: str
-    hub_id: str
-
-    @classmethod
-    def read(cls, path: Path) -> HubInfo | None:
-        try:
-            return cls(**json.loads(path.read_text()))
-        except (FileNotFoundError, ValueError, TypeError):
-            return None
-
-    def write(self, path: Path) -> None:
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
-        temporary.replace(path)
 
 
 def _write_private(path: Path, text: str) -> None:

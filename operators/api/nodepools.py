@@ -17,7 +17,7 @@ from operators.api.base import (
 )
 from operators.api.clusters import MAX_CLUSTER_NAME_LENGTH
 from operators.api.durations import DURATION_PATTERN
-from operators.api.gpus import GPUPresetName
+from operators.api.gpus import PRESETS, GPUPresetName
 from operators.api.names import (
     LABEL_VALUE_MAX_LENGTH,
     MAX_ENTRIES,
@@ -206,6 +206,19 @@ class FakeNodePoolSpec(Model):
         default_factory=PodBehaviour,
         json_schema_extra={"default": PodBehaviour().model_dump(mode="json")})
     """Default timing of the pods that run on the pool's nodes."""
+
+    @property
+    def gpus_per_node(self) -> int:
+        if self.gpu is None:
+            return 0
+        return self.gpu.count or PRESETS[self.gpu.preset].gpus_per_node
+
+    def node_capacity(self) -> dict[str, str]:
+        """What each node of the pool has (and offers: allocatable is the same)."""
+        capacity = {key: str(value) for key, value in self.template.capacity.items()}
+        if self.gpu is not None:
+            capacity["nvidia.com/gpu"] = str(self.gpus_per_node)
+        return capacity
 
 
 class FakeNodePoolStatus(Model):

@@ -20,15 +20,19 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from federation.client.discovery import HubFiles, HubInfo
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StartupError, StateError
+from operators.controlplane.files import private_directory
+from operators.controlplane.pki import ensure_hub_pki
 from operators.controlplane.state import (
     HOST_CLUSTER,
     ComponentState,
@@ -55,6 +59,7 @@ class HostSettings:
     profile: Profile = Profile.DEFAULT
     startup_timeout: float = 90.0
     operator: bool = True
+    hub: bool = True
     fsync: bool = True
 
 
@@ -81,9 +86,14 @@ def _lock(state_dir: Path, *, blocking: bool) -> Iterator[IO[str]]:
 
 
 def _snapshot(substrate: Substrate, settings: HostSettings, started: str,
-              operator: Supervised | None) -> HostState:
+              operator: Supervised | None, hub: Supervised | None) -> HostState:
     host = substrate.clusters.get(HOST_CLUSTER)
     components = substrate.components()
+    if hub is not None:
+        info = HubInfo.read(HubFiles(StateDir(settings.state_dir).hub).info)
+        components.append(ComponentState(
+            cluster=None, name="hub", pid=hub.pid, log=str(hub.log_path), restarts=hub.restarts,
+            port=int(info.address.rsplit(":", 1)[1]) if info and info.pid == hub.pid else None))
     if operator is not None:
         components.append(ComponentState(cluster=None, name="operator", pid=operator.pid,
                                          log=str(operator.log_path),
@@ -126,6 +136,53 @@ async def _start_operator(state_dir: Path, timeout: float) -> Supervised:
     return operator
 
 
+def _hub_port(state: StateDir) -> int:
+    """The hub's port: the one it had (members find it again after a restart), else a free
+    one, remembered."""
+    remembered = state.hub / "port"
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        port = int(remembered.read_text())
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                pass
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    remembered.write_text(f"{port}\n")
+    return port
+
+
+async def _start_hub(state_dir: Path, timeout: float, fsync: bool) -> Supervised:
+    """The federation hub, supervised, on loopback with TLS from its own PKI."""
+    state = StateDir(state_dir)
+    private_directory(state.hub)
+    pki = ensure_hub_pki(state.hub_pki)
+    files = HubFiles(state.hub)
+    files.info.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "federation.hub", "--state-dir", str(state.hub),
+               "--listen", f"127.0.0.1:{_hub_port(state)}",
+               "--tls-cert", str(pki.serving_cert), "--tls-key", str(pki.serving_key),
+               "--tls-ca", str(pki.ca_cert)]
+    if not fsync:
+        command.append("--unsafe-no-fsync")
+    hub = Supervised("hub", command, log_path=state.hub_log, death_signal=signal.SIGTERM)
+    await hub.start()
+    deadline = time.monotonic() + timeout
+    while (info := HubInfo.read(files.info)) is None or info.pid != hub.pid:
+        if hub.restarts or not hub.running:
+            await hub.stop()
+            raise StartupError("the hub", "exited during start-up", tail(hub.log_path))
+        if time.monotonic() > deadline:
+            await hub.stop()
+            raise StartupError("the hub", f"was not serving after {timeout:.0f}s",
+                               tail(hub.log_path))
+        await asyncio.sleep(0.1)
+    return hub
+
+
 async def run(
     settings: HostSettings,
     *,
@@ -142,17 +199,20 @@ async def run(
         substrate = Substrate(state_dir, binaries, fsync=settings.fsync,
                               startup_timeout=settings.startup_timeout)
         operator: Supervised | None = None
+        hub: Supervised | None = None
         try:
             await substrate.start()
             await substrate.add_cluster(HOST_CLUSTER, ClusterOptions(
                 apiserver_port=settings.apiserver_port, profile=settings.profile,
             ))
+            if settings.hub:
+                hub = await _start_hub(state_dir, settings.startup_timeout, settings.fsync)
             if settings.operator:
                 operator = await _start_operator(state_dir, settings.startup_timeout)
             if ready_flag is not None:
                 ready_flag.set()
             while not stop_flag.is_set():
-                publish(state.host_file, _snapshot(substrate, settings, started, operator))
+                publish(state.host_file, _snapshot(substrate, settings, started, operator, hub))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop_flag.wait(), publish_interval)
         except ControlPlaneError as error:
@@ -161,6 +221,8 @@ async def run(
         finally:
             if operator is not None:
                 await operator.stop(timeout=30)
+            if hub is not None:
+                await hub.stop(timeout=10)
             await substrate.stop()
             if (published := read_host(state)) is None or published.error is None:
                 state.host_file.unlink(missing_ok=True)
@@ -188,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=90.0)
     parser.add_argument("--no-operator", action="store_true",
                         help="run only the host control plane")
+    parser.add_argument("--no-hub", action="store_true",
+                        help="do not start the federation hub")
     parser.add_argument("--unsafe-no-fsync", action="store_true",
                         help="for tests and benchmarks: etcd does not fsync, so data may be "
                              "lost on a machine crash")
@@ -203,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         profile=Profile(args.profile),
         startup_timeout=args.startup_timeout,
         operator=not args.no_operator,
+        hub=not args.no_hub,
         fsync=not args.unsafe_no_fsync,
     )
     return asyncio.run(_main_async(settings))

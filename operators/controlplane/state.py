@@ -5,6 +5,8 @@
     <state>/operator.lock, operator.log the operator (one per directory)
     <state>/operator.json               what the operator runs: members and engines (OperatorState)
     <state>/etcd/                       the shared etcd (operators.controlplane.etcd)
+    <state>/hub/                        the federation hub: its key, state.json, hub.json
+                                        (federation.client.discovery), pki/, hub.log
     <state>/clusters/<key>/             one cluster: cluster.json (ports), pki/, kubeconfig
                                         (admin) and one per component, *.log, and for members
                                         engine.log, member.kubeconfig (an adopted cluster's)
@@ -63,6 +65,18 @@ class StateDir:
     @property
     def etcd(self) -> EtcdFiles:
         return EtcdFiles.of(self.root)
+
+    @property
+    def hub(self) -> Path:
+        return self.root / "hub"
+
+    @property
+    def hub_pki(self) -> Path:
+        return self.hub / "pki"
+
+    @property
+    def hub_log(self) -> Path:
+        return self.hub / "hub.log"
 
     @property
     def clusters(self) -> Path:

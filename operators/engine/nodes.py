@@ -21,7 +21,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from operators.api import stages as stage_api
-from operators.api.gpus import PRESETS, gfd_labels
+from operators.api.gpus import gfd_labels
 from operators.api.injections import FAULTS
 from operators.api.names import LABEL_VALUE_MAX_LENGTH
 from operators.api.nodepools import INSTANCE_TYPE_PREFIX, POOL_LABEL, FakeNodePoolSpec
@@ -70,12 +70,6 @@ def template_hash(spec: FakeNodePoolSpec) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def gpu_count(spec: FakeNodePoolSpec) -> int:
-    if spec.gpu is None:
-        return 0
-    return spec.gpu.count or PRESETS[spec.gpu.preset].gpus_per_node
-
-
 def node_shape(cluster: str, pool: str, spec: FakeNodePoolSpec, index: int) -> dict[str, Any]:
     """Labels, annotations, taints and capacity of node ``index`` of ``pool``."""
     name = node_name(pool, index)
@@ -95,15 +89,14 @@ def node_shape(cluster: str, pool: str, spec: FakeNodePoolSpec, index: int) -> d
     rack = (index // zone_count) % topology.racks if topology.racks else None
     if rack is not None:
         labels[RACK_LABEL] = f"rack-{rack}"
-    capacity: dict[str, str] = {key: str(value) for key, value in spec.template.capacity.items()}
+    capacity = spec.node_capacity()
     taints = [taint.model_dump(mode="json", exclude_defaults=False)
               for taint in spec.template.taints]
     if spec.gpu is not None:
-        count = gpu_count(spec)
+        count = spec.gpus_per_node
         clique = _label_value(f"{cluster}.{rack if rack is not None else 0}")
         labels.update(gfd_labels(spec.gpu.preset, count,
                                  driver_version=spec.gpu.driverVersion, clique=clique))
-        capacity["nvidia.com/gpu"] = str(count)
         if spec.gpu.taint and not any(t["key"] == "nvidia.com/gpu" for t in taints):
             taints.append({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
     labels.update(spec.template.labels)

@@ -163,6 +163,7 @@ async def observe(runtime: Runtime, cluster: FakeCluster, key: str) -> planning.
         nodes=nodes,
         ready_nodes=ready,
         error=problem if cluster.spec.controlPlane.backend == "external" else "",
+        hub=runtime.hub_links.get(key),
     )
 
 

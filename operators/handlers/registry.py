@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 
 from operators.api.base import GROUP, VERSION
-from operators.handlers import clusters, faultplans, nodepools
+from operators.handlers import clusters, faultplans, hublinks, nodepools
 from operators.handlers.runtime import Runtime
 from operators.k8s.config import ClusterAccess, load_kubeconfig_file
 
@@ -43,6 +43,8 @@ def build_registry(kubeconfig: Path) -> kopf.OperatorRegistry:
     kopf.daemon(**fp, id="run", cancellation_timeout=30.0)(  # type: ignore[arg-type]
         faultplans.run)
     kopf.on.delete(**fp, id="recover")(faultplans.delete)  # type: ignore[arg-type]
+    kopf.daemon(**fc, id="hub-link", cancellation_timeout=20.0)(  # type: ignore[arg-type]
+        hublinks.run)
 
     def login(**_: Any) -> kopf.ConnectionInfo:
         # Read again at every login: kopf logs in anew when credentials expire.

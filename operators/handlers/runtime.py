@@ -16,6 +16,7 @@ from operators.controlplane.substrate import Substrate
 from operators.controlplane.supervising import Supervised
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess
+from operators.reconciling.clusters import HubState
 
 #: An engine that ran this long is healthy: its next crash restarts it after the shortest wait.
 ENGINE_STABLE_AFTER = 60.0
@@ -45,6 +46,8 @@ class Runtime:
     locks: dict[str, asyncio.Lock] = dataclasses.field(default_factory=dict)
     #: FaultPlans whose daemon runs now (namespace/name): their finalizer waits for it.
     plans: set[str] = dataclasses.field(default_factory=set)
+    #: Each member's hub link, as its daemon last saw it (the HubConnected condition).
+    hub_links: dict[str, HubState] = dataclasses.field(default_factory=dict)
 
     def lock(self, key: str) -> asyncio.Lock:
         """One reconciliation at a time per object (change handlers and timers overlap)."""

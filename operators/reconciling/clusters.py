@@ -28,6 +28,15 @@ def kubeconfig_secret_name(name: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class HubState:
+    """The cluster's hub link, as the operator sees it (the HubConnected condition)."""
+
+    connected: bool
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     """What the operator sees of one member cluster right now."""
 
@@ -40,6 +49,7 @@ class Observed:
     ready_nodes: int = 0
     error: str = ""
     stalled: bool = False
+    hub: HubState | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +151,10 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
                   message=observed.error if observed.stalled else "", generation=generation,
                   now=now, previous=earlier),
     ]
+    if observed.hub is not None:
+        conditions.append(condition(
+            "HubConnected", observed.hub.connected, reason=observed.hub.reason,
+            message=observed.hub.message, generation=generation, now=now, previous=earlier))
     local = cluster.spec.controlPlane.backend == "local"
     ref = cluster.spec.controlPlane.kubeconfigSecretRef
     return FakeClusterStatus(

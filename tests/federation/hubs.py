@@ -13,9 +13,10 @@ import grpc
 from federation.api import common_pb2, member_pb2, member_pb2_grpc
 from federation.client import tokens
 from federation.client.channels import HubAddress, bearer, open_channel
+from federation.client.discovery import HubFiles, HubInfo
 from federation.client.fleet import FleetClient
 from federation.hub.core import HubSettings
-from federation.hub.server import HubFiles, HubInfo, ServeSettings, Tls, serve
+from federation.hub.server import ServeSettings, Tls, serve
 
 HEARTBEAT = 0.2
 GRACE = 0.8

@@ -1,0 +1,69 @@
+"""Where a hub on this host is: its state directory and the ``hub.json`` it publishes.
+
+The hub writes these; the CLI and the operator on the same host read them (this module is the
+contract between them, so the file names are spelled here only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class HubFiles:
+    """The paths of a hub's state directory, spelled once."""
+
+    root: Path
+
+    @property
+    def key(self) -> Path:
+        return self.root / "hub.key"
+
+    @property
+    def fleet_token(self) -> Path:
+        return self.root / "fleet.token"
+
+    @property
+    def info(self) -> Path:
+        return self.root / "hub.json"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "hub.log"
+
+
+@dataclasses.dataclass(frozen=True)
+class HubInfo:
+    """What a running hub publishes (``hub.json``)."""
+
+    pid: int
+    address: str
+    ca: str | None
+    fleet_token_file: str
+    hub_id: str
+
+    @classmethod
+    def read(cls, path: Path) -> HubInfo | None:
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (FileNotFoundError, ValueError, TypeError):
+            return None
+
+    def write(self, path: Path) -> None:
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+        temporary.replace(path)
+
+
+def local_credentials(files: HubFiles) -> tuple[HubInfo, bytes] | None:
+    """The running hub of this host and its key (to mint tokens), or None when none runs."""
+    info = HubInfo.read(files.info)
+    if info is None:
+        return None
+    try:
+        return info, files.key.read_bytes()
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,397 @@
+"""``fakefleet fleet ...``: the fleet as the federation hub sees it, and fleet-wide runs.
+
+``ls`` lists the members with their state (Ready, Unreachable), ``watch`` follows membership
+and health as they change, ``run PLAN`` fans a FaultPlan out to the selected members with a
+common start time and follows it to its verdict (exit 0 passed, 1 failed, 2 error or timeout,
+as ``fakefleet plan run``), ``runs``/``get``/``cancel`` look after runs.
+
+The hub is the one ``fakefleet up`` started (found through the state directory), or the one
+``--hub``/``--hub-ca``/``--token-file`` name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
+
+import click
+import grpc
+import yaml
+from pydantic import ValidationError
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from federation.api import common_pb2, fleet_pb2
+from federation.client.channels import HubAddress
+from federation.client.discovery import HubFiles, HubInfo
+from federation.client.fleet import FleetClient
+from federation.client.selectors import SelectorError, parse
+from operators.api.base import API_VERSION
+from operators.api.faultplans import FaultPlan
+from operators.controlplane.state import StateDir
+from operators.faults import progress
+from operators.terminal import console, state_dir_option, stdout
+
+T = TypeVar("T")
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+STATES = {common_pb2.MEMBER_STATE_READY: "Ready", common_pb2.MEMBER_STATE_UNREACHABLE:
+          "Unreachable", common_pb2.MEMBER_STATE_UNSPECIFIED: "?"}
+PARTS = {value: name.removeprefix("MEMBER_RUN_STATE_").title()
+         for name, value in fleet_pb2.MemberRunState.items()}
+PHASES = {value: name.removeprefix("RUN_PHASE_").title()
+          for name, value in fleet_pb2.RunPhase.items()}
+EVENTS = {value: name.removeprefix("EVENT_TYPE_") for name, value in fleet_pb2.EventType.items()}
+
+
+class FleetError(click.ClickException):
+    exit_code = progress.EXIT_ERROR
+
+
+def hub_options(command: Command) -> Command:
+    for option in reversed((
+        state_dir_option,
+        click.option("--hub", envvar="FAKEFLEET_HUB", default=None,
+                     help="host:port of the hub [default: the one 'fakefleet up' started]"),
+        click.option("--hub-ca", type=click.Path(dir_okay=False, path_type=Path),
+                     default=None, help="the hub's CA certificate (PEM) [default: from the "
+                                        "state directory; none: plaintext]"),
+        click.option("--token-file", envvar="FAKEFLEET_HUB_TOKEN_FILE",
+                     type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="file with the fleet token [default: from the state directory]"),
+    )):
+        command = option(command)
+    return command
+
+
+def _connect(state_dir: Path, hub: str | None, hub_ca: Path | None,
+             token_file: Path | None) -> FleetClient:
+    files = HubFiles(StateDir(state_dir.resolve()).hub)
+    info = HubInfo.read(files.info)
+    if hub is None:
+        if info is None:
+            raise FleetError(f"no hub runs in {state_dir}: start one with 'fakefleet up', or "
+                             f"name one with --hub host:port")
+        hub = info.address
+        hub_ca = hub_ca or (Path(info.ca) if info.ca else None)
+    token_path = token_file or files.fleet_token
+    try:
+        token = token_path.read_text().strip()
+        address = HubAddress.of(hub, hub_ca)
+    except OSError as error:
+        raise FleetError(f"cannot read {error.filename}: {error.strerror} (--token-file and "
+                         f"--hub-ca name the fleet token and the hub's CA)") from error
+    return FleetClient(address, token)
+
+
+def _run(work: Coroutine[Any, Any, T]) -> T:
+    try:
+        return asyncio.run(work)
+    except grpc.aio.AioRpcError as error:
+        raise FleetError(f"the hub said {error.code().name}: {error.details()}") from None
+
+
+def _selector(selector: str, clusters: str) -> common_pb2.ClusterSelector:
+    try:
+        return parse(selector, [name for name in clusters.split(",") if name])
+    except SelectorError as error:
+        raise FleetError(f"--selector: {error}") from None
+
+
+selector_options = (
+    click.option("--selector", "-l", default="", help="label selector over the members' "
+                 "labels, e.g. 'region=eu,gpu in (h100,b200)'"),
+    click.option("--clusters", default="", help="comma-separated member names"),
+)
+
+
+def with_selector(command: Command) -> Command:
+    for option in reversed(selector_options):
+        command = option(command)
+    return command
+
+
+@click.group()
+def fleet() -> None:
+    """The federation hub's fleet: members, their health, fleet-wide fault plans."""
+
+
+# -- members -----------------------------------------------------------------------------------
+
+def _age(stamp: Any) -> str:
+    if not stamp.seconds:
+        return "-"
+    seconds = max(0.0, time.time() - stamp.ToNanoseconds() / 1e9)
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+def members_table(members: list[common_pb2.Member], title: str) -> Table:
+    table = Table(title=title)
+    for column in ("cluster", "state", "reason", "nodes", "gpus", "pods", "labels",
+                   "heartbeat", "since"):
+        table.add_column(column)
+    for member in members:
+        state = STATES.get(member.state, "?")
+        inventory = member.inventory
+        pods = ", ".join(f"{phase} {count}" for phase, count
+                         in sorted(inventory.pods_by_phase.items()) if count) or "-"
+        table.add_row(
+            member.cluster.name, Text(state, style="green" if state == "Ready" else "red"),
+            member.reason, f"{inventory.nodes_ready}/{inventory.nodes_total}",
+            inventory.allocatable.get("nvidia.com/gpu", "-"), pods,
+            ",".join(f"{k}={v}" for k, v in sorted(member.cluster.labels.items())) or "-",
+            _age(member.last_heartbeat), _age(member.state_since))
+    return table
+
+
+@fleet.command("ls")
+@hub_options
+@with_selector
+def ls(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Path | None,
+       selector: str, clusters: str) -> None:
+    """List the members of the fleet with their state (Ready, Unreachable)."""
+    async def work() -> list[common_pb2.Member]:
+        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+            return await client.list_clusters(_selector(selector, clusters))
+
+    members = _run(work())
+    stdout.print(members_table(members, f"fleet: {len(members)} members"))
+
+
+@fleet.command("watch")
+@hub_options
+@with_selector
+@click.option("--timeout", type=float, default=None, help="stop after this many seconds")
+def watch(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Path | None,
+          selector: str, clusters: str, timeout: float | None) -> None:
+    """Follow membership and health as they change (a live table on a terminal, one line per
+    change otherwise)."""
+    live = sys.stdout.isatty()
+
+    async def work() -> None:
+        members: dict[str, common_pb2.Member] = {}
+        synced = False
+        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+            with Live(console=stdout, auto_refresh=False) if live else _nothing() as screen:
+                async for event in client.watch_clusters(_selector(selector, clusters)):
+                    if event.type == fleet_pb2.EVENT_TYPE_SYNCED:
+                        synced = True
+                        if not live:
+                            stdout.print(members_table(sorted(
+                                members.values(), key=lambda m: m.cluster.name), "fleet"))
+                    else:
+                        name = event.member.cluster.name
+                        before = members.get(name)
+                        if event.type == fleet_pb2.EVENT_TYPE_DELETED:
+                            members.pop(name, None)
+                        else:
+                            members[name] = event.member
+                        if synced and not live:
+                            _print_event(event, before)
+                    if live and screen is not None:
+                        screen.update(members_table(sorted(
+                            members.values(), key=lambda m: m.cluster.name),
+                            f"fleet: {len(members)} members"), refresh=True)
+
+    try:
+        _run(asyncio.wait_for(work(), timeout) if timeout else work())
+    except TimeoutError:
+        pass
+    except KeyboardInterrupt:
+        pass
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+def _print_event(event: fleet_pb2.ClusterEvent, before: common_pb2.Member | None) -> None:
+    member = event.member
+    state = STATES.get(member.state, "?")
+    was = STATES.get(before.state, "?") if before else "-"
+    change = f"{was} → {state}" if before and before.state != member.state else state
+    stamp = datetime.datetime.now().strftime("%H:%M:%S")
+    stdout.print(f"{stamp}  {EVENTS[event.type]:<8} {member.cluster.name:<20} {change}  "
+                 f"{member.reason}: {member.message}", highlight=False, soft_wrap=True)
+
+
+# -- runs --------------------------------------------------------------------------------------
+
+def _plan_spec(file: TextIO) -> tuple[str, str]:
+    """The plan's name and its spec as JSON, checked against the FaultPlan model first."""
+    try:
+        document = yaml.safe_load(file)
+    except yaml.YAMLError as error:
+        raise FleetError(f"{file.name} is not YAML: {error}") from None
+    if not isinstance(document, dict) or document.get("kind") != "FaultPlan":
+        raise FleetError(f"{file.name} is not a FaultPlan: a fleet run takes one FaultPlan "
+                         f"(its spec is run in every selected member)")
+    if document.get("apiVersion") != API_VERSION:
+        raise FleetError(f"{file.name}: apiVersion {document.get('apiVersion')!r}: a "
+                         f"FaultPlan is {API_VERSION}")
+    try:
+        FaultPlan.model_validate(document)
+    except ValidationError as error:
+        details = "\n".join(f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                            for e in error.errors())
+        raise FleetError(f"{file.name}: the FaultPlan is not valid:\n{details}") from None
+    spec = document.get("spec") or {}
+    for field in ("startAt", "clusters"):
+        if field in spec:
+            raise FleetError(f"{file.name}: spec.{field} is set by the hub for each member; "
+                             f"remove it")
+    name = (document.get("metadata") or {}).get("name", "")
+    return name, json.dumps(spec)
+
+
+def run_table(run: fleet_pb2.Run) -> Table:
+    table = Table(title=f"run {run.id} {run.name}: {PHASES[run.phase]}"
+                        f"{' verdict ' + run.verdict if run.verdict else ''}")
+    for column in ("cluster", "state", "steps", "verdict", "object", "message"):
+        table.add_column(column)
+    for part in run.members:
+        state = PARTS[part.state]
+        tone = "green" if state == "Succeeded" else "red" if state in (
+            "Failed", "Refused") else ""
+        table.add_row(part.cluster, Text(state, style=tone), part.steps_done or "-",
+                      part.verdict or "-", part.object or "-", part.message[:80])
+    return table
+
+
+def _exit_code(run: fleet_pb2.Run) -> int:
+    if run.phase == fleet_pb2.RUN_PHASE_SUCCEEDED and run.verdict != "Failed":
+        return progress.EXIT_PASSED
+    if run.phase == fleet_pb2.RUN_PHASE_RUNNING:
+        return progress.EXIT_ERROR
+    return progress.EXIT_FAILED
+
+
+async def _follow(client: FleetClient, run_id: str, timeout: float) -> fleet_pb2.Run:
+    live = sys.stdout.isatty()
+    last: fleet_pb2.Run | None = None
+    seen: dict[str, tuple[int, str, str]] = {}
+
+    async def follow() -> None:
+        nonlocal last
+        with Live(console=stdout, auto_refresh=False) if live else _nothing() as screen:
+            async for run in client.watch_run(run_id):
+                last = run
+                if screen is not None:
+                    screen.update(run_table(run), refresh=True)
+                    continue
+                for part in run.members:
+                    now = (part.state, part.steps_done, part.verdict)
+                    if seen.get(part.cluster) != now:
+                        seen[part.cluster] = now
+                        stdout.print(f"{datetime.datetime.now():%H:%M:%S}  {part.cluster:<20}"
+                                     f" {PARTS[part.state]:<12} steps {part.steps_done or '-'}"
+                                     f"  {part.verdict}  {part.message[:100]}",
+                                     highlight=False, soft_wrap=True)
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(follow(), timeout)
+    return last if last is not None else await client.get_run(run_id)
+
+
+@fleet.command("run")
+@click.argument("file", type=click.File("r"))
+@hub_options
+@with_selector
+@click.option("--start-delay", type=float, default=2.0, show_default=True,
+              help="seconds from now to the plan's common time zero in every member")
+@click.option("--watch/--no-watch", default=True, show_default=True,
+              help="follow the run to its end and exit with its verdict")
+@click.option("--timeout", type=float, default=900.0, show_default=True)
+def run(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
+        token_file: Path | None, selector: str, clusters: str, start_delay: float,
+        watch: bool, timeout: float) -> None:
+    """Run the FaultPlan in FILE in every selected member at once (exit 0 when every member's
+    plan passed, 1 when one failed, 2 on error or timeout)."""
+    name, spec = _plan_spec(file)
+    chosen = _selector(selector, clusters)
+
+    async def work() -> fleet_pb2.Run:
+        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+            started = await client.run_plan(spec, chosen, start_delay=start_delay, name=name)
+            console.print(f"run {started.id}: {len(started.members)} members "
+                          f"({', '.join(p.cluster for p in started.members)}), time zero in "
+                          f"{start_delay:g}s", highlight=False, soft_wrap=True)
+            if not watch:
+                return started
+            return await _follow(client, started.id, timeout)
+
+    result = _run(work())
+    stdout.print(run_table(result))
+    if not watch:
+        return
+    if result.phase == fleet_pb2.RUN_PHASE_RUNNING:
+        console.print(f"[red]timed out[/] after {timeout:.0f}s: run {result.id} goes on "
+                      f"('fakefleet fleet get {result.id} --watch' follows it, 'fakefleet fleet "
+                      f"cancel {result.id}' stops it)", highlight=False, soft_wrap=True)
+    stdout.print(f"run {result.id}: {PHASES[result.phase]}, verdict {result.verdict or 'none'}",
+                 highlight=False)
+    sys.exit(_exit_code(result))
+
+
+@fleet.command("get")
+@click.argument("run_id")
+@hub_options
+@click.option("--watch", is_flag=True, help="follow it to its end and exit with its verdict")
+@click.option("--timeout", type=float, default=900.0, show_default=True)
+def get(run_id: str, state_dir: Path, hub: str | None, hub_ca: Path | None,
+        token_file: Path | None, watch: bool, timeout: float) -> None:
+    """Show a run, member by member."""
+    async def work() -> fleet_pb2.Run:
+        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+            return await (_follow(client, run_id, timeout) if watch else
+                          client.get_run(run_id))
+
+    result = _run(work())
+    stdout.print(run_table(result))
+    if watch:
+        sys.exit(_exit_code(result))
+
+
+@fleet.command("runs")
+@hub_options
+def runs(state_dir: Path, hub: str | None, hub_ca: Path | None,
+         token_file: Path | None) -> None:
+    """List the hub's runs."""
+    async def work() -> list[fleet_pb2.Run]:
+        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+            return await client.list_runs()
+
+    table = Table(title="fleet runs")
+    for column in ("run", "name", "phase", "verdict", "members", "created"):
+        table.add_column(column)
+    for item in _run(work()):
+        table.add_row(item.id, item.name or "-", PHASES[item.phase], item.verdict or "-",
+                      str(len(item.members)), _age(item.created_at) + " ago")
+    stdout.print(table)
+
+
+@fleet.command("cancel")
+@click.argument("run_id")
+@hub_options
+def cancel(run_id: str, state_dir: Path, hub: str | None, hub_ca: Path | None,
+           token_file: Path | None) -> None:
+    """Stop a run: every member deletes its FaultPlan, which recovers its faults."""
+    async def work() -> fleet_pb2.Run:
+        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+            return await client.cancel_run(run_id)
+
+    stdout.print(run_table(_run(work())))
+
+
