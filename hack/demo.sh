@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: a host control plane with the operator, a fleet of two
-# simulated clusters applied with kubectl, their fake nodes Ready, a FaultPlan with a verdict,
-# then everything torn down.
+# simulated clusters applied with kubectl, their fake nodes Ready and joined to the federation
+# hub, a FaultPlan with a verdict, a fleet-wide plan through the hub with its verdict, then
+# everything torn down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 state_dir=$(mktemp -d -t fakefleet-demo.XXXXXX)
@@ -11,7 +12,7 @@ trap cleanup EXIT
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "fakefleet up: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, operator"
+step "fakefleet up: etcd, kube-apiserver, kube-scheduler, kube-controller-manager, operator, hub"
 fakefleet up
 host=$state_dir/host.kubeconfig
 fakefleet kubeconfig >"$host"
@@ -69,6 +70,18 @@ spec:
       field: {path: "status.allocatable['nvidia.com/gpu']", equals: "7"}
 PLAN
 fakefleet plan delete demo-xid
+
+step "the federation hub: every cluster joined it (fakefleet fleet ls)"
+fakefleet fleet ls
+
+step "a fleet-wide plan through the hub: Xid 79 on 5 % of the GPU nodes of every cluster, then
+west cut off from the hub for 20 s (examples/fleet/xid-then-partition.yaml)"
+fakefleet fleet watch --timeout 45 &
+watcher=$!
+fakefleet fleet run examples/fleet/xid-then-partition.yaml --timeout 180
+wait "$watcher" || true
+k get fp -l fakefleet.dev/fleet-run
+fakefleet fleet ls
 
 step "kubectl scale fnp/west-h100 --replicas=12"
 k scale fnp/west-h100 --replicas=12

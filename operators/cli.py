@@ -29,6 +29,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from federation.client.channels import HubAddress
+from federation.client.channels import health as hub_health
+from federation.client.discovery import HubFiles, HubInfo
 from operators import fleetcli
 from operators.api.base import API_VERSION
 from operators.api.clusters import KUBECONFIG_KEY
@@ -274,6 +277,11 @@ async def _probe_all(state: StateDir, components: list[ComponentState]) -> list[
         if component.name == "operator":  # healthy once it has announced itself
             ready = daemon.operator_ready(state.root, component.pid)
             return ready, "ok" if ready else "not ready"
+        if component.name == "hub":
+            info = HubInfo.read(HubFiles(state.hub).info)
+            if info is None or info.pid != component.pid:
+                return False, "not serving yet"
+            return await hub_health(HubAddress.of(info.address, info.ca))
         if url is None:  # an engine: alive is healthy (it retries whatever fails)
             alive = component.pid is not None and _alive(component.pid)
             return alive, "ok" if alive else "not running"

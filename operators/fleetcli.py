@@ -24,6 +24,8 @@ from typing import Any, TextIO, TypeVar
 import click
 import grpc
 import yaml
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
 from pydantic import ValidationError
 from rich.live import Live
 from rich.table import Table
@@ -113,6 +115,17 @@ selector_options = (
 )
 
 
+output_option = click.option("--output", "-o", type=click.Choice(["table", "json"]),
+                             default="table", show_default=True,
+                             help="json: the hub's messages as JSON (for scripts and CI)")
+
+
+def _print_json(message: Message | list[Message]) -> None:
+    data = [MessageToDict(m) for m in message] if isinstance(message, list) \
+        else MessageToDict(message)
+    click.echo(json.dumps(data, indent=2))
+
+
 def with_selector(command: Command) -> Command:
     for option in reversed(selector_options):
         command = option(command)
@@ -155,14 +168,18 @@ def members_table(members: list[common_pb2.Member], title: str) -> Table:
 @fleet.command("ls")
 @hub_options
 @with_selector
+@output_option
 def ls(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Path | None,
-       selector: str, clusters: str) -> None:
+       selector: str, clusters: str, output: str) -> None:
     """List the members of the fleet with their state (Ready, Unreachable)."""
     async def work() -> list[common_pb2.Member]:
         async with _connect(state_dir, hub, hub_ca, token_file) as client:
             return await client.list_clusters(_selector(selector, clusters))
 
     members = _run(work())
+    if output == "json":
+        _print_json(list(members))
+        return
     stdout.print(members_table(members, f"fleet: {len(members)} members"))
 
 
@@ -279,13 +296,14 @@ def _exit_code(run: fleet_pb2.Run) -> int:
 
 
 async def _follow(client: FleetClient, run_id: str, timeout: float) -> fleet_pb2.Run:
-    live = sys.stdout.isatty()
+    live = sys.stderr.isatty()
     last: fleet_pb2.Run | None = None
     seen: dict[str, tuple[int, str, str]] = {}
 
     async def follow() -> None:
         nonlocal last
-        with Live(console=stdout, auto_refresh=False) if live else _nothing() as screen:
+        with Live(console=console, auto_refresh=False, transient=True) if live \
+                else _nothing() as screen:
             async for run in client.watch_run(run_id):
                 last = run
                 if screen is not None:
@@ -295,7 +313,7 @@ async def _follow(client: FleetClient, run_id: str, timeout: float) -> fleet_pb2
                     now = (part.state, part.steps_done, part.verdict)
                     if seen.get(part.cluster) != now:
                         seen[part.cluster] = now
-                        stdout.print(f"{datetime.datetime.now():%H:%M:%S}  {part.cluster:<20}"
+                        console.print(f"{datetime.datetime.now():%H:%M:%S}  {part.cluster:<20}"
                                      f" {PARTS[part.state]:<12} steps {part.steps_done or '-'}"
                                      f"  {part.verdict}  {part.message[:100]}",
                                      highlight=False, soft_wrap=True)
@@ -314,9 +332,10 @@ async def _follow(client: FleetClient, run_id: str, timeout: float) -> fleet_pb2
 @click.option("--watch/--no-watch", default=True, show_default=True,
               help="follow the run to its end and exit with its verdict")
 @click.option("--timeout", type=float, default=900.0, show_default=True)
+@output_option
 def run(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
         token_file: Path | None, selector: str, clusters: str, start_delay: float,
-        watch: bool, timeout: float) -> None:
+        watch: bool, timeout: float, output: str) -> None:
     """Run the FaultPlan in FILE in every selected member at once (exit 0 when every member's
     plan passed, 1 when one failed, 2 on error or timeout)."""
     name, spec = _plan_spec(file)
@@ -333,15 +352,18 @@ def run(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
             return await _follow(client, started.id, timeout)
 
     result = _run(work())
-    stdout.print(run_table(result))
+    if output == "json":
+        _print_json(result)
+    else:
+        stdout.print(run_table(result))
     if not watch:
         return
     if result.phase == fleet_pb2.RUN_PHASE_RUNNING:
         console.print(f"[red]timed out[/] after {timeout:.0f}s: run {result.id} goes on "
                       f"('fakefleet fleet get {result.id} --watch' follows it, 'fakefleet fleet "
                       f"cancel {result.id}' stops it)", highlight=False, soft_wrap=True)
-    stdout.print(f"run {result.id}: {PHASES[result.phase]}, verdict {result.verdict or 'none'}",
-                 highlight=False)
+    console.print(f"run {result.id}: {PHASES[result.phase]}, verdict "
+                  f"{result.verdict or 'none'}", highlight=False)
     sys.exit(_exit_code(result))
 
 
@@ -350,8 +372,9 @@ def run(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
 @hub_options
 @click.option("--watch", is_flag=True, help="follow it to its end and exit with its verdict")
 @click.option("--timeout", type=float, default=900.0, show_default=True)
+@output_option
 def get(run_id: str, state_dir: Path, hub: str | None, hub_ca: Path | None,
-        token_file: Path | None, watch: bool, timeout: float) -> None:
+        token_file: Path | None, watch: bool, timeout: float, output: str) -> None:
     """Show a run, member by member."""
     async def work() -> fleet_pb2.Run:
         async with _connect(state_dir, hub, hub_ca, token_file) as client:
@@ -359,7 +382,10 @@ def get(run_id: str, state_dir: Path, hub: str | None, hub_ca: Path | None,
                           client.get_run(run_id))
 
     result = _run(work())
-    stdout.print(run_table(result))
+    if output == "json":
+        _print_json(result)
+    else:
+        stdout.print(run_table(result))
     if watch:
         sys.exit(_exit_code(result))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -42,3 +43,21 @@ def open_channel(hub: HubAddress) -> grpc.aio.Channel:
 
 def bearer(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
+
+
+async def health(hub: HubAddress, *, timeout: float = 3.0) -> tuple[bool, str]:
+    """Whether the hub says it serves (the gRPC health service), and what went wrong if not."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    channel = open_channel(hub)
+    try:
+        stub: Any = health_pb2_grpc.HealthStub(channel)  # its type stubs lack the methods
+        answer = await stub.Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+    except grpc.aio.AioRpcError as error:
+        return False, f"{error.code().name}: {error.details()}"
+    finally:
+        await channel.close()
+    serving = answer.status == health_pb2.HealthCheckResponse.SERVING
+    return serving, "ok" if serving else health_pb2.HealthCheckResponse.ServingStatus.Name(
+        answer.status)

@@ -1,0 +1,222 @@
+"""The federation hub end to end: FakeClusters on real control planes join the hub that
+``fakefleet up`` started, a fleet plan runs in both and is judged, a partition makes a member
+Unreachable and then Ready and in sync, and ``kill -9`` of the hub in the middle of a run
+neither loses nor repeats a command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from e2e.conftest import Fleet, eventually, fakefleet
+from operators.controlplane.state import StateDir, read_host
+from operators.hublink.convert import RUN_LABEL
+
+NAMESPACE = "federation"
+MEMBERS = ("fed-a", "fed-b")
+GPU_POOL = """
+apiVersion: fakefleet.dev/v1alpha1
+kind: FakeNodePool
+metadata: {{name: {cluster}-h100, namespace: federation}}
+spec:
+  clusterRef: {cluster}
+  replicas: 2
+  gpu: {{preset: H100-SXM5-80GB}}
+"""
+
+
+@pytest.fixture(scope="module")
+def members(fleet: Fleet) -> Iterator[Fleet]:
+    fleet.apply(f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NAMESPACE}}}\n")
+    for cluster in MEMBERS:
+        fleet.apply(f"""
+apiVersion: fakefleet.dev/v1alpha1
+kind: FakeCluster
+metadata: {{name: {cluster}, namespace: {NAMESPACE}}}
+spec: {{labels: {{fleet: fed, name: {cluster}}}}}
+""")
+        fleet.apply(GPU_POOL.format(cluster=cluster))
+    for cluster in MEMBERS:
+        def ready(pool: str = f"{cluster}-h100") -> bool:
+            found = fleet.get("-n", NAMESPACE, "fnp", pool)
+            return bool(found.get("status", {}).get("readyReplicas") == 2)
+        eventually(ready, timeout=180, what=f"{cluster}'s GPU nodes Ready")
+    yield fleet
+    subprocess.run([*_kubectl(fleet), "delete", "namespace", NAMESPACE, "--wait=true",
+                    "--timeout=120s"], capture_output=True, timeout=150)
+
+
+def _kubectl(fleet: Fleet) -> list[str]:
+    from e2e.conftest import KUBECTL
+    return [str(KUBECTL), "--kubeconfig", str(fleet.host)]
+
+
+def hub(fleet: Fleet, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return fakefleet("fleet", *args, "--state-dir", str(fleet.state), check=check)
+
+
+def listed(fleet: Fleet) -> dict[str, dict[str, Any]]:
+    found = json.loads(hub(fleet, "ls", "-l", "fleet=fed", "-o", "json").stdout)
+    return {member["cluster"]["name"]: member for member in found}
+
+
+def states(fleet: Fleet) -> dict[str, str]:
+    return {name: member.get("state", "") for name, member in listed(fleet).items()}
+
+
+def hub_connected(fleet: Fleet, cluster: str) -> str:
+    found = fleet.get("-n", NAMESPACE, "fc", cluster)
+    return next((c["status"] for c in found.get("status", {}).get("conditions", [])
+                 if c["type"] == "HubConnected"), "")
+
+
+def plan_file(fleet: Fleet, steps: list[dict[str, Any]], name: str) -> str:
+    path = fleet.state / f"{name}.yaml"
+    path.write_text(json.dumps({"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FaultPlan",
+                                "metadata": {"name": name},
+                                "spec": {"seed": 3, "steps": steps}}))
+    return str(path)
+
+
+XID_STEP = {
+    "name": "xid",
+    "target": {"nodes": {"selector": {"matchLabels": {"nvidia.com/gpu.present": "true"}}},
+               "mode": "one"},
+    "fault": {"type": "GPUXid", "xid": 79},
+    "at": "1s", "duration": "10s",
+    "expectations": [{"name": "tainted", "within": "30s",
+                      "objects": {"kind": "Node", "victims": True},
+                      "taint": {"key": "fakefleet.dev/gpu-xid"}}],
+}
+
+
+def fleet_plans(fleet: Fleet, run_id: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = fleet.get("-n", NAMESPACE, "fp", "-l",
+                                            f"{RUN_LABEL}={run_id}")["items"]
+    return found
+
+
+def test_members_join_the_hub_of_fakefleet_up(members: Fleet) -> None:
+    host = read_host(StateDir(members.state))
+    assert host is not None
+    [component] = [c for c in host.components if c.name == "hub"]
+    assert component.pid
+    assert component.port
+    status = fakefleet("status", "--state-dir", str(members.state)).stdout
+    assert any(" hub " in line and f" {component.pid} " in line
+               for line in status.splitlines())
+    eventually(lambda: states(members) == dict.fromkeys(MEMBERS, "MEMBER_STATE_READY"),
+               timeout=60, what="both members Ready in the hub")
+    found = listed(members)["fed-a"]
+    assert found["cluster"]["labels"] == {"fleet": "fed", "name": "fed-a"}
+    assert found["inventory"]["nodesReady"] == 2
+    assert found["inventory"]["allocatable"]["nvidia.com/gpu"] == "16"
+    eventually(lambda: hub_connected(members, "fed-a") == "True", timeout=30,
+               what="HubConnected on fed-a")
+
+
+def test_a_fleet_plan_runs_in_every_selected_member_and_is_judged(members: Fleet) -> None:
+    eventually(lambda: set(states(members).values()) == {"MEMBER_STATE_READY"}, timeout=60)
+    passed = hub(members, "run", plan_file(members, [XID_STEP], "xid"), "-l", "fleet=fed",
+                 "-o", "json", "--start-delay", "1", "--timeout", "120", check=False)
+    assert passed.returncode == 0, passed.stderr
+    run = json.loads(passed.stdout)
+    assert run["phase"] == "RUN_PHASE_SUCCEEDED"
+    assert run["verdict"] == "Passed"
+    assert {m["cluster"] for m in run["members"]} == set(MEMBERS)
+    plans = fleet_plans(members, run["id"])
+    assert sorted(p["metadata"]["name"] for p in plans) == sorted(
+        f"{run['id']}-{cluster}" for cluster in MEMBERS)
+    for found in plans:  # each member's copy hit only its own cluster, once
+        assert found["spec"]["clusters"] == [found["metadata"]["labels"]
+                                             ["fakefleet.dev/cluster"]]
+        [injection] = found["status"]["injections"]
+        assert len(injection["targets"]) == 1
+        assert injection["targets"][0].startswith(found["spec"]["clusters"][0] + "/")
+    # An expectation that cannot hold fails the run, with exit code 1.
+    impossible = {**XID_STEP, "expectations": [
+        {"name": "never", "within": "5s", "objects": {"kind": "Node", "victims": True},
+         "taint": {"key": "example.com/never"}}]}
+    failed = hub(members, "run", plan_file(members, [impossible], "impossible"),
+                 "--clusters", "fed-a", "-o", "json", "--start-delay", "1", "--timeout", "120",
+                 check=False)
+    assert failed.returncode == 1, failed.stderr
+    run = json.loads(failed.stdout)
+    assert run["verdict"] == "Failed"
+    assert [m["cluster"] for m in run["members"]] == ["fed-a"]
+
+
+def test_a_partition_makes_a_member_unreachable_then_ready_and_in_sync(
+        members: Fleet) -> None:
+    eventually(lambda: set(states(members).values()) == {"MEMBER_STATE_READY"}, timeout=60)
+    partition = {"name": "cut", "target": {"clusters": {"names": ["fed-b"]}},
+                 "fault": {"type": "HubPartition", "direction": "both"},
+                 "at": "0s", "duration": "25s"}
+    started = hub(members, "run", plan_file(members, [partition], "cut"), "--clusters", "fed-b",
+                  "--no-watch", "-o", "json", "--start-delay", "0")
+    cut = json.loads(started.stdout)
+    eventually(lambda: states(members).get("fed-b") == "MEMBER_STATE_UNREACHABLE",
+               timeout=30, what="fed-b Unreachable in the hub")
+    assert states(members)["fed-a"] == "MEMBER_STATE_READY"
+    eventually(lambda: hub_connected(members, "fed-b") == "False", timeout=15,
+               what="HubConnected False on fed-b")
+    # Commanded while cut off: delivered once the partition is over, once.
+    during = hub(members, "run", plan_file(members, [XID_STEP], "during"), "--clusters", "fed-b",
+                 "--no-watch", "-o", "json", "--start-delay", "1")
+    later = json.loads(during.stdout)
+    time.sleep(3)
+    assert fleet_plans(members, later["id"]) == [], "delivered through a partition"
+    eventually(lambda: states(members).get("fed-b") == "MEMBER_STATE_READY", timeout=60,
+               what="fed-b Ready again")
+    finished = json.loads(hub(members, "get", later["id"], "--watch", "--timeout", "120",
+                              "-o", "json").stdout)
+    assert finished["phase"] == "RUN_PHASE_SUCCEEDED"
+    assert len(fleet_plans(members, later["id"])) == 1
+    done = json.loads(hub(members, "get", cut["id"], "--watch", "--timeout", "60",
+                          "-o", "json").stdout)
+    assert done["phase"] == "RUN_PHASE_SUCCEEDED"
+    eventually(lambda: hub_connected(members, "fed-b") == "True", timeout=15)
+
+
+def test_kill_9_of_the_hub_mid_run_loses_and_repeats_nothing(members: Fleet) -> None:
+    eventually(lambda: set(states(members).values()) == {"MEMBER_STATE_READY"}, timeout=60)
+    long_xid = {**XID_STEP, "duration": "25s"}
+    started = json.loads(hub(members, "run", plan_file(members, [long_xid], "survive"), "-l",
+                             "fleet=fed", "--no-watch", "-o", "json",
+                             "--start-delay", "1").stdout)
+    run_id = started["id"]
+    eventually(lambda: len(fleet_plans(members, run_id)) == 2, timeout=30,
+               what="both members have the run's plan")
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in fleet_plans(members, run_id)}
+    host = read_host(StateDir(members.state))
+    assert host is not None
+    [old] = [c.pid for c in host.components if c.name == "hub"]
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+
+    def restarted() -> bool:
+        now = read_host(StateDir(members.state))
+        return now is not None and any(c.name == "hub" and c.pid not in (None, old)
+                                       for c in now.components)
+
+    eventually(restarted, timeout=30, what="the hub restarted by the daemon")
+    began = time.monotonic()
+    eventually(lambda: set(states(members).values()) == {"MEMBER_STATE_READY"}, timeout=60,
+               what="members back after the hub restart")
+    back = time.monotonic() - began
+    finished = json.loads(hub(members, "get", run_id, "--watch", "--timeout", "120",
+                              "-o", "json").stdout)
+    assert finished["phase"] == "RUN_PHASE_SUCCEEDED", finished
+    after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in fleet_plans(members, run_id)}
+    assert after == uids, "a command ran again after the hub restart"
+    for found in fleet_plans(members, run_id):
+        assert len(found["status"]["injections"]) == 1
+    assert back < 30
