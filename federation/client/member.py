@@ -153,6 +153,7 @@ class MemberLink:
                                          timeout=10)
         interval = registered.heartbeat_interval.ToNanoseconds() / 1e9 or 2.0
         call = stub.Session(metadata=self._metadata)
+        self.hub_seq = 0  # echoes count within a session: a restarted hub numbers anew
         hello = member_pb2.Hello(cluster=self.cluster, commands=await self.member.resync())
         await call.write(member_pb2.MemberMessage(hello=hello))
         outbox: asyncio.Queue[member_pb2.MemberMessage] = asyncio.Queue()

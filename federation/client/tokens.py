@@ -81,5 +81,8 @@ def check_member(key: bytes, token: str) -> str:
     if prefix != MEMBER_PREFIX or not cluster or not mac:
         raise TokenError(f"not a member token (expected {MEMBER_PREFIX}.<cluster>.<mac>)")
     if not hmac.compare_digest(mac.encode(), _mac(key, "member:" + cluster).encode()):
-        raise TokenError(f"the token for cluster {cluster!r} was not made with this hub's key")
+        # The name is the caller's: only its start goes back (a long one would make the
+        # hub's answer too large for the caller to read).
+        raise TokenError(f"the token for cluster {cluster[:80]!r} was not made with this "
+                         f"hub's key")
     return cluster

@@ -80,6 +80,11 @@ def _guarded_stream(method: Callable[..., AsyncIterator[Result]]
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as error:
+            if context.done():
+                # gRPC ended the call first (the client left, or sent more metadata than gRPC
+                # takes, and gRPC still starts a stream's handler): no answer can go out.
+                logger.warning("%s ended before the hub answered (%r)", method.__name__, error)
+                return
             logger.exception("%s failed", method.__name__)
             await _abort(context, grpc.StatusCode.INTERNAL,
                          f"{method.__name__} failed in the hub: {error!r}")

@@ -13,14 +13,15 @@ from collections.abc import Mapping
 
 from federation.api import common_pb2, fleet_pb2, member_pb2
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_QUANTITY = re.compile(r"^[+]?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$")
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
-_VERSION = re.compile(r"^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$")
+#: Patterns end in \Z, not $: $ also matches before a final newline ("west\n").
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+_QUANTITY = re.compile(r"^[+]?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?\Z")
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
+_VERSION = re.compile(r"^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?\Z")
 _RESOURCE = re.compile(
-    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 MAX_LABELS = 64
@@ -29,6 +30,9 @@ MAX_RESOURCES = 64
 MAX_NAMES = 1000
 MAX_COMMANDS = 10_000
 MAX_PLAN_BYTES = 256 * 1024
+#: Levels of JSON objects and arrays in a plan: a FaultPlan spec has at most 10; much deeper
+#: JSON is past what a member can parse or serialise (Python's recursion limit).
+MAX_PLAN_DEPTH = 32
 MAX_START_DELAY = 3600
 MAX_TEXT = 4096
 MAX_ID = 256
@@ -215,6 +219,19 @@ def selector(message: common_pb2.ClusterSelector, field: str) -> list[str]:
     return problems
 
 
+def _depth(value: object) -> int:
+    """Levels of JSON objects and arrays in ``value`` (counted without recursion)."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, level = pending.pop()
+        children = item.values() if isinstance(item, dict) else \
+            item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, level)
+            pending.extend((child, level + 1) for child in children)
+    return deepest
+
+
 def plan(text: str, field: str = "plan") -> list[str]:
     """The hub does not interpret a plan (its members' API servers validate it fully); it only
     makes sure it is a FaultPlan spec in shape."""
@@ -222,10 +239,15 @@ def plan(text: str, field: str = "plan") -> list[str]:
         return [f"{field}: {len(text.encode())} bytes; at most {MAX_PLAN_BYTES}"]
     if not text:
         return [f"{field}: missing; give a FaultPlan spec as JSON ({{\"steps\": [...]}})"]
+    too_deep = f"a FaultPlan spec is at most {MAX_PLAN_DEPTH} levels of objects and arrays deep"
     try:
         spec = json.loads(text)
+    except RecursionError:
+        return [f"{field}: JSON nested too deeply to read; {too_deep}"]
     except ValueError as error:
         return [f"{field}: not JSON ({error}); give a FaultPlan spec as JSON"]
+    if (depth := _depth(spec)) > MAX_PLAN_DEPTH:
+        return [f"{field}: JSON nested {depth} levels deep; {too_deep}"]
     if not isinstance(spec, dict):
         return [f"{field}: a JSON {type(spec).__name__}; give a FaultPlan spec, a JSON object "
                 f"with steps"]
