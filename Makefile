@@ -51,13 +51,15 @@ verify: $(STAMP)
 
 ## bench: control-plane figures, the operator with 1000 nodes, the engines side by side
 ## with KWOK v0.8.0 and a raw ceiling at KWOK's benchmark size (5000 nodes, 10000 pods),
-## four member clusters with an engine process each at once, and FaultPlan latency at 1000 nodes
+## four member clusters with an engine process each at once, FaultPlan latency at 1000 nodes,
+## and the federation hub with 1000 simulated members (fan-out, heartbeats, restarts)
 bench: setup
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
 	$(BIN)/python -m bench.engines
 	$(BIN)/python -m bench.fleet
 	$(BIN)/python -m bench.faults
+	$(BIN)/python -m bench.hub
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,6 +1,7 @@
 """The hub's heart: membership, runs, open sessions and watchers, and the clock that drives
-heartbeats and liveness. No gRPC here: sessions are queues of outgoing messages, watchers are
-queues of events; :mod:`federation.hub.services` puts them on the wire.
+heartbeats, liveness and the stats line it logs every 10 s. No gRPC here: sessions are queues
+of outgoing messages, watchers are queues of events; :mod:`federation.hub.services` puts them
+on the wire.
 
 Rules it keeps:
 
@@ -25,7 +26,14 @@ from typing import Any
 
 from federation.api import fleet_pb2, member_pb2
 from federation.hub import convert
-from federation.hub.membership import HostConflict, Identity, Inventory, Member, Membership
+from federation.hub.membership import (
+    HostConflict,
+    Identity,
+    Inventory,
+    Member,
+    Membership,
+    State,
+)
 from federation.hub.runs import MemberPart, Part, Phase, Report, Run, parse_command_id
 from federation.hub.store import Snapshot, Store
 
@@ -39,6 +47,11 @@ WATCH_QUEUE = 20_000
 DEFAULT_START_DELAY = 2.0
 #: Finished runs kept (the oldest go first).
 KEEP_RUNS = 200
+#: ... and at most this many member parts in all: every store write encodes every kept run
+#: (about 4.5 ms per 1000 parts, on the hub's loop).
+KEEP_PARTS = 20_000
+#: Seconds between two "hub stats" lines in the log.
+STATS_INTERVAL = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +60,14 @@ class HubSettings:
     heartbeat_interval: float = 2.0
     grace: float = 6.0
     fsync: bool = True
+
+
+@dataclasses.dataclass
+class Counters:
+    """What the hub processed since it started, for its stats line."""
+
+    heartbeats: int = 0
+    acknowledged: int = 0
 
 
 class Refused(Exception):
@@ -106,6 +127,8 @@ class Hub:
         self._run_changed: dict[str, asyncio.Event] = {}
         self.hub_id = ""
         self.seq = 0
+        self.counters = Counters()
+        self._stats_from = (0.0, Counters())
         self._ticker: asyncio.Task[None] | None = None
 
     # -- life --------------------------------------------------------------------------------
@@ -115,9 +138,15 @@ class Hub:
         snapshot = self.store.load()
         self.hub_id = snapshot.hub_id
         self.membership.restore(snapshot.members, self.clock())
+        # A member that echoes the highest heartbeat number it has seen across sessions (ours
+        # start again per session; others may not) still answers a restarted hub: numbers
+        # counted on from the clock (milliseconds) stay above those of a hub that ran here
+        # before, where numbers counted from zero would go unanswered until they passed them.
+        self.seq = int(self.clock() * 1000)
         self.runs = {run.id: run for run in snapshot.runs}
         self.store.start(self.snapshot)
         await self.store.commit()
+        self._stats_from = (self.clock(), Counters())
         self._ticker = asyncio.create_task(self._tick(), name="hub-ticker")
         logger.info("hub %s: %d members, %d runs", self.hub_id, len(self.membership.members),
                     len(self.runs))
@@ -142,11 +171,15 @@ class Hub:
         interval = self.settings.heartbeat_interval
         step = min(0.5, interval / 2)
         next_beat = 0.0
+        next_stats = self.clock() + STATS_INTERVAL
         while True:
             now = self.clock()
             if now >= next_beat:
                 self.heartbeat_all(now)
                 next_beat = now + interval
+            if now >= next_stats:
+                logger.info("%s", self.stats(now))
+                next_stats = now + STATS_INTERVAL
             self._publish(self.membership.sweep(now))
             await asyncio.sleep(step)
 
@@ -156,6 +189,21 @@ class Hub:
             seq=self.seq, sent_at=convert.timestamp(now)))
         for session in list(self.sessions.values()):
             session.send(beat)
+
+    def stats(self, now: float) -> str:
+        """Where the hub stands, and what it processed per second since the last call."""
+        since, before = self._stats_from
+        self._stats_from = (now, dataclasses.replace(self.counters))
+        seconds = max(now - since, 1e-6)
+        ready = sum(member.state is State.READY for member in self.membership.members.values())
+        running = sum(not run.finished_at for run in self.runs.values())
+        counters = self.counters
+        return (f"hub stats: {len(self.membership.members)} members ({ready} Ready), "
+                f"{len(self.sessions)} sessions, "
+                f"{(counters.heartbeats - before.heartbeats) / seconds:.1f} heartbeats/s, "
+                f"{(counters.acknowledged - before.acknowledged) / seconds:.1f} acks/s "
+                f"({counters.heartbeats} heartbeats, {counters.acknowledged} acks in all), "
+                f"{len(self.runs)} runs ({running} Running), {len(self.watchers)} watchers")
 
     # -- members -----------------------------------------------------------------------------
 
@@ -210,6 +258,7 @@ class Hub:
         return self.sessions.get(session.cluster) is session
 
     def heartbeat(self, session: Session, message: member_pb2.MemberHeartbeat) -> None:
+        self.counters.heartbeats += 1
         inventory = convert.inventory(message.inventory) if message.HasField("inventory") \
             else None
         changed = self.membership.heartbeat(session.cluster, message.hub_seq, inventory,
@@ -220,6 +269,7 @@ class Hub:
 
     def acknowledged(self, session: Session, command_id: str) -> None:
         self._check_owner(session.cluster, command_id, "ack.command_id")
+        self.counters.acknowledged += 1
         self.membership.heard(session.cluster, self.clock())
         run = self._run_of(command_id)
         if run is not None and run.acknowledged(command_id, self.clock()):
@@ -287,8 +337,9 @@ class Hub:
     def get_run(self, run_id: str) -> Run:
         run = self.runs.get(run_id)
         if run is None:
-            raise Refused("NOT_FOUND", f"run_id: no run {run_id!r} (the hub keeps the last "
-                                       f"{KEEP_RUNS} finished runs)")
+            raise Refused("NOT_FOUND", f"run_id: no run {run_id!r} (the hub keeps the "
+                                       f"{KEEP_RUNS} newest finished runs, with at most "
+                                       f"{KEEP_PARTS} member parts in all)")
         return run
 
     def run_changed(self, run_id: str) -> asyncio.Event:
@@ -376,13 +427,19 @@ class Hub:
             event.set()
 
     def _settle(self, run: Run, now: float) -> None:
-        if run.phase is not Phase.RUNNING and not run.finished_at:
+        # finished_at first: the phase looks at every part, and a finished run is asked again
+        # at every session a member of it opens.
+        if not run.finished_at and run.phase is not Phase.RUNNING:
             run.settle(now)
             logger.info("run %s %s (verdict %s)", run.id, run.phase.value,
                         run.verdict or "none")
 
     def _forget_old_runs(self) -> None:
-        finished = sorted((run for run in self.runs.values() if run.phase is not Phase.RUNNING),
-                          key=lambda run: run.created_at)
-        for run in finished[:max(0, len(finished) - KEEP_RUNS)]:
-            del self.runs[run.id]
+        """Keep the newest finished runs, within KEEP_RUNS and KEEP_PARTS."""
+        finished = sorted((run for run in self.runs.values() if run.finished_at),
+                          key=lambda run: run.created_at, reverse=True)
+        kept = parts = 0
+        for run in finished:
+            kept, parts = kept + 1, parts + len(run.parts)
+            if kept > KEEP_RUNS or parts > KEEP_PARTS:
+                del self.runs[run.id]

@@ -1,0 +1,102 @@
+"""The hub's state file: what is written is every field of every member and run, and reads
+back as it was."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from federation.hub import store
+from federation.hub.membership import Identity, Inventory, Member, Pool, State
+from federation.hub.runs import MemberPart, Part, Run
+
+
+def snapshot() -> store.Snapshot:
+    member = Member(
+        identity=Identity(name="west", host="h1", labels={"gpu": "h100"},
+                          kubernetes_version="v1.36.3", endpoint="https://127.0.0.1:6443"),
+        state=State.READY, reason="SessionOpened", message="session open", registered_at=1.5,
+        state_since=2.5, last_heartbeat=3.5,
+        inventory=Inventory(pools=(Pool(name="gpu", ready=7, total=8,
+                                        allocatable={"nvidia.com/gpu": "8"}),),
+                            nodes_ready=7, nodes_total=8, allocatable={"nvidia.com/gpu": "64"},
+                            pods_by_phase={"Running": 3}))
+    part = MemberPart(cluster="west", state=Part.RUNNING, verdict="", steps_done="0/1",
+                      message="m", object="FaultPlan default/x", sent_at=4.0,
+                      acknowledged_at=4.5, finished_at=0.0, stop_acknowledged=True)
+    run = Run(id="r1", name="n", plan="{}", selector={"names": ["west"]}, created_at=4.0,
+              start_at=6.0, parts={"west": part}, cancelled=True, finished_at=0.0)
+    return store.Snapshot(hub_id="h", members=[member], runs=[run])
+
+
+def test_every_field_is_written_as_dataclasses_would_write_it() -> None:
+    written = store.encode(snapshot())
+    [member], [run] = snapshot().members, snapshot().runs
+    expected_inventory: dict[str, Any] = dataclasses.asdict(member.inventory)
+    expected_inventory["pools"] = list(expected_inventory["pools"])
+    assert written["members"][0]["identity"] == dataclasses.asdict(member.identity)
+    assert written["members"][0]["inventory"] == expected_inventory
+    assert written["runs"][0]["parts"] == [dataclasses.asdict(run.parts["west"])
+                                           | {"state": "Running"}]
+
+
+def test_what_is_written_reads_back_as_it_was() -> None:
+    assert store.decode(store.encode(snapshot())) == snapshot()
+
+
+async def test_writes_are_paced_by_what_encoding_costs(tmp_path: Path) -> None:
+    """Changes keep coming while a slow state is written: the store leaves the loop free for
+    PACE times the encoding between writes, and each commit still returns once it is on disk."""
+    encodings: list[tuple[float, float]] = []
+
+    def slow_snapshot() -> store.Snapshot:
+        started = time.monotonic()
+        time.sleep(0.02)  # a large state
+        encodings.append((started, time.monotonic()))
+        return snapshot()
+
+    state = store.Store(tmp_path / "state.json", fsync=False)
+    state.start(slow_snapshot)
+    try:
+        for _ in range(40):
+            state.changed()
+            await asyncio.sleep(0.01)
+        await state.commit()
+    finally:
+        await state.stop()
+    assert store.decode(json.loads((tmp_path / "state.json").read_text())) == snapshot()
+    assert len(encodings) >= 3
+    for (started, ended), (following, _) in itertools.pairwise(encodings):
+        assert following - ended >= 0.95 * store.PACE * (ended - started)
+
+
+def test_old_finished_runs_are_forgotten_within_both_bounds(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from federation.hub import core
+
+    monkeypatch.setattr(core, "KEEP_RUNS", 3)
+    monkeypatch.setattr(core, "KEEP_PARTS", 5)
+    hub = core.Hub(core.HubSettings(state_dir=tmp_path))
+
+    def run(number: int, members: int, finished: bool) -> Run:
+        parts = {f"m{i}": MemberPart(cluster=f"m{i}", state=Part.SUCCEEDED if finished
+                                     else Part.RUNNING) for i in range(members)}
+        return Run(id=f"r{number}", name="", plan="{}", selector={}, created_at=float(number),
+                   start_at=0.0, parts=parts, finished_at=float(number) if finished else 0.0)
+
+    for item in (run(1, 1, True), run(2, 2, True), run(3, 2, True), run(4, 1, True),
+                 run(5, 9, False)):
+        hub.runs[item.id] = item
+    hub._forget_old_runs()
+    # Newest first: r4 (1 part), r3 (2), r2 (2) make 5 parts; r1 goes. The running one stays.
+    assert sorted(hub.runs) == ["r2", "r3", "r4", "r5"]
+    monkeypatch.setattr(core, "KEEP_RUNS", 1)
+    hub._forget_old_runs()
+    assert sorted(hub.runs) == ["r4", "r5"]
