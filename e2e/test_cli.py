@@ -27,9 +27,9 @@ def test_up_status_kubeconfig_down(cli_state: Path) -> None:
 
     status = fakefleet("status", "--state-dir", state).stdout
     for component in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager",
-                      "operator"):
+                      "hub", "operator"):
         assert component in status
-    assert status.count(" ok ") == 5, status
+    assert status.count(" ok ") == 6, status
 
     # The documented way to use it: kubectl --kubeconfig <(fakefleet kubeconfig) get ns
     listing = subprocess.run(
@@ -41,7 +41,7 @@ def test_up_status_kubeconfig_down(cli_state: Path) -> None:
 
     host = json.loads((cli_state / "host.json").read_text())
     pids = [host["pid"], *(c["pid"] for c in host["components"])]
-    assert len(pids) == 6  # the daemon, etcd, apiserver, scheduler, KCM, operator
+    assert len(pids) == 7  # the daemon, etcd, apiserver, scheduler, KCM, hub, operator
     fakefleet("down", "--state-dir", state)
     assert processes_mentioning(state) == []
     for pid in pids:

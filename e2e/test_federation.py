@@ -117,8 +117,14 @@ def test_members_join_the_hub_of_fakefleet_up(members: Fleet) -> None:
                timeout=60, what="both members Ready in the hub")
     found = listed(members)["fed-a"]
     assert found["cluster"]["labels"] == {"fleet": "fed", "name": "fed-a"}
-    assert found["inventory"]["nodesReady"] == 2
-    assert found["inventory"]["allocatable"]["nvidia.com/gpu"] == "16"
+
+    def inventory() -> dict[str, Any] | None:  # pools are looked at every 5 s
+        counted: dict[str, Any] = listed(members)["fed-a"].get("inventory", {})
+        return counted if counted.get("nodesReady") == 2 else None
+
+    counted = eventually(inventory, timeout=30, what="fed-a's 2 Ready nodes in the hub")
+    assert counted["nodesTotal"] == 2
+    assert counted["allocatable"]["nvidia.com/gpu"] == "16"
     eventually(lambda: hub_connected(members, "fed-a") == "True", timeout=30,
                what="HubConnected on fed-a")
 

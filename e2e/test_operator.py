@@ -62,8 +62,11 @@ def test_cluster_and_pools_become_ready(fleet: Fleet, alpha: Path) -> None:
     assert status["kubernetesVersion"] == "v1.36.3"
     assert status["kubeconfigSecret"] == "alpha-kubeconfig"
     assert status["observedGeneration"] == cluster["metadata"]["generation"]
-    assert {c["type"]: c["status"] for c in status["conditions"]} == {
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    # HubConnected too, once its hub link reported (e2e/test_federation.py tests it).
+    assert {kind: conditions[kind] for kind in ("Ready", "Reconciling", "Stalled")} == {
         "Ready": "True", "Reconciling": "False", "Stalled": "False"}
+    assert set(conditions) <= {"Ready", "Reconciling", "Stalled", "HubConnected"}
     eventually(lambda: fleet.get("fc", "alpha")["status"].get("readyNodes") == 5,
                what="node counts in the FakeCluster status")
 
