@@ -23,10 +23,11 @@ from operators.api.injections import (
     read_entries,
     render_entries,
 )
-from operators.handlers.faultplans import PlanRunner, delete
+from operators.handlers.faultplans import MEMBER_WAIT, PlanRunner, delete
 from operators.handlers.runtime import Runtime
 from operators.k8s.client import Client
 from operators.k8s.clock import FakeClock
+from operators.k8s.errors import K8sError
 from operators.k8s.memory import MemoryTransport
 from operators.k8s.times import micro_time, parse
 
@@ -132,8 +133,8 @@ async def test_a_conflict_reads_the_node_again_and_keeps_what_others_wrote() -> 
     other = FaultEntry(id="other/plan/x/0")
     original = runner.fleet
 
-    async def fleet_then_change(step: Any) -> Any:
-        found = await original(step)
+    async def fleet_then_change(step: Any, **options: Any) -> Any:
+        found = await original(step, **options)
         await world.member.patch(f"{NODES}/n-0", {"metadata": {"annotations": {
             FAULTS: render_entries([other])}}})
         return found
@@ -387,3 +388,22 @@ async def test_hub_faults_reach_adopted_clusters_too() -> None:
     assert runner.status.injections[0].state == "Injected"
     assert runner.status.injections[0].message == ""
     assert (await hub_faults(world)).latency == 2.0
+
+
+async def test_a_member_not_reachable_yet_is_waited_for_not_skipped() -> None:
+    """After an operator restart a member's control plane is adopted a moment later: a step due
+    meanwhile waits (the daemon retries) instead of being judged against nobody."""
+    world = World()
+    world.plan(CORDON)
+    runner = await started(world, 1)
+    runner._connect = lambda _, name: None
+    with pytest.raises(K8sError, match="member cluster west cannot be reached yet"):
+        await runner.advance()
+    assert runner.status.injections[0].state == "Scheduled"
+    late = await started(world, MEMBER_WAIT + 5)
+    late._connect = lambda _, name: None
+    await late.advance()
+    assert late.status.injections[0].state == "Skipped"
+    runner = await started(world, 1)
+    await runner.advance()
+    assert runner.status.injections[0].state == "Injected"

@@ -60,7 +60,7 @@ from operators.faults.targets import ClusterView, Fleet, NodeView, PodView, Targ
 from operators.handlers.clusters import hold_components, member_access
 from operators.handlers.runtime import Runtime
 from operators.k8s.client import Client
-from operators.k8s.errors import Conflict, K8sError, NotFound
+from operators.k8s.errors import Conflict, K8sError, NotFound, TransportError
 from operators.k8s.times import micro_time, parse, rfc3339
 from operators.reconciling.clusters import cluster_key
 
@@ -75,6 +75,9 @@ TICK = 1.0
 #: Writes of one injection in flight at once, per member cluster.
 CONCURRENCY = 64
 CONFLICT_RETRIES = 8
+#: How long after its moment a step waits for a member the operator cannot reach yet, before
+#: it is judged without it (s).
+MEMBER_WAIT = 60.0
 #: Victims one injection may have, and all injections of a plan: they are recorded in the
 #: status (about 40 bytes each), which must stay well under etcd's 1.5 MiB per object.
 MAX_VICTIMS = 5000
@@ -244,8 +247,10 @@ class PlanRunner:
             await client.close()
         self._clients.clear()
 
-    async def fleet(self, step: Step) -> Fleet:
-        """The clusters the step may hit, with the nodes or pods its target looks at."""
+    async def fleet(self, step: Step, *, patient: bool = False) -> Fleet:
+        """The clusters the step may hit, with the nodes or pods its target looks at. A member
+        the operator cannot reach yet (its control plane still being adopted after an operator
+        restart) is waited for while ``patient``: a step is not skipped for want of a look."""
         clusters = await self.clusters()
         target = executing.target_of(step.target)
         within = self.plan.spec.clusters
@@ -259,6 +264,9 @@ class PlanRunner:
                 continue
             client = self.member(name)
             if client is None:
+                if patient:
+                    raise TransportError(f"member cluster {name} cannot be reached yet; step "
+                                         f"{step.name} waits for it")
                 views.append(view)
                 continue
             if target.kind == "Node":
@@ -330,7 +338,8 @@ class PlanRunner:
         step = self.steps[injection.step]
         began = time.monotonic()
         if not injection.targets:
-            fleet = await self.fleet(step)
+            late = time.time() - parse(self.status.startedAt) - (injection.injectAt or 0.0)
+            fleet = await self.fleet(step, patient=late < MEMBER_WAIT)
             schedule = executing.schedule(self.plan.spec, fleet)
             mine = next(i for i in schedule.injections
                         if i.step == injection.step and i.occurrence == injection.occurrence)
