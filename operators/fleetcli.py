@@ -197,7 +197,9 @@ def watch(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Pat
         members: dict[str, common_pb2.Member] = {}
         synced = False
         async with _connect(state_dir, hub, hub_ca, token_file) as client:
-            with Live(console=stdout, auto_refresh=False) if live else _nothing() as screen:
+            screen_or_none = Live(console=stdout, auto_refresh=False) if live \
+                else contextlib.nullcontext()
+            with screen_or_none as screen:
                 async for event in client.watch_clusters(_selector(selector, clusters)):
                     if event.type == fleet_pb2.EVENT_TYPE_SYNCED:
                         synced = True
@@ -224,14 +226,6 @@ def watch(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Pat
         pass
     except KeyboardInterrupt:
         pass
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *_: object) -> None:
-        return None
 
 
 def _print_event(event: fleet_pb2.ClusterEvent, before: common_pb2.Member | None) -> None:
@@ -303,7 +297,7 @@ async def _follow(client: FleetClient, run_id: str, timeout: float) -> fleet_pb2
     async def follow() -> None:
         nonlocal last
         with Live(console=console, auto_refresh=False, transient=True) if live \
-                else _nothing() as screen:
+                else contextlib.nullcontext() as screen:
             async for run in client.watch_run(run_id):
                 last = run
                 if screen is not None:

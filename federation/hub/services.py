@@ -11,6 +11,7 @@ with INTERNAL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -51,20 +52,31 @@ async def _invalid(context: Context, problems: list[str]) -> None:
         await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "; ".join(problems))
 
 
-def _guarded(method: Callable[..., Awaitable[Result]]) -> Callable[..., Awaitable[Result]]:
+@contextlib.asynccontextmanager
+async def _answering(context: Context, name: str) -> AsyncIterator[None]:
     """Refusals become their status codes; a defect of ours becomes INTERNAL for this call."""
+    try:
+        yield
+    except Refused as refusal:
+        await _abort(context, grpc.StatusCode[refusal.code], str(refusal))
+    except (asyncio.CancelledError, grpc.aio.AbortError):
+        raise
+    except Exception as error:
+        if context.done():
+            # gRPC ended the call first (the client left, or sent more metadata than gRPC
+            # takes, and gRPC still starts a stream's handler): no answer can go out.
+            logger.warning("%s ended before the hub answered (%r)", name, error)
+            return
+        logger.exception("%s failed", name)
+        await _abort(context, grpc.StatusCode.INTERNAL, f"{name} failed in the hub: {error!r}")
+
+
+def _guarded(method: Callable[..., Awaitable[Result]]) -> Callable[..., Awaitable[Result]]:
     @functools.wraps(method)
     async def call(self: Any, request: Any, context: Context) -> Result:
-        try:
+        async with _answering(context, method.__name__):
             return await method(self, request, context)
-        except Refused as refusal:
-            await _abort(context, grpc.StatusCode[refusal.code], str(refusal))
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception as error:
-            logger.exception("%s failed", method.__name__)
-            await _abort(context, grpc.StatusCode.INTERNAL,
-                         f"{method.__name__} failed in the hub: {error!r}")
+        raise grpc.aio.AbortError("the call ended before the hub answered")
     return call
 
 
@@ -72,22 +84,9 @@ def _guarded_stream(method: Callable[..., AsyncIterator[Result]]
                     ) -> Callable[..., AsyncIterator[Result]]:
     @functools.wraps(method)
     async def call(self: Any, request: Any, context: Context) -> AsyncIterator[Result]:
-        try:
+        async with _answering(context, method.__name__):
             async for item in method(self, request, context):
                 yield item
-        except Refused as refusal:
-            await _abort(context, grpc.StatusCode[refusal.code], str(refusal))
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception as error:
-            if context.done():
-                # gRPC ended the call first (the client left, or sent more metadata than gRPC
-                # takes, and gRPC still starts a stream's handler): no answer can go out.
-                logger.warning("%s ended before the hub answered (%r)", method.__name__, error)
-                return
-            logger.exception("%s failed", method.__name__)
-            await _abort(context, grpc.StatusCode.INTERNAL,
-                         f"{method.__name__} failed in the hub: {error!r}")
     return call
 
 
