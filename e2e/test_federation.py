@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import Fleet, eventually, fakefleet
+from e2e.conftest import Fleet, eventually, fakefleet, kubectl_json
 from operators.controlplane.state import StateDir, read_host
 from operators.hublink.convert import RUN_LABEL
 
@@ -226,3 +226,45 @@ def test_kill_9_of_the_hub_mid_run_loses_and_repeats_nothing(members: Fleet) -> 
     for found in fleet_plans(members, run_id):
         assert len(found["status"]["injections"]) == 1
     assert back < 30
+
+
+def test_a_workload_spread_by_the_hub_completes_and_matches_the_members_jobs(
+        members: Fleet) -> None:
+    eventually(lambda: set(states(members).values()) == {"MEMBER_STATE_READY"}, timeout=60)
+    spec = {"jobs": 50, "pods_per_job": 2, "resources": {"cpu": "1", "nvidia.com/gpu": "2"},
+            "run_time": {"distribution": "uniform", "low": 2, "high": 4},
+            "arrivals": {"process": "poisson", "rate": 10}, "seed": 5, "namespace": "train",
+            "target": {"placement": "spread", "clusters": {"match_labels": {"fleet": "fed"}}}}
+    path = members.state / "spread.yaml"
+    path.write_text(json.dumps({"apiVersion": "fakefleet.dev/v1alpha1", "kind": "Workload",
+                                "metadata": {"name": "e2e-spread"}, "spec": spec}))
+    report_file = members.state / "spread-report.json"
+    done = hub(members, "submit", str(path), "--watch", "--timeout", "240", "--start-delay",
+               "1", "--report", str(report_file), "-o", "json")
+    workload = json.loads(done.stdout)
+    assert workload["phase"] == "WORKLOAD_PHASE_SUCCEEDED", workload["report"]
+    report = workload["report"]
+    assert report["counts"]["succeeded"] == 50
+    by_cluster = {c["cluster"]: c["counts"] for c in report["clusters"]}
+    assert set(by_cluster) == set(MEMBERS)
+    for cluster in MEMBERS:  # the report's counts are the members' own Job objects
+        kubeconfig = members.state / f"{cluster}.kubeconfig"
+        kubeconfig.write_text(fakefleet("kubeconfig", "--state-dir", str(members.state),
+                                        f"{NAMESPACE}/{cluster}").stdout)
+        listed_jobs = kubectl_json(kubeconfig, "get", "jobs", "-n", "train", "-l",
+                                   f"fakefleet.dev/workload={workload['id']}")["items"]
+        complete = [j for j in listed_jobs if any(
+            c["type"] == "Complete" and c["status"] == "True"
+            for c in j["status"].get("conditions", []))]
+        assert len(listed_jobs) == len(complete) == by_cluster[cluster]["succeeded"]
+        for job in listed_jobs:
+            assert job["spec"]["parallelism"] == 2
+            assert job["status"]["succeeded"] == 2
+    assert abs(by_cluster["fed-a"]["succeeded"] - by_cluster["fed-b"]["succeeded"]) <= 2
+    for timing in ("toAdmission", "toRunning", "toCompletion"):
+        assert report[timing]["count"] == 50, timing
+        assert report[timing]["p50"] <= report[timing]["p99"]
+    assert report["toCompletion"]["p50"] >= 2.0  # at least the run time
+    assert 0 < report["gpuUtilisationPeak"] <= 1
+    full = json.loads(report_file.read_text())
+    assert len(full["jobs"]) == 50

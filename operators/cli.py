@@ -32,7 +32,10 @@ from rich.text import Text
 from federation.client.channels import HubAddress
 from federation.client.channels import health as hub_health
 from federation.client.discovery import HubFiles, HubInfo
-from operators import fleetcli
+from operators import (
+    fleetcli,
+    workloadcli,  # noqa: F401  (adds fleet submit, workload, workloads)
+)
 from operators.api.base import API_VERSION
 from operators.api.clusters import KUBECONFIG_KEY
 from operators.api.faultplans import FaultPlan, FaultPlanSpec

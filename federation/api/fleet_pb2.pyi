@@ -103,6 +103,29 @@ MEMBER_RUN_STATE_REFUSED: MemberRunState.ValueType  # 7
 MEMBER_RUN_STATE_CANCELLED: MemberRunState.ValueType  # 8
 Global___MemberRunState: _TypeAlias = MemberRunState  # noqa: Y015
 
+class _WorkloadPhase:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _WorkloadPhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WorkloadPhase.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    WORKLOAD_PHASE_UNSPECIFIED: _WorkloadPhase.ValueType  # 0
+    WORKLOAD_PHASE_RUNNING: _WorkloadPhase.ValueType  # 1
+    WORKLOAD_PHASE_SUCCEEDED: _WorkloadPhase.ValueType  # 2
+    """Every Job completed."""
+    WORKLOAD_PHASE_FAILED: _WorkloadPhase.ValueType  # 3
+    """Every Job finished, and at least one failed (after its last attempt) or was refused."""
+
+class WorkloadPhase(_WorkloadPhase, metaclass=_WorkloadPhaseEnumTypeWrapper): ...
+
+WORKLOAD_PHASE_UNSPECIFIED: WorkloadPhase.ValueType  # 0
+WORKLOAD_PHASE_RUNNING: WorkloadPhase.ValueType  # 1
+WORKLOAD_PHASE_SUCCEEDED: WorkloadPhase.ValueType  # 2
+"""Every Job completed."""
+WORKLOAD_PHASE_FAILED: WorkloadPhase.ValueType  # 3
+"""Every Job finished, and at least one failed (after its last attempt) or was refused."""
+Global___WorkloadPhase: _TypeAlias = WorkloadPhase  # noqa: Y015
+
 @_typing.final
 class ListClustersRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -433,3 +456,667 @@ class Run(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Run: _TypeAlias = Run  # noqa: Y015
+
+@_typing.final
+class RunTimeDistribution(_message.Message):
+    """How long each Job's pods run: fixed (seconds), uniform (low..high) or lognormal (median
+    seconds, shape sigma), optionally capped.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DISTRIBUTION_FIELD_NUMBER: _builtins.int
+    SECONDS_FIELD_NUMBER: _builtins.int
+    LOW_FIELD_NUMBER: _builtins.int
+    HIGH_FIELD_NUMBER: _builtins.int
+    SIGMA_FIELD_NUMBER: _builtins.int
+    CAP_FIELD_NUMBER: _builtins.int
+    distribution: _builtins.str
+    seconds: _builtins.float
+    low: _builtins.float
+    high: _builtins.float
+    sigma: _builtins.float
+    cap: _builtins.float
+    """0: no cap."""
+    def __init__(
+        self,
+        *,
+        distribution: _builtins.str = ...,
+        seconds: _builtins.float = ...,
+        low: _builtins.float = ...,
+        high: _builtins.float = ...,
+        sigma: _builtins.float = ...,
+        cap: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cap", b"cap", "distribution", b"distribution", "high", b"high", "low", b"low", "seconds", b"seconds", "sigma", b"sigma"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunTimeDistribution: _TypeAlias = RunTimeDistribution  # noqa: Y015
+
+@_typing.final
+class ArrivalProcess(_message.Message):
+    """When Jobs arrive, after the workload's start: `rate` (one every 1/rate s), `poisson`
+    (exponential gaps, mean 1/rate) or `times` (one per Job, seconds).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROCESS_FIELD_NUMBER: _builtins.int
+    RATE_FIELD_NUMBER: _builtins.int
+    TIMES_FIELD_NUMBER: _builtins.int
+    process: _builtins.str
+    rate: _builtins.float
+    @_builtins.property
+    def times(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        process: _builtins.str = ...,
+        rate: _builtins.float = ...,
+        times: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["process", b"process", "rate", b"rate", "times", b"times"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ArrivalProcess: _TypeAlias = ArrivalProcess  # noqa: Y015
+
+@_typing.final
+class WorkloadTarget(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class WeightsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    PLACEMENT_FIELD_NUMBER: _builtins.int
+    CLUSTERS_FIELD_NUMBER: _builtins.int
+    WEIGHTS_FIELD_NUMBER: _builtins.int
+    MANAGER_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    placement: _builtins.str
+    """spread | binpack | weighted | clusters (the hub places each Job on a member), or
+    manager (every Job goes to the manager cluster; its scheduler places it).
+    """
+    manager: _builtins.str
+    """placement manager: the member that takes every Job."""
+    queue: _builtins.str
+    """The Kueue LocalQueue the Jobs name (label kueue.x-k8s.io/queue-name); with placement
+    manager it is required.
+    """
+    @_builtins.property
+    def clusters(self) -> _common_pb2.ClusterSelector:
+        """The members the hub places on (empty: every member); with placement manager, the worker
+        clusters, for GPU utilisation. With placement clusters, names in the order of turns.
+        """
+
+    @_builtins.property
+    def weights(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """placement weighted: cluster to weight (absent: 1)."""
+
+    def __init__(
+        self,
+        *,
+        placement: _builtins.str = ...,
+        clusters: _common_pb2.ClusterSelector | None = ...,
+        weights: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        manager: _builtins.str = ...,
+        queue: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters", "manager", b"manager", "placement", b"placement", "queue", b"queue", "weights", b"weights"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkloadTarget: _TypeAlias = WorkloadTarget  # noqa: Y015
+
+@_typing.final
+class WorkloadSpec(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ResourcesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    JOBS_FIELD_NUMBER: _builtins.int
+    PODS_PER_JOB_FIELD_NUMBER: _builtins.int
+    RESOURCES_FIELD_NUMBER: _builtins.int
+    RUN_TIME_FIELD_NUMBER: _builtins.int
+    ARRIVALS_FIELD_NUMBER: _builtins.int
+    SEED_FIELD_NUMBER: _builtins.int
+    PRIORITY_CLASS_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    jobs: _builtins.int
+    pods_per_job: _builtins.int
+    """Pods per Job: a gang, placed all on one cluster or not at all."""
+    seed: _builtins.int
+    """Seeds the arrivals, run times and weighted placement."""
+    priority_class: _builtins.str
+    namespace: _builtins.str
+    """Namespace of the Jobs in each member (default: default)."""
+    max_attempts: _builtins.int
+    """A Job that fails is dispatched again (hub placement), up to this many attempts in all
+    (default 1: no retry; at most 10).
+    """
+    @_builtins.property
+    def resources(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Requests and limits of each pod (cpu, memory, nvidia.com/gpu...)."""
+
+    @_builtins.property
+    def run_time(self) -> Global___RunTimeDistribution: ...
+    @_builtins.property
+    def arrivals(self) -> Global___ArrivalProcess: ...
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Labels of every Job and pod."""
+
+    @_builtins.property
+    def target(self) -> Global___WorkloadTarget: ...
+    def __init__(
+        self,
+        *,
+        jobs: _builtins.int = ...,
+        pods_per_job: _builtins.int = ...,
+        resources: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        run_time: Global___RunTimeDistribution | None = ...,
+        arrivals: Global___ArrivalProcess | None = ...,
+        seed: _builtins.int = ...,
+        priority_class: _builtins.str = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        namespace: _builtins.str = ...,
+        target: Global___WorkloadTarget | None = ...,
+        max_attempts: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["arrivals", b"arrivals", "run_time", b"run_time", "target", b"target"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrivals", b"arrivals", "jobs", b"jobs", "labels", b"labels", "max_attempts", b"max_attempts", "namespace", b"namespace", "pods_per_job", b"pods_per_job", "priority_class", b"priority_class", "resources", b"resources", "run_time", b"run_time", "seed", b"seed", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkloadSpec: _TypeAlias = WorkloadSpec  # noqa: Y015
+
+@_typing.final
+class SubmitWorkloadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPEC_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    START_DELAY_FIELD_NUMBER: _builtins.int
+    TRACEPARENT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """A name for people (the workload id is the hub's)."""
+    traceparent: _builtins.str
+    @_builtins.property
+    def spec(self) -> Global___WorkloadSpec: ...
+    @_builtins.property
+    def start_delay(self) -> _duration_pb2.Duration:
+        """Time zero of the arrivals: now plus this (default 2s, at most 1h)."""
+
+    def __init__(
+        self,
+        *,
+        spec: Global___WorkloadSpec | None = ...,
+        name: _builtins.str = ...,
+        start_delay: _duration_pb2.Duration | None = ...,
+        traceparent: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec", "start_delay", b"start_delay"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "spec", b"spec", "start_delay", b"start_delay", "traceparent", b"traceparent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitWorkloadRequest: _TypeAlias = SubmitWorkloadRequest  # noqa: Y015
+
+@_typing.final
+class GetWorkloadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKLOAD_ID_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    workload_id: _builtins.str
+    jobs: _builtins.bool
+    """Include every Job."""
+    def __init__(
+        self,
+        *,
+        workload_id: _builtins.str = ...,
+        jobs: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs", "workload_id", b"workload_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetWorkloadRequest: _TypeAlias = GetWorkloadRequest  # noqa: Y015
+
+@_typing.final
+class WatchWorkloadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKLOAD_ID_FIELD_NUMBER: _builtins.int
+    workload_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        workload_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["workload_id", b"workload_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchWorkloadRequest: _TypeAlias = WatchWorkloadRequest  # noqa: Y015
+
+@_typing.final
+class ListWorkloadsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkloadsRequest: _TypeAlias = ListWorkloadsRequest  # noqa: Y015
+
+@_typing.final
+class ListWorkloadsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKLOADS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def workloads(self) -> _containers.RepeatedCompositeFieldContainer[Global___Workload]:
+        """Without their Jobs."""
+
+    def __init__(
+        self,
+        *,
+        workloads: _abc.Iterable[Global___Workload] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["workloads", b"workloads"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkloadsResponse: _TypeAlias = ListWorkloadsResponse  # noqa: Y015
+
+@_typing.final
+class JobCounts(_message.Message):
+    """Where each Job stands: every Job is counted once, in its furthest state."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOBS_FIELD_NUMBER: _builtins.int
+    WAITING_FIELD_NUMBER: _builtins.int
+    PENDING_FIELD_NUMBER: _builtins.int
+    ADMITTED_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    SUCCEEDED_FIELD_NUMBER: _builtins.int
+    FAILED_FIELD_NUMBER: _builtins.int
+    ADMITTED_TOTAL_FIELD_NUMBER: _builtins.int
+    jobs: _builtins.int
+    waiting: _builtins.int
+    """Not arrived yet, or arrived and waiting for room in the fleet."""
+    pending: _builtins.int
+    """Sent to a member; its Job not yet let run."""
+    admitted: _builtins.int
+    """Let run (admitted), not all its pods running yet."""
+    running: _builtins.int
+    succeeded: _builtins.int
+    failed: _builtins.int
+    admitted_total: _builtins.int
+    """Admitted at some time (admitted + running + succeeded, and failed ones that got there)."""
+    def __init__(
+        self,
+        *,
+        jobs: _builtins.int = ...,
+        waiting: _builtins.int = ...,
+        pending: _builtins.int = ...,
+        admitted: _builtins.int = ...,
+        running: _builtins.int = ...,
+        succeeded: _builtins.int = ...,
+        failed: _builtins.int = ...,
+        admitted_total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "admitted_total", b"admitted_total", "failed", b"failed", "jobs", b"jobs", "pending", b"pending", "running", b"running", "succeeded", b"succeeded", "waiting", b"waiting"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobCounts: _TypeAlias = JobCounts  # noqa: Y015
+
+@_typing.final
+class Latency(_message.Message):
+    """Seconds from a Job's arrival, over the Jobs that got there."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COUNT_FIELD_NUMBER: _builtins.int
+    P50_FIELD_NUMBER: _builtins.int
+    P99_FIELD_NUMBER: _builtins.int
+    MAX_FIELD_NUMBER: _builtins.int
+    count: _builtins.int
+    p50: _builtins.float
+    p99: _builtins.float
+    max: _builtins.float
+    def __init__(
+        self,
+        *,
+        count: _builtins.int = ...,
+        p50: _builtins.float = ...,
+        p99: _builtins.float = ...,
+        max: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "max", b"max", "p50", b"p50", "p99", b"p99"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Latency: _TypeAlias = Latency  # noqa: Y015
+
+@_typing.final
+class ClusterReport(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    COUNTS_FIELD_NUMBER: _builtins.int
+    TO_ADMISSION_FIELD_NUMBER: _builtins.int
+    TO_RUNNING_FIELD_NUMBER: _builtins.int
+    TO_COMPLETION_FIELD_NUMBER: _builtins.int
+    cluster: _builtins.str
+    """Where the Jobs ran (for a manager target, the worker its scheduler chose)."""
+    @_builtins.property
+    def counts(self) -> Global___JobCounts: ...
+    @_builtins.property
+    def to_admission(self) -> Global___Latency: ...
+    @_builtins.property
+    def to_running(self) -> Global___Latency: ...
+    @_builtins.property
+    def to_completion(self) -> Global___Latency: ...
+    def __init__(
+        self,
+        *,
+        cluster: _builtins.str = ...,
+        counts: Global___JobCounts | None = ...,
+        to_admission: Global___Latency | None = ...,
+        to_running: Global___Latency | None = ...,
+        to_completion: Global___Latency | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "to_admission", b"to_admission", "to_completion", b"to_completion", "to_running", b"to_running"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "counts", b"counts", "to_admission", b"to_admission", "to_completion", b"to_completion", "to_running", b"to_running"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClusterReport: _TypeAlias = ClusterReport  # noqa: Y015
+
+@_typing.final
+class UtilisationSample(_message.Message):
+    """GPUs held by the workload's running Jobs, and all GPUs of the target members."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AT_FIELD_NUMBER: _builtins.int
+    ALLOCATED_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    allocated: _builtins.int
+    total: _builtins.int
+    @_builtins.property
+    def at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        at: _timestamp_pb2.Timestamp | None = ...,
+        allocated: _builtins.int = ...,
+        total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocated", b"allocated", "at", b"at", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UtilisationSample: _TypeAlias = UtilisationSample  # noqa: Y015
+
+@_typing.final
+class WorkloadReport(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COUNTS_FIELD_NUMBER: _builtins.int
+    TO_ADMISSION_FIELD_NUMBER: _builtins.int
+    TO_RUNNING_FIELD_NUMBER: _builtins.int
+    TO_COMPLETION_FIELD_NUMBER: _builtins.int
+    CLUSTERS_FIELD_NUMBER: _builtins.int
+    ADMITTED_PER_SECOND_FIELD_NUMBER: _builtins.int
+    MAKESPAN_SECONDS_FIELD_NUMBER: _builtins.int
+    GPU_UTILISATION_MEAN_FIELD_NUMBER: _builtins.int
+    GPU_UTILISATION_PEAK_FIELD_NUMBER: _builtins.int
+    UTILISATION_FIELD_NUMBER: _builtins.int
+    REDISPATCHED_FIELD_NUMBER: _builtins.int
+    RECOVERY_FIELD_NUMBER: _builtins.int
+    admitted_per_second: _builtins.float
+    """Jobs admitted per second, from the first admission to the last."""
+    makespan_seconds: _builtins.float
+    """From the start to the last Job finished (or to now)."""
+    gpu_utilisation_mean: _builtins.float
+    gpu_utilisation_peak: _builtins.float
+    redispatched: _builtins.int
+    """Jobs sent again to another cluster (by the hub after a failure, or by the member's
+    scheduler), and seconds from the failure to the new attempt running.
+    """
+    @_builtins.property
+    def counts(self) -> Global___JobCounts: ...
+    @_builtins.property
+    def to_admission(self) -> Global___Latency: ...
+    @_builtins.property
+    def to_running(self) -> Global___Latency: ...
+    @_builtins.property
+    def to_completion(self) -> Global___Latency: ...
+    @_builtins.property
+    def clusters(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClusterReport]: ...
+    @_builtins.property
+    def utilisation(self) -> _containers.RepeatedCompositeFieldContainer[Global___UtilisationSample]: ...
+    @_builtins.property
+    def recovery(self) -> Global___Latency: ...
+    def __init__(
+        self,
+        *,
+        counts: Global___JobCounts | None = ...,
+        to_admission: Global___Latency | None = ...,
+        to_running: Global___Latency | None = ...,
+        to_completion: Global___Latency | None = ...,
+        clusters: _abc.Iterable[Global___ClusterReport] | None = ...,
+        admitted_per_second: _builtins.float = ...,
+        makespan_seconds: _builtins.float = ...,
+        gpu_utilisation_mean: _builtins.float = ...,
+        gpu_utilisation_peak: _builtins.float = ...,
+        utilisation: _abc.Iterable[Global___UtilisationSample] | None = ...,
+        redispatched: _builtins.int = ...,
+        recovery: Global___Latency | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "recovery", b"recovery", "to_admission", b"to_admission", "to_completion", b"to_completion", "to_running", b"to_running"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted_per_second", b"admitted_per_second", "clusters", b"clusters", "counts", b"counts", "gpu_utilisation_mean", b"gpu_utilisation_mean", "gpu_utilisation_peak", b"gpu_utilisation_peak", "makespan_seconds", b"makespan_seconds", "recovery", b"recovery", "redispatched", b"redispatched", "to_admission", b"to_admission", "to_completion", b"to_completion", "to_running", b"to_running", "utilisation", b"utilisation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkloadReport: _TypeAlias = WorkloadReport  # noqa: Y015
+
+@_typing.final
+class WorkloadJob(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    PLACED_ON_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    ARRIVE_AT_FIELD_NUMBER: _builtins.int
+    ADMITTED_AT_FIELD_NUMBER: _builtins.int
+    RUNNING_AT_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    RUN_SECONDS_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    name: _builtins.str
+    cluster: _builtins.str
+    """The member it was sent to, and where it ran (a manager's worker)."""
+    placed_on: _builtins.str
+    attempt: _builtins.int
+    state: _builtins.str
+    """Waiting, Pending, Admitted, Running, Succeeded, Failed, Refused."""
+    message: _builtins.str
+    run_seconds: _builtins.float
+    @_builtins.property
+    def arrive_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def admitted_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def running_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        name: _builtins.str = ...,
+        cluster: _builtins.str = ...,
+        placed_on: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+        state: _builtins.str = ...,
+        message: _builtins.str = ...,
+        arrive_at: _timestamp_pb2.Timestamp | None = ...,
+        admitted_at: _timestamp_pb2.Timestamp | None = ...,
+        running_at: _timestamp_pb2.Timestamp | None = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        run_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admitted_at", b"admitted_at", "arrive_at", b"arrive_at", "finished_at", b"finished_at", "running_at", b"running_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted_at", b"admitted_at", "arrive_at", b"arrive_at", "attempt", b"attempt", "cluster", b"cluster", "finished_at", b"finished_at", "index", b"index", "message", b"message", "name", b"name", "placed_on", b"placed_on", "run_seconds", b"run_seconds", "running_at", b"running_at", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkloadJob: _TypeAlias = WorkloadJob  # noqa: Y015
+
+@_typing.final
+class Workload(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    START_AT_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    SPEC_FIELD_NUMBER: _builtins.int
+    REPORT_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    name: _builtins.str
+    phase: Global___WorkloadPhase.ValueType
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def start_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def spec(self) -> Global___WorkloadSpec: ...
+    @_builtins.property
+    def report(self) -> Global___WorkloadReport: ...
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkloadJob]:
+        """Only from GetWorkload with jobs: true."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        phase: Global___WorkloadPhase.ValueType = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        start_at: _timestamp_pb2.Timestamp | None = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        spec: Global___WorkloadSpec | None = ...,
+        report: Global___WorkloadReport | None = ...,
+        jobs: _abc.Iterable[Global___WorkloadJob] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "report", b"report", "spec", b"spec", "start_at", b"start_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "jobs", b"jobs", "name", b"name", "phase", b"phase", "report", b"report", "spec", b"spec", "start_at", b"start_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Workload: _TypeAlias = Workload  # noqa: Y015

@@ -69,6 +69,26 @@ class FleetServiceStub:
                 request_serializer=federation_dot_api_dot_fleet__pb2.ListRunsRequest.SerializeToString,
                 response_deserializer=federation_dot_api_dot_fleet__pb2.ListRunsResponse.FromString,
                 _registered_method=True)
+        self.SubmitWorkload = channel.unary_unary(
+                '/fakefleet.federation.v1alpha1.FleetService/SubmitWorkload',
+                request_serializer=federation_dot_api_dot_fleet__pb2.SubmitWorkloadRequest.SerializeToString,
+                response_deserializer=federation_dot_api_dot_fleet__pb2.Workload.FromString,
+                _registered_method=True)
+        self.GetWorkload = channel.unary_unary(
+                '/fakefleet.federation.v1alpha1.FleetService/GetWorkload',
+                request_serializer=federation_dot_api_dot_fleet__pb2.GetWorkloadRequest.SerializeToString,
+                response_deserializer=federation_dot_api_dot_fleet__pb2.Workload.FromString,
+                _registered_method=True)
+        self.WatchWorkload = channel.unary_stream(
+                '/fakefleet.federation.v1alpha1.FleetService/WatchWorkload',
+                request_serializer=federation_dot_api_dot_fleet__pb2.WatchWorkloadRequest.SerializeToString,
+                response_deserializer=federation_dot_api_dot_fleet__pb2.Workload.FromString,
+                _registered_method=True)
+        self.ListWorkloads = channel.unary_unary(
+                '/fakefleet.federation.v1alpha1.FleetService/ListWorkloads',
+                request_serializer=federation_dot_api_dot_fleet__pb2.ListWorkloadsRequest.SerializeToString,
+                response_deserializer=federation_dot_api_dot_fleet__pb2.ListWorkloadsResponse.FromString,
+                _registered_method=True)
 
 
 class FleetServiceServicer:
@@ -120,6 +140,35 @@ class FleetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitWorkload(self, request, context):
+        """Generate a workload's Jobs over time and have the members create them: placed by the hub,
+        or sent to a manager cluster whose own multi-cluster scheduler (Kueue MultiKueue) places
+        them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetWorkload(self, request, context):
+        """The workload with its report (and each Job, if asked).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchWorkload(self, request, context):
+        """The workload now, then at most one message a second while it changes, until it finished.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWorkloads(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FleetServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -157,6 +206,26 @@ def add_FleetServiceServicer_to_server(servicer, server):
                     servicer.ListRuns,
                     request_deserializer=federation_dot_api_dot_fleet__pb2.ListRunsRequest.FromString,
                     response_serializer=federation_dot_api_dot_fleet__pb2.ListRunsResponse.SerializeToString,
+            ),
+            'SubmitWorkload': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitWorkload,
+                    request_deserializer=federation_dot_api_dot_fleet__pb2.SubmitWorkloadRequest.FromString,
+                    response_serializer=federation_dot_api_dot_fleet__pb2.Workload.SerializeToString,
+            ),
+            'GetWorkload': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetWorkload,
+                    request_deserializer=federation_dot_api_dot_fleet__pb2.GetWorkloadRequest.FromString,
+                    response_serializer=federation_dot_api_dot_fleet__pb2.Workload.SerializeToString,
+            ),
+            'WatchWorkload': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchWorkload,
+                    request_deserializer=federation_dot_api_dot_fleet__pb2.WatchWorkloadRequest.FromString,
+                    response_serializer=federation_dot_api_dot_fleet__pb2.Workload.SerializeToString,
+            ),
+            'ListWorkloads': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkloads,
+                    request_deserializer=federation_dot_api_dot_fleet__pb2.ListWorkloadsRequest.FromString,
+                    response_serializer=federation_dot_api_dot_fleet__pb2.ListWorkloadsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -348,6 +417,114 @@ class FleetService:
             '/fakefleet.federation.v1alpha1.FleetService/ListRuns',
             federation_dot_api_dot_fleet__pb2.ListRunsRequest.SerializeToString,
             federation_dot_api_dot_fleet__pb2.ListRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitWorkload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fakefleet.federation.v1alpha1.FleetService/SubmitWorkload',
+            federation_dot_api_dot_fleet__pb2.SubmitWorkloadRequest.SerializeToString,
+            federation_dot_api_dot_fleet__pb2.Workload.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetWorkload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fakefleet.federation.v1alpha1.FleetService/GetWorkload',
+            federation_dot_api_dot_fleet__pb2.GetWorkloadRequest.SerializeToString,
+            federation_dot_api_dot_fleet__pb2.Workload.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchWorkload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/fakefleet.federation.v1alpha1.FleetService/WatchWorkload',
+            federation_dot_api_dot_fleet__pb2.WatchWorkloadRequest.SerializeToString,
+            federation_dot_api_dot_fleet__pb2.Workload.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkloads(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fakefleet.federation.v1alpha1.FleetService/ListWorkloads',
+            federation_dot_api_dot_fleet__pb2.ListWorkloadsRequest.SerializeToString,
+            federation_dot_api_dot_fleet__pb2.ListWorkloadsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,16 @@ class FleetServiceStub:
     CancelRun: _grpc.UnaryUnaryMultiCallable[_fleet_pb2.CancelRunRequest, _fleet_pb2.Run]
     """Stop a run: every member recovers its faults."""
     ListRuns: _grpc.UnaryUnaryMultiCallable[_fleet_pb2.ListRunsRequest, _fleet_pb2.ListRunsResponse]
+    SubmitWorkload: _grpc.UnaryUnaryMultiCallable[_fleet_pb2.SubmitWorkloadRequest, _fleet_pb2.Workload]
+    """Generate a workload's Jobs over time and have the members create them: placed by the hub,
+    or sent to a manager cluster whose own multi-cluster scheduler (Kueue MultiKueue) places
+    them.
+    """
+    GetWorkload: _grpc.UnaryUnaryMultiCallable[_fleet_pb2.GetWorkloadRequest, _fleet_pb2.Workload]
+    """The workload with its report (and each Job, if asked)."""
+    WatchWorkload: _grpc.UnaryStreamMultiCallable[_fleet_pb2.WatchWorkloadRequest, _fleet_pb2.Workload]
+    """The workload now, then at most one message a second while it changes, until it finished."""
+    ListWorkloads: _grpc.UnaryUnaryMultiCallable[_fleet_pb2.ListWorkloadsRequest, _fleet_pb2.ListWorkloadsResponse]
 
 @_typing.type_check_only
 class FleetServiceAsyncStub(FleetServiceStub):
@@ -59,6 +69,16 @@ class FleetServiceAsyncStub(FleetServiceStub):
     CancelRun: _aio.UnaryUnaryMultiCallable[_fleet_pb2.CancelRunRequest, _fleet_pb2.Run]  # type: ignore[assignment]
     """Stop a run: every member recovers its faults."""
     ListRuns: _aio.UnaryUnaryMultiCallable[_fleet_pb2.ListRunsRequest, _fleet_pb2.ListRunsResponse]  # type: ignore[assignment]
+    SubmitWorkload: _aio.UnaryUnaryMultiCallable[_fleet_pb2.SubmitWorkloadRequest, _fleet_pb2.Workload]  # type: ignore[assignment]
+    """Generate a workload's Jobs over time and have the members create them: placed by the hub,
+    or sent to a manager cluster whose own multi-cluster scheduler (Kueue MultiKueue) places
+    them.
+    """
+    GetWorkload: _aio.UnaryUnaryMultiCallable[_fleet_pb2.GetWorkloadRequest, _fleet_pb2.Workload]  # type: ignore[assignment]
+    """The workload with its report (and each Job, if asked)."""
+    WatchWorkload: _aio.UnaryStreamMultiCallable[_fleet_pb2.WatchWorkloadRequest, _fleet_pb2.Workload]  # type: ignore[assignment]
+    """The workload now, then at most one message a second while it changes, until it finished."""
+    ListWorkloads: _aio.UnaryUnaryMultiCallable[_fleet_pb2.ListWorkloadsRequest, _fleet_pb2.ListWorkloadsResponse]  # type: ignore[assignment]
 
 class FleetServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -113,5 +133,39 @@ class FleetServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _fleet_pb2.ListRunsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_fleet_pb2.ListRunsResponse, _abc.Awaitable[_fleet_pb2.ListRunsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def SubmitWorkload(
+        self,
+        request: _fleet_pb2.SubmitWorkloadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_fleet_pb2.Workload, _abc.Awaitable[_fleet_pb2.Workload]]:
+        """Generate a workload's Jobs over time and have the members create them: placed by the hub,
+        or sent to a manager cluster whose own multi-cluster scheduler (Kueue MultiKueue) places
+        them.
+        """
+
+    @_abc_1.abstractmethod
+    def GetWorkload(
+        self,
+        request: _fleet_pb2.GetWorkloadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_fleet_pb2.Workload, _abc.Awaitable[_fleet_pb2.Workload]]:
+        """The workload with its report (and each Job, if asked)."""
+
+    @_abc_1.abstractmethod
+    def WatchWorkload(
+        self,
+        request: _fleet_pb2.WatchWorkloadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_fleet_pb2.Workload], _abc.AsyncIterator[_fleet_pb2.Workload]]:
+        """The workload now, then at most one message a second while it changes, until it finished."""
+
+    @_abc_1.abstractmethod
+    def ListWorkloads(
+        self,
+        request: _fleet_pb2.ListWorkloadsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_fleet_pb2.ListWorkloadsResponse, _abc.Awaitable[_fleet_pb2.ListWorkloadsResponse]]: ...
 
 def add_FleetServiceServicer_to_server(servicer: FleetServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -27,15 +27,19 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x66\x65\x64\x65ration/api/member.proto\x12\x1d\x66\x61kefleet.federation.v1alpha1\x1a\x1b\x66\x65\x64\x65ration/api/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x01\n\x0fRegisterRequest\x12?\n\x07\x63luster\x18\x01 \x01(\x0b\x32..fakefleet.federation.v1alpha1.ClusterIdentity\x12:\n\x08\x63\x61pacity\x18\x02 \x01(\x0b\x32(.fakefleet.federation.v1alpha1.Inventory\x12\x13\n\x0btraceparent\x18\x0f \x01(\t\"\x98\x01\n\x10RegisterResponse\x12\x0e\n\x06hub_id\x18\x01 \x01(\t\x12\x35\n\x12heartbeat_interval\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x05grace\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0btraceparent\x18\x0f \x01(\t\"9\n\x11\x44\x65registerRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0btraceparent\x18\x0f \x01(\t\"\x14\n\x12\x44\x65registerResponse\"\xa2\x02\n\rMemberMessage\x12\x35\n\x05hello\x18\x01 \x01(\x0b\x32$.fakefleet.federation.v1alpha1.HelloH\x00\x12\x43\n\theartbeat\x18\x02 \x01(\x0b\x32..fakefleet.federation.v1alpha1.MemberHeartbeatH\x00\x12\x38\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32).fakefleet.federation.v1alpha1.CommandAckH\x00\x12>\n\x06result\x18\x04 \x01(\x0b\x32,.fakefleet.federation.v1alpha1.CommandResultH\x00\x12\x13\n\x0btraceparent\x18\x0f \x01(\tB\x06\n\x04kind\"X\n\x05Hello\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12>\n\x08\x63ommands\x18\x02 \x03(\x0b\x32,.fakefleet.federation.v1alpha1.CommandResult\"\x99\x01\n\x0fMemberHeartbeat\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0f\n\x07hub_seq\x18\x02 \x01(\x04\x12+\n\x07sent_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12;\n\tinventory\x18\x04 \x01(\x0b\x32(.fakefleet.federation.v1alpha1.Inventory\"3\n\nCommandAck\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08\"\xa5\x01\n\rCommandResult\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12:\n\x05phase\x18\x02 \x01(\x0e\x32+.fakefleet.federation.v1alpha1.CommandPhase\x12\x0f\n\x07verdict\x18\x03 \x01(\t\x12\x12\n\nsteps_done\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x0e\n\x06object\x18\x06 \x01(\t\"\xa6\x01\n\nHubMessage\x12@\n\theartbeat\x18\x01 \x01(\x0b\x32+.fakefleet.federation.v1alpha1.HubHeartbeatH\x00\x12\x39\n\x07\x63ommand\x18\x02 \x01(\x0b\x32&.fakefleet.federation.v1alpha1.CommandH\x00\x12\x13\n\x0btraceparent\x18\x0f \x01(\tB\x06\n\x04kind\"H\n\x0cHubHeartbeat\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12+\n\x07sent_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xad\x01\n\x07\x43ommand\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12>\n\nstart_plan\x18\x03 \x01(\x0b\x32(.fakefleet.federation.v1alpha1.StartPlanH\x00\x12<\n\tstop_plan\x18\x04 \x01(\x0b\x32\'.fakefleet.federation.v1alpha1.StopPlanH\x00\x42\x08\n\x06\x61\x63tion\"G\n\tStartPlan\x12\x0c\n\x04plan\x18\x01 \x01(\t\x12,\n\x08start_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1e\n\x08StopPlan\x12\x12\n\ncommand_id\x18\x01 \x01(\t*\x9a\x01\n\x0c\x43ommandPhase\x12\x1d\n\x19\x43OMMAND_PHASE_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43OMMAND_PHASE_RUNNING\x10\x01\x12\x1b\n\x17\x43OMMAND_PHASE_SUCCEEDED\x10\x02\x12\x18\n\x14\x43OMMAND_PHASE_FAILED\x10\x03\x12\x19\n\x15\x43OMMAND_PHASE_REFUSED\x10\x04\x32\xd7\x02\n\rMemberService\x12k\n\x08Register\x12..fakefleet.federation.v1alpha1.RegisterRequest\x1a/.fakefleet.federation.v1alpha1.RegisterResponse\x12\x66\n\x07Session\x12,.fakefleet.federation.v1alpha1.MemberMessage\x1a).fakefleet.federation.v1alpha1.HubMessage(\x01\x30\x01\x12q\n\nDeregister\x12\x30.fakefleet.federation.v1alpha1.DeregisterRequest\x1a\x31.fakefleet.federation.v1alpha1.DeregisterResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x66\x65\x64\x65ration/api/member.proto\x12\x1d\x66\x61kefleet.federation.v1alpha1\x1a\x1b\x66\x65\x64\x65ration/api/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x01\n\x0fRegisterRequest\x12?\n\x07\x63luster\x18\x01 \x01(\x0b\x32..fakefleet.federation.v1alpha1.ClusterIdentity\x12:\n\x08\x63\x61pacity\x18\x02 \x01(\x0b\x32(.fakefleet.federation.v1alpha1.Inventory\x12\x13\n\x0btraceparent\x18\x0f \x01(\t\"\x98\x01\n\x10RegisterResponse\x12\x0e\n\x06hub_id\x18\x01 \x01(\t\x12\x35\n\x12heartbeat_interval\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\x05grace\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0btraceparent\x18\x0f \x01(\t\"9\n\x11\x44\x65registerRequest\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x13\n\x0btraceparent\x18\x0f \x01(\t\"\x14\n\x12\x44\x65registerResponse\"\xa2\x02\n\rMemberMessage\x12\x35\n\x05hello\x18\x01 \x01(\x0b\x32$.fakefleet.federation.v1alpha1.HelloH\x00\x12\x43\n\theartbeat\x18\x02 \x01(\x0b\x32..fakefleet.federation.v1alpha1.MemberHeartbeatH\x00\x12\x38\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32).fakefleet.federation.v1alpha1.CommandAckH\x00\x12>\n\x06result\x18\x04 \x01(\x0b\x32,.fakefleet.federation.v1alpha1.CommandResultH\x00\x12\x13\n\x0btraceparent\x18\x0f \x01(\tB\x06\n\x04kind\"X\n\x05Hello\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12>\n\x08\x63ommands\x18\x02 \x03(\x0b\x32,.fakefleet.federation.v1alpha1.CommandResult\"\x99\x01\n\x0fMemberHeartbeat\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0f\n\x07hub_seq\x18\x02 \x01(\x04\x12+\n\x07sent_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12;\n\tinventory\x18\x04 \x01(\x0b\x32(.fakefleet.federation.v1alpha1.Inventory\"3\n\nCommandAck\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12\x11\n\tduplicate\x18\x02 \x01(\x08\"\xde\x01\n\rCommandResult\x12\x12\n\ncommand_id\x18\x01 \x01(\t\x12:\n\x05phase\x18\x02 \x01(\x0e\x32+.fakefleet.federation.v1alpha1.CommandPhase\x12\x0f\n\x07verdict\x18\x03 \x01(\t\x12\x12\n\nsteps_done\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x0e\n\x06object\x18\x06 \x01(\t\x12\x37\n\x03job\x18\x07 \x01(\x0b\x32*.fakefleet.federation.v1alpha1.JobProgress\"\xf8\x01\n\x0bJobProgress\x12.\n\ncreated_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x61\x64mitted_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nrunning_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tplaced_on\x18\x05 \x01(\t\x12\x14\n\x0credispatched\x18\x06 \x01(\x05\"\xa6\x01\n\nHubMessage\x12@\n\theartbeat\x18\x01 \x01(\x0b\x32+.fakefleet.federation.v1alpha1.HubHeartbeatH\x00\x12\x39\n\x07\x63ommand\x18\x02 \x01(\x0b\x32&.fakefleet.federation.v1alpha1.CommandH\x00\x12\x13\n\x0btraceparent\x18\x0f \x01(\tB\x06\n\x04kind\"H\n\x0cHubHeartbeat\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12+\n\x07sent_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xed\x01\n\x07\x43ommand\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12>\n\nstart_plan\x18\x03 \x01(\x0b\x32(.fakefleet.federation.v1alpha1.StartPlanH\x00\x12<\n\tstop_plan\x18\x04 \x01(\x0b\x32\'.fakefleet.federation.v1alpha1.StopPlanH\x00\x12>\n\ncreate_job\x18\x05 \x01(\x0b\x32(.fakefleet.federation.v1alpha1.CreateJobH\x00\x42\x08\n\x06\x61\x63tion\"G\n\tStartPlan\x12\x0c\n\x04plan\x18\x01 \x01(\t\x12,\n\x08start_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1e\n\x08StopPlan\x12\x12\n\ncommand_id\x18\x01 \x01(\t\"\xa5\x03\n\tCreateJob\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04pods\x18\x03 \x01(\x05\x12J\n\tresources\x18\x04 \x03(\x0b\x32\x37.fakefleet.federation.v1alpha1.CreateJob.ResourcesEntry\x12+\n\x08run_time\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\x0epriority_class\x18\x06 \x01(\t\x12\x44\n\x06labels\x18\x07 \x03(\x0b\x32\x34.fakefleet.federation.v1alpha1.CreateJob.LabelsEntry\x12\r\n\x05queue\x18\x08 \x01(\t\x12\x13\n\x0bworkload_id\x18\t \x01(\t\x12\r\n\x05index\x18\n \x01(\x05\x1a\x30\n\x0eResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*\x9a\x01\n\x0c\x43ommandPhase\x12\x1d\n\x19\x43OMMAND_PHASE_UNSPECIFIED\x10\x00\x12\x19\n\x15\x43OMMAND_PHASE_RUNNING\x10\x01\x12\x1b\n\x17\x43OMMAND_PHASE_SUCCEEDED\x10\x02\x12\x18\n\x14\x43OMMAND_PHASE_FAILED\x10\x03\x12\x19\n\x15\x43OMMAND_PHASE_REFUSED\x10\x04\x32\xd7\x02\n\rMemberService\x12k\n\x08Register\x12..fakefleet.federation.v1alpha1.RegisterRequest\x1a/.fakefleet.federation.v1alpha1.RegisterResponse\x12\x66\n\x07Session\x12,.fakefleet.federation.v1alpha1.MemberMessage\x1a).fakefleet.federation.v1alpha1.HubMessage(\x01\x30\x01\x12q\n\nDeregister\x12\x30.fakefleet.federation.v1alpha1.DeregisterRequest\x1a\x31.fakefleet.federation.v1alpha1.DeregisterResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'federation.api.member_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_COMMANDPHASE']._serialized_start=1843
-  _globals['_COMMANDPHASE']._serialized_end=1997
+  _globals['_CREATEJOB_RESOURCESENTRY']._loaded_options = None
+  _globals['_CREATEJOB_RESOURCESENTRY']._serialized_options = b'8\001'
+  _globals['_CREATEJOB_LABELSENTRY']._loaded_options = None
+  _globals['_CREATEJOB_LABELSENTRY']._serialized_options = b'8\001'
+  _globals['_COMMANDPHASE']._serialized_start=2639
+  _globals['_COMMANDPHASE']._serialized_end=2793
   _globals['_REGISTERREQUEST']._serialized_start=157
   _globals['_REGISTERREQUEST']._serialized_end=320
   _globals['_REGISTERRESPONSE']._serialized_start=323
@@ -53,17 +57,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COMMANDACK']._serialized_start=1097
   _globals['_COMMANDACK']._serialized_end=1148
   _globals['_COMMANDRESULT']._serialized_start=1151
-  _globals['_COMMANDRESULT']._serialized_end=1316
-  _globals['_HUBMESSAGE']._serialized_start=1319
-  _globals['_HUBMESSAGE']._serialized_end=1485
-  _globals['_HUBHEARTBEAT']._serialized_start=1487
-  _globals['_HUBHEARTBEAT']._serialized_end=1559
-  _globals['_COMMAND']._serialized_start=1562
-  _globals['_COMMAND']._serialized_end=1735
-  _globals['_STARTPLAN']._serialized_start=1737
-  _globals['_STARTPLAN']._serialized_end=1808
-  _globals['_STOPPLAN']._serialized_start=1810
-  _globals['_STOPPLAN']._serialized_end=1840
-  _globals['_MEMBERSERVICE']._serialized_start=2000
-  _globals['_MEMBERSERVICE']._serialized_end=2343
+  _globals['_COMMANDRESULT']._serialized_end=1373
+  _globals['_JOBPROGRESS']._serialized_start=1376
+  _globals['_JOBPROGRESS']._serialized_end=1624
+  _globals['_HUBMESSAGE']._serialized_start=1627
+  _globals['_HUBMESSAGE']._serialized_end=1793
+  _globals['_HUBHEARTBEAT']._serialized_start=1795
+  _globals['_HUBHEARTBEAT']._serialized_end=1867
+  _globals['_COMMAND']._serialized_start=1870
+  _globals['_COMMAND']._serialized_end=2107
+  _globals['_STARTPLAN']._serialized_start=2109
+  _globals['_STARTPLAN']._serialized_end=2180
+  _globals['_STOPPLAN']._serialized_start=2182
+  _globals['_STOPPLAN']._serialized_end=2212
+  _globals['_CREATEJOB']._serialized_start=2215
+  _globals['_CREATEJOB']._serialized_end=2636
+  _globals['_CREATEJOB_RESOURCESENTRY']._serialized_start=2541
+  _globals['_CREATEJOB_RESOURCESENTRY']._serialized_end=2589
+  _globals['_CREATEJOB_LABELSENTRY']._serialized_start=2591
+  _globals['_CREATEJOB_LABELSENTRY']._serialized_end=2636
+  _globals['_MEMBERSERVICE']._serialized_start=2796
+  _globals['_MEMBERSERVICE']._serialized_end=3139
 # @@protoc_insertion_point(module_scope)

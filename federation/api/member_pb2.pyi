@@ -282,6 +282,7 @@ class CommandResult(_message.Message):
     STEPS_DONE_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     OBJECT_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
     command_id: _builtins.str
     phase: Global___CommandPhase.ValueType
     verdict: _builtins.str
@@ -291,6 +292,10 @@ class CommandResult(_message.Message):
     message: _builtins.str
     object: _builtins.str
     """What carries the command out in the member's host, e.g. FaultPlan default/r-1a2b-west."""
+    @_builtins.property
+    def job(self) -> Global___JobProgress:
+        """For CreateJob: how far the Job got, with the member's times."""
+
     def __init__(
         self,
         *,
@@ -300,14 +305,67 @@ class CommandResult(_message.Message):
         steps_done: _builtins.str = ...,
         message: _builtins.str = ...,
         object: _builtins.str = ...,
+        job: Global___JobProgress | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["job", b"job"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["command_id", b"command_id", "message", b"message", "object", b"object", "phase", b"phase", "steps_done", b"steps_done", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["command_id", b"command_id", "job", b"job", "message", b"message", "object", b"object", "phase", b"phase", "steps_done", b"steps_done", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CommandResult: _TypeAlias = CommandResult  # noqa: Y015
+
+@_typing.final
+class JobProgress(_message.Message):
+    """A workload Job in the member, as its API server shows it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    ADMITTED_AT_FIELD_NUMBER: _builtins.int
+    RUNNING_AT_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    PLACED_ON_FIELD_NUMBER: _builtins.int
+    REDISPATCHED_FIELD_NUMBER: _builtins.int
+    placed_on: _builtins.str
+    """The cluster whose nodes run it when a scheduler in the member sent it elsewhere (the
+    MultiKueue worker Kueue chose); empty: this cluster.
+    """
+    redispatched: _builtins.int
+    """How many times that scheduler sent it to another cluster after the first."""
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp:
+        """When the Job object was created."""
+
+    @_builtins.property
+    def admitted_at(self) -> _timestamp_pb2.Timestamp:
+        """When it was let run: its status.startTime (with Kueue, when Kueue admitted it)."""
+
+    @_builtins.property
+    def running_at(self) -> _timestamp_pb2.Timestamp:
+        """When all its pods were ready at once (first seen)."""
+
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp:
+        """When it completed or failed."""
+
+    def __init__(
+        self,
+        *,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        admitted_at: _timestamp_pb2.Timestamp | None = ...,
+        running_at: _timestamp_pb2.Timestamp | None = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        placed_on: _builtins.str = ...,
+        redispatched: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admitted_at", b"admitted_at", "created_at", b"created_at", "finished_at", b"finished_at", "running_at", b"running_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted_at", b"admitted_at", "created_at", b"created_at", "finished_at", b"finished_at", "placed_on", b"placed_on", "redispatched", b"redispatched", "running_at", b"running_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobProgress: _TypeAlias = JobProgress  # noqa: Y015
 
 @_typing.final
 class HubMessage(_message.Message):
@@ -371,6 +429,7 @@ class Command(_message.Message):
     RUN_ID_FIELD_NUMBER: _builtins.int
     START_PLAN_FIELD_NUMBER: _builtins.int
     STOP_PLAN_FIELD_NUMBER: _builtins.int
+    CREATE_JOB_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     run_id: _builtins.str
     """The fleet run the command belongs to."""
@@ -378,6 +437,8 @@ class Command(_message.Message):
     def start_plan(self) -> Global___StartPlan: ...
     @_builtins.property
     def stop_plan(self) -> Global___StopPlan: ...
+    @_builtins.property
+    def create_job(self) -> Global___CreateJob: ...
     def __init__(
         self,
         *,
@@ -385,12 +446,13 @@ class Command(_message.Message):
         run_id: _builtins.str = ...,
         start_plan: Global___StartPlan | None = ...,
         stop_plan: Global___StopPlan | None = ...,
+        create_job: Global___CreateJob | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "start_plan", b"start_plan", "stop_plan", b"stop_plan"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "create_job", b"create_job", "start_plan", b"start_plan", "stop_plan", b"stop_plan"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "id", b"id", "run_id", b"run_id", "start_plan", b"start_plan", "stop_plan", b"stop_plan"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "create_job", b"create_job", "id", b"id", "run_id", b"run_id", "start_plan", b"start_plan", "stop_plan", b"stop_plan"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_action: _TypeAlias = _typing.Literal["start_plan", "stop_plan"]  # noqa: Y015
+    _WhichOneofReturnType_action: _TypeAlias = _typing.Literal["start_plan", "stop_plan", "create_job"]  # noqa: Y015
     _WhichOneofArgType_action: _TypeAlias = _typing.Literal["action", b"action"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_action) -> _WhichOneofReturnType_action | None: ...
 
@@ -442,3 +504,101 @@ class StopPlan(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StopPlan: _TypeAlias = StopPlan  # noqa: Y015
+
+@_typing.final
+class CreateJob(_message.Message):
+    """Create one Job of a fleet workload (id `<workload>/<cluster>/job-<index>-<attempt>`): a
+    batch/v1 Job whose pods form a gang (parallelism = completions = pods) and succeed after
+    run_time. Created once: a repeat delivery finds the Job (same name) and is a duplicate.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ResourcesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    PODS_FIELD_NUMBER: _builtins.int
+    RESOURCES_FIELD_NUMBER: _builtins.int
+    RUN_TIME_FIELD_NUMBER: _builtins.int
+    PRIORITY_CLASS_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    WORKLOAD_ID_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    name: _builtins.str
+    pods: _builtins.int
+    priority_class: _builtins.str
+    queue: _builtins.str
+    """The Kueue LocalQueue of the member (label kueue.x-k8s.io/queue-name); empty: none."""
+    workload_id: _builtins.str
+    """The workload it belongs to, and its place in it."""
+    index: _builtins.int
+    @_builtins.property
+    def resources(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Requests and limits of each pod (resource name to quantity, e.g. nvidia.com/gpu: "8")."""
+
+    @_builtins.property
+    def run_time(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        name: _builtins.str = ...,
+        pods: _builtins.int = ...,
+        resources: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        run_time: _duration_pb2.Duration | None = ...,
+        priority_class: _builtins.str = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        queue: _builtins.str = ...,
+        workload_id: _builtins.str = ...,
+        index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["run_time", b"run_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "labels", b"labels", "name", b"name", "namespace", b"namespace", "pods", b"pods", "priority_class", b"priority_class", "queue", b"queue", "resources", b"resources", "run_time", b"run_time", "workload_id", b"workload_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateJob: _TypeAlias = CreateJob  # noqa: Y015

@@ -78,6 +78,34 @@ class FleetClient:
         finally:
             call.cancel()
 
+    async def submit_workload(self, spec: fleet_pb2.WorkloadSpec, *, name: str = "",
+                              start_delay: float | None = None,
+                              traceparent: str = "") -> fleet_pb2.Workload:
+        request = fleet_pb2.SubmitWorkloadRequest(spec=spec, name=name, traceparent=traceparent)
+        if start_delay is not None:
+            request.start_delay.FromNanoseconds(int(start_delay * 1e9))
+        return await self._stub.SubmitWorkload(request, metadata=self._metadata,
+                                               timeout=self.timeout)
+
+    async def get_workload(self, workload_id: str, *, jobs: bool = False) -> fleet_pb2.Workload:
+        return await self._stub.GetWorkload(
+            fleet_pb2.GetWorkloadRequest(workload_id=workload_id, jobs=jobs),
+            metadata=self._metadata, timeout=self.timeout)
+
+    async def list_workloads(self) -> list[fleet_pb2.Workload]:
+        response = await self._stub.ListWorkloads(fleet_pb2.ListWorkloadsRequest(),
+                                                  metadata=self._metadata, timeout=self.timeout)
+        return list(response.workloads)
+
+    async def watch_workload(self, workload_id: str) -> AsyncIterator[fleet_pb2.Workload]:
+        call = self._stub.WatchWorkload(fleet_pb2.WatchWorkloadRequest(workload_id=workload_id),
+                                        metadata=self._metadata)
+        try:
+            async for workload in call:
+                yield workload
+        finally:
+            call.cancel()
+
 
 def selector(names: list[str] | None = None, labels: dict[str, str] | None = None
              ) -> common_pb2.ClusterSelector:

@@ -1,8 +1,10 @@
 """Simulated members: the member side of the hub protocol with no API server behind it.
 
 For scale tests and the hub benchmark: a thousand of them in one process speak real gRPC to a
-hub. Each keeps its commands in memory (what a real member keeps in FaultPlans), runs each once
-however often it is delivered, and finishes a StartPlan after ``run_seconds``.
+hub. Each keeps its commands in memory (what a real member keeps in FaultPlans and Jobs), runs
+each once however often it is delivered, and finishes a StartPlan after ``run_seconds``. A
+CreateJob is admitted at once, runs after ``job_start_seconds`` and succeeds after its run time
+(or fails then, when ``fail_job`` says so for that command).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 
 from federation.api import common_pb2, member_pb2
 from federation.client.member import NO_FAULTS, LinkFaults, MemberLink
@@ -26,7 +28,9 @@ class Executed:
 class SimulatedMember:
     def __init__(self, name: str, *, labels: dict[str, str] | None = None, nodes: int = 8,
                  gpus_per_node: int = 8, run_seconds: float = 0.0, verdict: str = "Passed",
-                 host: str = "simulator") -> None:
+                 host: str = "simulator", job_start_seconds: float = 0.0,
+                 fail_job: Callable[[member_pb2.Command], bool] = lambda command: False,
+                 ) -> None:
         self.name = name
         self.labels = labels or {}
         self.nodes = nodes
@@ -34,6 +38,8 @@ class SimulatedMember:
         self.run_seconds = run_seconds
         self.verdict = verdict
         self.host = host
+        self.job_start_seconds = job_start_seconds
+        self.fail_job = fail_job
         self.link: MemberLink | None = None
         self.executed: dict[str, Executed] = {}
         #: How often each command id arrived (duplicates included).
@@ -78,6 +84,13 @@ class SimulatedMember:
                 started.result.message = "stopped"
             result = member_pb2.CommandResult(command_id=command.id,
                                               phase=member_pb2.COMMAND_PHASE_SUCCEEDED)
+        elif kind == "create_job":
+            result = member_pb2.CommandResult(
+                command_id=command.id, phase=member_pb2.COMMAND_PHASE_RUNNING,
+                object=f"Job {command.create_job.namespace}/{command.create_job.name}")
+            result.job.created_at.GetCurrentTime()
+            result.job.admitted_at.GetCurrentTime()
+            self._spawn(self._run_job(command))
         else:
             result = member_pb2.CommandResult(
                 command_id=command.id, phase=member_pb2.COMMAND_PHASE_RUNNING,
@@ -94,6 +107,20 @@ class SimulatedMember:
             result.phase = member_pb2.COMMAND_PHASE_SUCCEEDED
             result.steps_done, result.verdict = "1/1", self.verdict
             self._report(result)
+
+    async def _run_job(self, command: member_pb2.Command) -> None:
+        await asyncio.sleep(self.job_start_seconds)
+        result = self.executed[command.id].result
+        result.job.running_at.GetCurrentTime()
+        self._report(result)
+        await asyncio.sleep(command.create_job.run_time.ToNanoseconds() / 1e9)
+        failed = self.fail_job(command)
+        result.phase = member_pb2.COMMAND_PHASE_FAILED if failed \
+            else member_pb2.COMMAND_PHASE_SUCCEEDED
+        result.message = "BackoffLimitExceeded: Job has reached the specified backoff limit" \
+            if failed else ""
+        result.job.finished_at.GetCurrentTime()
+        self._report(result)
 
     def _report(self, result: member_pb2.CommandResult) -> None:
         if self.link is not None:

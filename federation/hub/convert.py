@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from google.protobuf import json_format
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from federation.api import common_pb2, fleet_pb2, member_pb2
+from federation.hub import workloads as wl
+from federation.hub.arrivals import Arrivals, RunTime
 from federation.hub.membership import Identity, Inventory, Member, Pool, State
 from federation.hub.runs import (
     Command,
@@ -157,3 +160,116 @@ def _part_message(run: Run, part: MemberPart) -> fleet_pb2.MemberRun:
         message=part.message, object=part.object,
         acknowledged_at=timestamp(part.acknowledged_at),
         finished_at=timestamp(part.finished_at))
+
+
+# -- workloads ----------------------------------------------------------------------------------
+
+_WORKLOAD_PHASES = {wl.Phase.RUNNING: fleet_pb2.WORKLOAD_PHASE_RUNNING,
+                    wl.Phase.SUCCEEDED: fleet_pb2.WORKLOAD_PHASE_SUCCEEDED,
+                    wl.Phase.FAILED: fleet_pb2.WORKLOAD_PHASE_FAILED}
+_PROGRESS = {member_pb2.COMMAND_PHASE_RUNNING: "Running",
+             member_pb2.COMMAND_PHASE_SUCCEEDED: "Succeeded",
+             member_pb2.COMMAND_PHASE_FAILED: "Failed",
+             member_pb2.COMMAND_PHASE_REFUSED: "Refused"}
+DEFAULT_NAMESPACE = "default"
+
+
+def seconds(stamp: Timestamp) -> float:
+    return stamp.ToNanoseconds() / 1e9
+
+
+def workload_settings(spec: fleet_pb2.WorkloadSpec) -> wl.Settings:
+    """The validated spec as the hub acts on it (defaults filled in)."""
+    target = spec.target
+    return wl.Settings(
+        jobs=spec.jobs, pods=spec.pods_per_job, resources=dict(spec.resources),
+        namespace=spec.namespace or DEFAULT_NAMESPACE, labels=dict(spec.labels),
+        priority_class=spec.priority_class, queue=target.queue,
+        placement=target.placement,  # type: ignore[arg-type]  # validated
+        selector=selector(target.clusters), weights=dict(target.weights),
+        manager=target.manager, seed=spec.seed, max_attempts=spec.max_attempts or 1)
+
+
+def arrivals(message: fleet_pb2.ArrivalProcess) -> Arrivals:
+    return Arrivals(kind=message.process,  # type: ignore[arg-type]  # validated
+                    rate=message.rate, times=tuple(message.times))
+
+
+def run_time(message: fleet_pb2.RunTimeDistribution) -> RunTime:
+    return RunTime(kind=message.distribution,  # type: ignore[arg-type]  # validated
+                   seconds=message.seconds, low=message.low, high=message.high,
+                   sigma=message.sigma, cap=message.cap or None)
+
+
+def spec_data(spec: fleet_pb2.WorkloadSpec) -> dict[str, object]:
+    return json_format.MessageToDict(spec)
+
+
+def progress(message: member_pb2.CommandResult) -> wl.Progress:
+    job = message.job
+    return wl.Progress(
+        outcome=_PROGRESS[message.phase],  # type: ignore[arg-type]
+        created_at=seconds(job.created_at), admitted_at=seconds(job.admitted_at),
+        running_at=seconds(job.running_at), finished_at=seconds(job.finished_at),
+        placed_on=job.placed_on, redispatched=job.redispatched, message=message.message)
+
+
+def job_command_message(workload: wl.Workload, job: wl.JobRecord) -> member_pb2.HubMessage:
+    command = workload.command(job)
+    settings = workload.settings
+    labels = dict(settings.labels) | {"fakefleet.dev/workload": workload.id}
+    return member_pb2.HubMessage(command=member_pb2.Command(
+        id=command.id, run_id=workload.id,
+        create_job=member_pb2.CreateJob(
+            namespace=settings.namespace, name=command.name, pods=settings.pods,
+            resources=settings.resources, run_time=duration(command.run_seconds),
+            priority_class=settings.priority_class, labels=labels, queue=settings.queue,
+            workload_id=workload.id, index=job.index)))
+
+
+def _counts(counts: wl.Counts) -> fleet_pb2.JobCounts:
+    return fleet_pb2.JobCounts(**vars(counts))
+
+
+def _latency(value: wl.Latency) -> fleet_pb2.Latency:
+    return fleet_pb2.Latency(count=value.count, p50=value.p50, p99=value.p99, max=value.max)
+
+
+def report_message(workload: wl.Workload, now: float) -> fleet_pb2.WorkloadReport:
+    report = workload.report(now)
+    return fleet_pb2.WorkloadReport(
+        counts=_counts(report.counts),
+        to_admission=_latency(report.timings.to_admission),
+        to_running=_latency(report.timings.to_running),
+        to_completion=_latency(report.timings.to_completion),
+        clusters=[fleet_pb2.ClusterReport(
+            cluster=c.cluster, counts=_counts(c.counts),
+            to_admission=_latency(c.timings.to_admission),
+            to_running=_latency(c.timings.to_running),
+            to_completion=_latency(c.timings.to_completion)) for c in report.clusters],
+        admitted_per_second=report.admitted_per_second, makespan_seconds=report.makespan,
+        gpu_utilisation_mean=report.utilisation_mean,
+        gpu_utilisation_peak=report.utilisation_peak,
+        utilisation=[fleet_pb2.UtilisationSample(at=timestamp(at), allocated=int(allocated),
+                                                 total=int(total))
+                     for at, allocated, total in workload.samples],
+        redispatched=report.redispatched, recovery=_latency(report.recovery))
+
+
+def workload_message(workload: wl.Workload, now: float, *,
+                     jobs: bool = False) -> fleet_pb2.Workload:
+    message = fleet_pb2.Workload(
+        id=workload.id, name=workload.name, phase=_WORKLOAD_PHASES[workload.phase],
+        created_at=timestamp(workload.created_at), start_at=timestamp(workload.start_at),
+        finished_at=timestamp(workload.finished_at),
+        report=report_message(workload, now))
+    json_format.ParseDict(workload.spec, message.spec)
+    if jobs:
+        message.jobs.extend(fleet_pb2.WorkloadJob(
+            index=job.index, name=wl.job_name(workload.id, job.index, job.attempt),
+            cluster=job.cluster, placed_on=job.placed_on, attempt=job.attempt,
+            state=job.state.value, message=job.message, arrive_at=timestamp(job.arrive_at),
+            admitted_at=timestamp(job.admitted_at), running_at=timestamp(job.running_at),
+            finished_at=timestamp(job.finished_at), run_seconds=job.run_seconds)
+            for job in workload.jobs)
+    return message

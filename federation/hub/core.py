@@ -26,6 +26,7 @@ from typing import Any
 
 from federation.api import fleet_pb2, member_pb2
 from federation.hub import convert
+from federation.hub.arrivals import Arrivals, RunTime, arrival_times, run_times
 from federation.hub.membership import (
     HostConflict,
     Identity,
@@ -34,8 +35,12 @@ from federation.hub.membership import (
     Membership,
     State,
 )
+from federation.hub.placement import Job as Gang
+from federation.hub.placement import Policy, place
 from federation.hub.runs import MemberPart, Part, Phase, Report, Run, parse_command_id
 from federation.hub.store import Snapshot, Store
+from federation.hub.workloads import JobRecord, JobState, Settings, Workload, gpu_count
+from federation.hub.workloads import parse_command_id as parse_job_command_id
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +57,12 @@ KEEP_RUNS = 200
 KEEP_PARTS = 20_000
 #: Seconds between two "hub stats" lines in the log.
 STATS_INTERVAL = 10.0
+#: Finished workloads kept (the oldest go first).
+KEEP_WORKLOADS = 50
+#: How often waiting Jobs look for room in the fleet, at most (s); arrivals are met on time.
+DISPATCH_EVERY = 0.25
+#: Room for Jobs without GPUs: the member's scheduler decides where they fit.
+UNBOUNDED = 10**9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +133,8 @@ class Hub:
         self.store = Store(settings.state_dir / "state.json", fsync=settings.fsync)
         self.membership = Membership(grace=settings.grace)
         self.runs: dict[str, Run] = {}
+        self.workloads: dict[str, Workload] = {}
+        self._workload_changed: dict[str, asyncio.Event] = {}
         self.sessions: dict[str, Session] = {}
         self.watchers: set[Watcher] = set()
         self._run_changed: dict[str, asyncio.Event] = {}
@@ -130,6 +143,8 @@ class Hub:
         self.counters = Counters()
         self._stats_from = (0.0, Counters())
         self._ticker: asyncio.Task[None] | None = None
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._wake_dispatcher = asyncio.Event()
 
     # -- life --------------------------------------------------------------------------------
 
@@ -144,18 +159,21 @@ class Hub:
         # before, where numbers counted from zero would go unanswered until they passed them.
         self.seq = int(self.clock() * 1000)
         self.runs = {run.id: run for run in snapshot.runs}
+        self.workloads = {workload.id: workload for workload in snapshot.workloads}
         self.store.start(self.snapshot)
         await self.store.commit()
         self._stats_from = (self.clock(), Counters())
         self._ticker = asyncio.create_task(self._tick(), name="hub-ticker")
-        logger.info("hub %s: %d members, %d runs", self.hub_id, len(self.membership.members),
-                    len(self.runs))
+        self._dispatcher = asyncio.create_task(self._dispatch_loop(), name="hub-dispatcher")
+        logger.info("hub %s: %d members, %d runs, %d workloads", self.hub_id,
+                    len(self.membership.members), len(self.runs), len(self.workloads))
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
+        for task in (self._ticker, self._dispatcher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for session in list(self.sessions.values()):
             session.close()
         for watcher in list(self.watchers):
@@ -165,7 +183,7 @@ class Hub:
 
     def snapshot(self) -> Snapshot:
         return Snapshot(hub_id=self.hub_id, members=list(self.membership.members.values()),
-                        runs=list(self.runs.values()))
+                        runs=list(self.runs.values()), workloads=list(self.workloads.values()))
 
     async def _tick(self) -> None:
         interval = self.settings.heartbeat_interval
@@ -203,7 +221,10 @@ class Hub:
                 f"{(counters.heartbeats - before.heartbeats) / seconds:.1f} heartbeats/s, "
                 f"{(counters.acknowledged - before.acknowledged) / seconds:.1f} acks/s "
                 f"({counters.heartbeats} heartbeats, {counters.acknowledged} acks in all), "
-                f"{len(self.runs)} runs ({running} Running), {len(self.watchers)} watchers")
+                f"{len(self.runs)} runs ({running} Running), "
+                f"{len(self.workloads)} workloads "
+                f"({sum(not w.finished_at for w in self.workloads.values())} Running), "
+                f"{len(self.watchers)} watchers")
 
     # -- members -----------------------------------------------------------------------------
 
@@ -217,31 +238,37 @@ class Hub:
         await self.store.commit()
         return member
 
-    def open_session(self, cluster: str, reports: list[Report]) -> Session:
+    def open_session(self, cluster: str,
+                     results: Iterable[member_pb2.CommandResult]) -> Session:
         """A member said hello: its old session (if any) ends, what it reports is taken as
         the truth about its commands, and what it never got is sent."""
         if cluster not in self.membership.members:
             raise Refused("FAILED_PRECONDITION",
                           f"cluster {cluster!r} is not registered: call Register first")
-        for report in reports:
-            parsed = parse_command_id(report.command_id)
-            if parsed is not None and parsed[1] != cluster:
+        results = list(results)
+        for result in results:
+            owner = _owner(result.command_id)
+            if owner is not None and owner != cluster:
                 raise Refused("PERMISSION_DENIED",
-                              f"hello.commands: command {report.command_id!r} belongs to "
-                              f"cluster {parsed[1]!r}; a member reports its own commands only")
+                              f"hello.commands: command {result.command_id!r} belongs to "
+                              f"cluster {owner!r}; a member reports its own commands only")
         old = self.sessions.pop(cluster, None)
         if old is not None:
             old.close()
         session = Session(cluster)
         self.sessions[cluster] = session
         now = self.clock()
-        reported = [report.command_id for report in reports]
+        reported = [result.command_id for result in results]
         changed = False
-        for report in reports:
-            changed |= self._apply_report(report, now)
+        for result in results:
+            changed |= self._apply_result(result, now)
         for run in self._runs_of(cluster):
             changed |= run.resynced(cluster, reported, now)
             self._settle(run, now)
+        for workload in self._running_workloads():
+            if workload.resynced(cluster, reported, now):
+                changed = True
+                self._workload_touched(workload)
         self._publish([self.membership.connect(cluster, now)])
         changed |= self._send_outstanding(session, now)
         if changed:
@@ -271,14 +298,19 @@ class Hub:
         self._check_owner(session.cluster, command_id, "ack.command_id")
         self.counters.acknowledged += 1
         self.membership.heard(session.cluster, self.clock())
+        workload = self._workload_of(command_id)
+        if workload is not None:
+            if workload.acknowledged(command_id, self.clock()):
+                self._workload_touched(workload)
+            return
         run = self._run_of(command_id)
         if run is not None and run.acknowledged(command_id, self.clock()):
             self._changed(run)
 
-    def reported(self, session: Session, report: Report) -> None:
-        self._check_owner(session.cluster, report.command_id, "result.command_id")
+    def reported(self, session: Session, result: member_pb2.CommandResult) -> None:
+        self._check_owner(session.cluster, result.command_id, "result.command_id")
         self.membership.heard(session.cluster, self.clock())
-        if self._apply_report(report, self.clock()):
+        if self._apply_result(result, self.clock()):
             self.store.changed()
 
     async def deregister(self, cluster: str) -> None:
@@ -293,6 +325,9 @@ class Hub:
                 part.state, part.finished_at = Part.FAILED, now
                 part.message = "the member left the fleet (deregistered)"
                 self._changed(run)
+        for workload in self._running_workloads():
+            if workload.resynced(cluster, (), now):  # its Jobs went with it
+                self._workload_touched(workload)
         if member is not None:
             self._publish([member], deleted=True)
         await self.store.commit()
@@ -346,6 +381,198 @@ class Hub:
         """Set at the next change of the run."""
         return self._run_changed.setdefault(run_id, asyncio.Event())
 
+    # -- workloads ---------------------------------------------------------------------------
+
+    async def submit_workload(self, settings: Settings, arrivals: Arrivals, run_time: RunTime,
+                              spec: dict[str, object], name: str,
+                              start_delay: float | None) -> Workload:
+        self._check_targets(settings)
+        now = self.clock()
+        start = now + (DEFAULT_START_DELAY if start_delay is None else start_delay)
+        arrive = arrival_times(arrivals, settings.jobs, settings.seed)
+        runs = run_times(run_time, settings.jobs, settings.seed)
+        workload = Workload(
+            id=f"w{secrets.token_hex(4)}", name=name, spec=spec, settings=settings,
+            created_at=now, start_at=start,
+            jobs=[JobRecord(index=index, arrive_at=start + at, run_seconds=seconds)
+                  for index, (at, seconds) in enumerate(zip(arrive, runs, strict=True))])
+        self.workloads[workload.id] = workload
+        self._forget_old_workloads()
+        await self.store.commit()  # stored before any Job is dispatched
+        logger.info("workload %s (%s): %d Jobs of %d pods, placement %s", workload.id,
+                    name or "unnamed", settings.jobs, settings.pods, settings.placement)
+        self._wake_dispatcher.set()
+        return workload
+
+    def get_workload(self, workload_id: str) -> Workload:
+        workload = self.workloads.get(workload_id)
+        if workload is None:
+            raise Refused("NOT_FOUND", f"workload_id: no workload {workload_id!r} (the hub "
+                                       f"keeps the {KEEP_WORKLOADS} newest finished ones)")
+        return workload
+
+    def workload_changed(self, workload_id: str) -> asyncio.Event:
+        """Set at the next change of the workload."""
+        return self._workload_changed.setdefault(workload_id, asyncio.Event())
+
+    def _check_targets(self, settings: Settings) -> None:
+        members = self.membership.members
+        if settings.placement == "manager":
+            if settings.manager not in members:
+                raise Refused("FAILED_PRECONDITION",
+                              f"target.manager: {settings.manager!r} is not a member of the "
+                              f"fleet (members: {', '.join(sorted(members)) or 'none yet'}); "
+                              f"let it join first")
+            return
+        selected = self._selected(settings)
+        if not selected:
+            raise Refused("FAILED_PRECONDITION",
+                          f"target.clusters: the selector picks no registered member "
+                          f"(members: {', '.join(sorted(members)) or 'none yet'}); change it "
+                          f"or let the clusters join first")
+        unknown = [name for name in _names(settings) if name not in members]
+        if unknown:
+            raise Refused("FAILED_PRECONDITION",
+                          f"target.clusters.names: {', '.join(unknown)} not in the fleet")
+        gang = settings.gpus_per_job
+        largest = max(self._capacity(members[name], settings.gpus_per_pod) for name in selected)
+        if gang and largest < gang:
+            raise Refused("FAILED_PRECONDITION",
+                          f"spec: a Job needs {gang} GPUs ({settings.pods} pods x "
+                          f"{settings.gpus_per_pod}), and the largest selected member has room "
+                          f"for {largest}; it could never be placed: ask for fewer pods or "
+                          f"GPUs, or select larger clusters")
+
+    def _selected(self, settings: Settings) -> list[str]:
+        return sorted(name for name, member in self.membership.members.items()
+                      if convert.selects(dict(settings.selector), member.identity)
+                      and name != settings.manager)
+
+    @staticmethod
+    def _capacity(member: Member, gpus_per_pod: int) -> int:
+        """GPUs a member has room for in gangs of such pods (whole pods per Ready node)."""
+        if gpus_per_pod <= 0:
+            return UNBOUNDED
+        return sum(pool.ready * (gpu_count(pool.allocatable.get("nvidia.com/gpu", "0"))
+                                 // gpus_per_pod) * gpus_per_pod
+                   for pool in member.inventory.pools)
+
+    async def _dispatch_loop(self) -> None:
+        while True:
+            now = self.clock()
+            try:
+                wait = self.dispatch(now)
+            except Exception:
+                logger.exception("dispatching workloads failed")
+                wait = 1.0
+            self._wake_dispatcher.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake_dispatcher.wait(), wait)
+
+    def dispatch(self, now: float) -> float:
+        """Place what arrived, send what is placed, sample utilisation; returns how long
+        until there may be more to do."""
+        wait = DISPATCH_EVERY
+        for workload in self._running_workloads():
+            changed = False
+            due = workload.due(now)
+            if due:
+                if workload.settings.placement == "manager":
+                    for job in due:
+                        workload.place(job, workload.settings.manager)
+                    changed = True
+                else:
+                    changed |= self._place(workload, due)
+            for job in workload.jobs:
+                if job.state is JobState.PLACED:
+                    session = self.sessions.get(job.cluster)
+                    if session is not None and session.send(
+                            convert.job_command_message(workload, job)):
+                        changed |= workload.sent(job, now)
+            changed |= workload.sample(now, self._total_gpus(workload.settings))
+            if changed:
+                self._workload_touched(workload)
+            upcoming = workload.next_arrival()
+            if upcoming is not None and upcoming > now:
+                wait = min(wait, upcoming - now)
+        return max(wait, 0.01)
+
+    def _place(self, workload: Workload, due: list[JobRecord]) -> bool:
+        settings = workload.settings
+        held: dict[str, int] = {}
+        for other in self._running_workloads():
+            for cluster, gpus in other.gpus_held().items():
+                held[cluster] = held.get(cluster, 0) + gpus
+        members = self.membership.members
+        free = {name: self._capacity(members[name], settings.gpus_per_pod) - held.get(name, 0)
+                for name in self._selected(settings)
+                if members[name].state is State.READY}
+        if settings.placement == "clusters":
+            names = [name for name in _names(settings) if name in free]
+            if not names:
+                return False
+        else:
+            names = []
+        policy: Policy = "named" if settings.placement == "clusters" else \
+            "spread" if settings.placement == "manager" else settings.placement
+        gang = Gang(pods=settings.pods, gpus_per_pod=settings.gpus_per_pod)
+
+        def choose(options: dict[str, int], seed: int) -> str | None:
+            if policy == "named" and not any(n in options for n in names):
+                return None
+            return place([gang], options, policy, seed=seed,
+                         weights={n: w for n, w in settings.weights.items() if n in options},
+                         names=[n for n in names if n in options],
+                         after=workload.last_turn)[0]
+
+        placed_any = False
+        for job in due:
+            seed = settings.seed * 1_000_003 + job.index * 31 + job.attempt
+            chosen = None
+            if job.avoid and len(free) > 1:  # a retry goes elsewhere if it can
+                chosen = choose({n: g for n, g in free.items() if n != job.avoid}, seed)
+            if chosen is None:
+                chosen = choose(free, seed)
+            if chosen is None:
+                continue
+            free[chosen] -= settings.gpus_per_job
+            workload.place(job, chosen)
+            workload.last_turn = chosen
+            placed_any = True
+        return placed_any
+
+    def _total_gpus(self, settings: Settings) -> int:
+        members = self.membership.members
+        return sum(gpu_count(members[name].inventory.allocatable.get("nvidia.com/gpu", "0"))
+                   for name in self._selected(settings))
+
+    def _running_workloads(self) -> list[Workload]:
+        return sorted((w for w in self.workloads.values() if not w.finished_at),
+                      key=lambda w: w.created_at)
+
+    def _workload_of(self, command_id: str) -> Workload | None:
+        parsed = parse_job_command_id(command_id)
+        return None if parsed is None else self.workloads.get(parsed[0])
+
+    def _workload_touched(self, workload: Workload) -> None:
+        now = self.clock()
+        if workload.settle(now):
+            report = workload.report(now)
+            logger.info("workload %s %s: %d succeeded, %d failed in %.1fs", workload.id,
+                        workload.phase.value, report.counts.succeeded, report.counts.failed,
+                        report.makespan)
+        self.store.changed()
+        self._wake_dispatcher.set()
+        event = self._workload_changed.pop(workload.id, None)
+        if event is not None:
+            event.set()
+
+    def _forget_old_workloads(self) -> None:
+        finished = sorted((w for w in self.workloads.values() if w.finished_at),
+                          key=lambda w: w.created_at, reverse=True)
+        for workload in finished[KEEP_WORKLOADS:]:
+            del self.workloads[workload.id]
+
     # -- watchers ----------------------------------------------------------------------------
 
     def watch(self, selector: dict[str, Any]) -> Watcher:
@@ -394,6 +621,15 @@ class Hub:
                 if not session.send(convert.command_message(command)):
                     return changed
                 changed |= run.sent(session.cluster, now)
+        if runs is None:
+            for workload in self._running_workloads():
+                for job in workload.jobs:
+                    if job.cluster == session.cluster and job.state in (JobState.PLACED,
+                                                                        JobState.SENT):
+                        if not session.send(convert.job_command_message(workload, job)):
+                            return changed
+                        workload.sent(job, now)
+                        changed = True
         return changed
 
     def _runs_of(self, cluster: str) -> list[Run]:
@@ -405,11 +641,20 @@ class Hub:
         return None if parsed is None else self.runs.get(parsed[0])
 
     def _check_owner(self, cluster: str, command_id: str, field: str) -> None:
-        parsed = parse_command_id(command_id)
-        if parsed is not None and parsed[1] != cluster:
+        owner = _owner(command_id)
+        if owner is not None and owner != cluster:
             raise Refused("PERMISSION_DENIED",
-                          f"{field}: command {command_id!r} belongs to cluster {parsed[1]!r}; "
+                          f"{field}: command {command_id!r} belongs to cluster {owner!r}; "
                           f"this session speaks for {cluster!r}")
+
+    def _apply_result(self, result: member_pb2.CommandResult, now: float) -> bool:
+        workload = self._workload_of(result.command_id)
+        if workload is not None:
+            if not workload.reported(result.command_id, convert.progress(result), now):
+                return False
+            self._workload_touched(workload)
+            return True
+        return self._apply_report(convert.report(result), now)
 
     def _apply_report(self, report: Report, now: float) -> bool:
         run = self._run_of(report.command_id)
@@ -443,3 +688,16 @@ class Hub:
             kept, parts = kept + 1, parts + len(run.parts)
             if kept > KEEP_RUNS or parts > KEEP_PARTS:
                 del self.runs[run.id]
+
+
+def _owner(command_id: str) -> str | None:
+    """The cluster a command of this hub was made for (its id's middle part)."""
+    if parse_command_id(command_id) is None and parse_job_command_id(command_id) is None:
+        return None
+    return command_id.split("/")[1]
+
+
+def _names(settings: Settings) -> list[str]:
+    names = settings.selector.get("names") or []
+    assert isinstance(names, list)
+    return [str(name) for name in names]

@@ -38,8 +38,9 @@ class Job:
 
 def place(jobs: Sequence[Job], free_gpus: Mapping[str, int], policy: Policy, *,
           seed: int = 0, weights: Mapping[str, float] | None = None,
-          names: Sequence[str] = ()) -> list[str | None]:
-    """Each Job's cluster (None: it fits nowhere now), in order."""
+          names: Sequence[str] = (), after: str = "") -> list[str | None]:
+    """Each Job's cluster (None: it fits nowhere now), in order. With spread and named, the
+    first turn goes to the cluster after ``after`` (the last one chosen by an earlier call)."""
     free = dict(free_gpus)
     if policy == "named":
         unknown = [name for name in names if name not in free]
@@ -57,6 +58,10 @@ def place(jobs: Sequence[Job], free_gpus: Mapping[str, int], policy: Policy, *,
                                  f"weights of 0 or more")
     rng = random.Random(f"{seed}/placement")
     turn = 0
+    if after in order:
+        turn = (order.index(after) + 1) % len(order)
+    elif after:
+        turn = next((i for i, name in enumerate(order) if name > after), 0)
     placed: list[str | None] = []
     for job in jobs:
         fits = [name for name in order if free[name] >= job.gpus]

@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 #: A session's first message (its Hello) must come within this long.
 HELLO_TIMEOUT = 30.0
 WATCH_RUN_COALESCE = 0.1
+#: A workload of thousands of Jobs changes many times a second; watchers get one message a
+#: second at most.
+WATCH_WORKLOAD_COALESCE = 1.0
 
 Context = grpc.aio.ServicerContext[Any, Any]
 Result = TypeVar("Result")
@@ -148,8 +151,7 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
                          f"hello: none within {HELLO_TIMEOUT:g}s; a session opens with Hello")
         await _invalid(context, validation.member_message(hello, first=True))
         await self._same(context, hello.hello.cluster, cluster, "hello.cluster")
-        session = self.hub.open_session(
-            cluster, [convert.report(report) for report in hello.hello.commands])
+        session = self.hub.open_session(cluster, hello.hello.commands)
         failure: list[tuple[grpc.StatusCode, str]] = []
         reader = asyncio.create_task(self._read(request_iterator, session, failure),
                                      name=f"session-{cluster}")
@@ -182,7 +184,7 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
                 elif kind == "ack":
                     self.hub.acknowledged(session, message.ack.command_id)
                 elif kind == "result":
-                    self.hub.reported(session, convert.report(message.result))
+                    self.hub.reported(session, message.result)
         except Refused as refusal:
             failure.append((grpc.StatusCode[refusal.code], str(refusal)))
         except grpc.aio.AioRpcError:
@@ -286,3 +288,48 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
             # A run of many members changes many times a second while it fans out: one
             # message per short while tells the watcher as much.
             await asyncio.sleep(WATCH_RUN_COALESCE)
+
+    @_guarded
+    async def SubmitWorkload(self, request: fleet_pb2.SubmitWorkloadRequest,
+                             context: Context) -> fleet_pb2.Workload:
+        await self._authorise(context)
+        await _invalid(context, validation.submit_workload(request))
+        delay = request.start_delay.ToNanoseconds() / 1e9 \
+            if request.HasField("start_delay") else None
+        spec = request.spec
+        workload = await self.hub.submit_workload(
+            convert.workload_settings(spec), convert.arrivals(spec.arrivals),
+            convert.run_time(spec.run_time), convert.spec_data(spec), request.name, delay)
+        return convert.workload_message(workload, self.hub.clock())
+
+    @_guarded
+    async def GetWorkload(self, request: fleet_pb2.GetWorkloadRequest,
+                          context: Context) -> fleet_pb2.Workload:
+        await self._authorise(context)
+        await _invalid(context, validation.workload_id(request.workload_id))
+        return convert.workload_message(self.hub.get_workload(request.workload_id),
+                                        self.hub.clock(), jobs=request.jobs)
+
+    @_guarded
+    async def ListWorkloads(self, request: fleet_pb2.ListWorkloadsRequest,
+                            context: Context) -> fleet_pb2.ListWorkloadsResponse:
+        await self._authorise(context)
+        now = self.hub.clock()
+        return fleet_pb2.ListWorkloadsResponse(workloads=[
+            convert.workload_message(workload, now)
+            for workload in sorted(self.hub.workloads.values(), key=lambda w: w.created_at)])
+
+    @_guarded_stream
+    async def WatchWorkload(self, request: fleet_pb2.WatchWorkloadRequest,
+                            context: Context) -> AsyncIterator[fleet_pb2.Workload]:
+        await self._authorise(context)
+        await _invalid(context, validation.workload_id(request.workload_id))
+        while True:
+            workload = self.hub.get_workload(request.workload_id)
+            changed = self.hub.workload_changed(workload.id)
+            message = convert.workload_message(workload, self.hub.clock())
+            yield message
+            if message.phase != fleet_pb2.WORKLOAD_PHASE_RUNNING:
+                return
+            await changed.wait()
+            await asyncio.sleep(WATCH_WORKLOAD_COALESCE)

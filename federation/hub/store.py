@@ -28,6 +28,7 @@ from typing import Any
 
 from federation.hub.membership import Identity, Inventory, Member, Pool, State
 from federation.hub.runs import MemberPart, Part, Run
+from federation.hub.workloads import JobRecord, JobState, Settings, Workload
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class Snapshot:
     hub_id: str
     members: list[Member]
     runs: list[Run]
+    workloads: list[Workload] = dataclasses.field(default_factory=list)
 
 
 def encode(snapshot: Snapshot) -> dict[str, Any]:
@@ -51,6 +53,7 @@ def encode(snapshot: Snapshot) -> dict[str, Any]:
         "hubId": snapshot.hub_id,
         "members": [_member(m) for m in snapshot.members],
         "runs": [_run(r) for r in snapshot.runs],
+        "workloads": [_workload(w) for w in snapshot.workloads],
     }
 
 
@@ -59,7 +62,8 @@ def decode(data: dict[str, Any]) -> Snapshot:
         raise ValueError(f"state format {data.get('format')!r}; this hub reads {FORMAT}")
     return Snapshot(hub_id=data["hubId"],
                     members=[_read_member(m) for m in data.get("members", [])],
-                    runs=[_read_run(r) for r in data.get("runs", [])])
+                    runs=[_read_run(r) for r in data.get("runs", [])],
+                    workloads=[_read_workload(w) for w in data.get("workloads", [])])
 
 
 # The encoders take each dataclass's fields as they are (vars) rather than through
@@ -108,6 +112,27 @@ def _read_run(data: dict[str, Any]) -> Run:
                cancelled=data["cancelled"], finished_at=data["finishedAt"])
 
 
+def _workload(workload: Workload) -> dict[str, Any]:
+    return {
+        "id": workload.id, "name": workload.name, "spec": workload.spec,
+        "settings": vars(workload.settings), "createdAt": workload.created_at,
+        "startAt": workload.start_at, "finishedAt": workload.finished_at,
+        "samples": workload.samples, "sampleEvery": workload.sample_every,
+        "lastTurn": workload.last_turn,
+        "jobs": [vars(job) | {"state": job.state.value} for job in workload.jobs],
+    }
+
+
+def _read_workload(data: dict[str, Any]) -> Workload:
+    return Workload(id=data["id"], name=data["name"], spec=data["spec"],
+                    settings=Settings(**data["settings"]), created_at=data["createdAt"],
+                    start_at=data["startAt"], finished_at=data["finishedAt"],
+                    samples=data["samples"], sample_every=data["sampleEvery"],
+                    last_turn=data["lastTurn"],
+                    jobs=[JobRecord(**(raw | {"state": JobState(raw["state"])}))
+                          for raw in data["jobs"]])
+
+
 class Store:
     """One state file, written by group commits from a background task."""
 
@@ -126,7 +151,7 @@ class Store:
         try:
             return decode(json.loads(self.path.read_text()))
         except FileNotFoundError:
-            return Snapshot(hub_id=secrets.token_hex(8), members=[], runs=[])
+            return Snapshot(hub_id=secrets.token_hex(8), members=[], runs=[], workloads=[])
 
     def start(self, snapshot: Callable[[], Snapshot]) -> None:
         self._task = asyncio.create_task(self._write_loop(snapshot), name="hub-store")

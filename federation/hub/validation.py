@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 
 from federation.api import common_pb2, fleet_pb2, member_pb2
+from federation.hub.arrivals import DistributionError
+from federation.hub.convert import arrivals, run_time
 
 #: Patterns end in \Z, not $: $ also matches before a final newline ("west\n").
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
@@ -162,6 +164,9 @@ def result(message: member_pb2.CommandResult, field: str) -> list[str]:
         problems.append(f"{field}.verdict: {message.verdict[:80]!r}; use Passed, Failed or ''")
     problems += _text(message.steps_done, f"{field}.steps_done", 32)
     problems += _text(message.message, f"{field}.message")
+    if message.HasField("job"):
+        problems += _text(message.job.placed_on, f"{field}.job.placed_on", 253)
+        problems += _count(message.job.redispatched, f"{field}.job.redispatched")
     return problems + _text(message.object, f"{field}.object", 512)
 
 
@@ -281,3 +286,105 @@ def run_id(value: str, field: str = "run_id") -> list[str]:
     return _text(value, field, 64)
 
 
+
+
+MAX_JOBS = 100_000
+MAX_PODS_PER_JOB = 1000
+MAX_ATTEMPTS = 10
+_PLACEMENTS = ("spread", "binpack", "weighted", "clusters", "manager")
+_PROCESSES = ("rate", "poisson", "times")
+_DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
+#: Set by the hub on every Job; a workload cannot set it.
+WORKLOAD_LABEL = "fakefleet.dev/workload"
+
+
+def _bounded(value: int, low: int, high: int, field: str, example: str) -> list[str]:
+    if not low <= value <= high:
+        return [f"{field}: {value}; give {low} to {high} (e.g. {example})"]
+    return []
+
+
+def workload_spec(spec: fleet_pb2.WorkloadSpec, field: str = "spec") -> list[str]:
+    """Shape and bounds of a workload; whether its targets exist is the hub's to say."""
+    problems = _bounded(spec.jobs, 1, MAX_JOBS, f"{field}.jobs", "50")
+    problems += _bounded(spec.pods_per_job, 1, MAX_PODS_PER_JOB, f"{field}.pods_per_job", "8")
+    problems += _bounded(spec.max_attempts, 0, MAX_ATTEMPTS, f"{field}.max_attempts", "3")
+    problems += _quantities(spec.resources, f"{field}.resources")
+    gpus = spec.resources.get("nvidia.com/gpu")
+    if gpus is not None and not (gpus.isdigit() and len(gpus) <= 6):
+        problems.append(f"{field}.resources[nvidia.com/gpu]: {gpus[:40]!r}; GPUs are whole: "
+                        f"give a count such as \"8\"")
+    problems += labels(spec.labels, f"{field}.labels")
+    if WORKLOAD_LABEL in spec.labels:
+        problems.append(f"{field}.labels[{WORKLOAD_LABEL}]: set by the hub; remove it")
+    if spec.namespace and not DNS_LABEL.match(spec.namespace):
+        problems.append(f"{field}.namespace: {spec.namespace[:80]!r} is not a namespace name; "
+                        f"use a DNS label (e.g. default)")
+    if spec.priority_class and not _DNS_SUBDOMAIN.match(spec.priority_class):
+        problems.append(f"{field}.priority_class: {spec.priority_class[:80]!r} is not a "
+                        f"PriorityClass name; use lowercase letters, digits, '-' and '.'")
+    if spec.arrivals.process not in _PROCESSES:
+        problems.append(f"{field}.arrivals.process: {spec.arrivals.process[:40]!r}; use "
+                        f"{', '.join(_PROCESSES)}")
+    elif spec.jobs <= MAX_JOBS:
+        try:
+            arrivals(spec.arrivals).check(spec.jobs)
+        except DistributionError as error:
+            problems.append(f"{field}.{error}")
+    if spec.run_time.distribution not in _DISTRIBUTIONS:
+        problems.append(f"{field}.run_time.distribution: {spec.run_time.distribution[:40]!r}; "
+                        f"use {', '.join(_DISTRIBUTIONS)}")
+    else:
+        try:
+            run_time(spec.run_time).check()
+        except DistributionError as error:
+            problems.append(f"{field}.{str(error).replace('runTime.', 'run_time.')}")
+    return problems + _target(spec.target, f"{field}.target")
+
+
+def _target(target: fleet_pb2.WorkloadTarget, field: str) -> list[str]:
+    problems = selector(target.clusters, f"{field}.clusters")
+    placement = target.placement
+    if placement not in _PLACEMENTS:
+        return [*problems,
+                f"{field}.placement: {placement[:40]!r}; use {', '.join(_PLACEMENTS)}"]
+    if placement == "manager":
+        if not target.manager:
+            problems.append(f"{field}.manager: missing; placement manager names the member "
+                            f"whose scheduler (Kueue MultiKueue) places the Jobs")
+        else:
+            problems += cluster_name(target.manager, f"{field}.manager")
+        if not target.queue:
+            problems.append(f"{field}.queue: missing; name the manager's LocalQueue (label "
+                            f"kueue.x-k8s.io/queue-name) that takes the Jobs")
+    elif target.manager:
+        problems.append(f"{field}.manager: only for placement manager; remove it")
+    if target.queue and not _DNS_SUBDOMAIN.match(target.queue):
+        problems.append(f"{field}.queue: {target.queue[:80]!r} is not a LocalQueue name")
+    if placement == "clusters" and not target.clusters.names:
+        problems.append(f"{field}.clusters.names: placement clusters takes turns among named "
+                        f"clusters; name at least one")
+    if target.weights and placement != "weighted":
+        problems.append(f"{field}.weights: only for placement weighted; remove them")
+    for name, weight in sorted(target.weights.items()):
+        problems += cluster_name(name, f"{field}.weights[{name[:40]}]")
+        if not (weight >= 0 and weight < 1e9):
+            problems.append(f"{field}.weights[{name[:40]}]: {weight!r}; give 0 or more")
+    return problems
+
+
+def submit_workload(request: fleet_pb2.SubmitWorkloadRequest) -> list[str]:
+    problems = workload_spec(request.spec)
+    delay = request.start_delay
+    if delay.seconds < 0 or delay.nanos < 0 or delay.nanos >= 1_000_000_000 \
+            or delay.seconds > MAX_START_DELAY:
+        problems.append(f"start_delay: {delay.seconds}s {delay.nanos}ns; use 0 to "
+                        f"{MAX_START_DELAY}s")
+    problems += _text(request.name, "name", 253)
+    return problems + traceparent(request.traceparent)
+
+
+def workload_id(value: str, field: str = "workload_id") -> list[str]:
+    if not value:
+        return [f"{field}: missing; give a workload id (fakefleet fleet workloads lists them)"]
+    return _text(value, field, 64)

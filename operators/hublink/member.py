@@ -15,6 +15,7 @@ pod is the one expensive read here).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -26,11 +27,21 @@ from operators.api.base import API_VERSION
 from operators.api.clusters import CLUSTER_LABEL, FakeCluster
 from operators.api.injections import hub_link_faults
 from operators.api.nodepools import FakeNodePool
-from operators.hublink import convert
+from operators.hublink import convert, jobs
 from operators.k8s.client import Client
 from operators.k8s.clock import SYSTEM_CLOCK, Clock
-from operators.k8s.errors import BadRequest, Conflict, Invalid, K8sError, NotFound, transient
+from operators.k8s.errors import (
+    BadRequest,
+    Conflict,
+    Invalid,
+    K8sError,
+    NotFound,
+    TransportError,
+    Unauthorized,
+    transient,
+)
 from operators.k8s.retrying import Backoff
+from operators.k8s.watching import list_all, list_and_watch
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +51,10 @@ OBSERVE_EVERY = 1.0
 POOLS_EVERY = 5.0
 #: How often the member's pods are counted by phase (a list of every pod) (s).
 PODS_EVERY = 30.0
+#: How often Kueue's Workloads are read for the cluster MultiKueue chose, while queued Jobs run.
+KUEUE_EVERY = 2.0
+KUEUE_WORKLOADS = ("/apis/kueue.x-k8s.io/v1beta2/workloads",
+                   "/apis/kueue.x-k8s.io/v1beta1/workloads")
 
 
 class HostMember:
@@ -64,6 +79,11 @@ class HostMember:
         self._reported: dict[str, bytes] = {}
         #: Commands refused by the API server (nothing exists for them to observe).
         self._refused: dict[str, member_pb2.CommandResult] = {}
+        #: Workload Jobs of the member as its watch shows them, by command id, with when each
+        #: step was seen; ``_jobs_synced`` once the watch listed them all.
+        self._jobs: dict[str, dict[str, Any]] = {}
+        self._seen: dict[str, jobs.Seen] = {}
+        self._jobs_synced = False
 
     @property
     def _plans(self) -> str:
@@ -92,15 +112,32 @@ class HostMember:
         self._inventory_sent = b""  # a new session: the hub gets the inventory again
         listed = await self.host.get(self._plans, self._selector)
         results = [r for plan in listed.get("items", []) if (r := convert.result(plan))]
+        results += await self._job_results()
         self._reported = {r.command_id: r.SerializeToString() for r in results}
         return results + list(self._refused.values())
+
+    async def _job_results(self) -> list[member_pb2.CommandResult]:
+        """Every workload Job of the member: from the watch once it has listed them, else
+        read now (a Hello that left one out would tell the hub it was lost)."""
+        if not self._jobs_synced:
+            client = self._member_client()
+            if client is None:
+                return []  # no API server yet: no Job can exist
+            _, items = await list_all(client, jobs.JOBS_PATH,
+                                      {"labelSelector": jobs.WORKLOAD_LABEL})
+            self._on_jobs_listed(items, live=False)
+        return [r for job in self._jobs.values()
+                if (r := jobs.result(job, self._seen_of(job))) is not None]
 
     async def execute(self, command: member_pb2.Command) -> bool:
         backoff = Backoff(base=0.5, cap=10.0)
         while True:
             try:
-                if command.WhichOneof("action") == "stop_plan":
+                action = command.WhichOneof("action")
+                if action == "stop_plan":
                     return await self._stop(command)
+                if action == "create_job":
+                    return await self._create_job(command)
                 return await self._start(command)
             except K8sError as error:
                 if not transient(error):
@@ -146,6 +183,37 @@ class HostMember:
                                             phase=member_pb2.COMMAND_PHASE_SUCCEEDED))
         return False
 
+    async def _create_job(self, command: member_pb2.Command) -> bool:
+        """Create the Job (its namespace too, if missing); a Job of that name is this
+        command's, delivered before."""
+        if command.id in self._refused:
+            return True
+        client = self._member_client()
+        if client is None:
+            raise TransportError(f"cluster {self.name} has no API server yet")
+        job = jobs.job_object(command)
+        namespace = job["metadata"]["namespace"]
+        path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+        for _ in range(2):
+            try:
+                created = await client.create(path, job)
+            except Conflict:
+                return True
+            except NotFound:
+                with contextlib.suppress(Conflict):  # the namespace is missing: make it
+                    await client.create("/api/v1/namespaces", {
+                        "apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": namespace}})
+                continue
+            except (Invalid, BadRequest, Unauthorized) as error:
+                self._refuse(command, f"the API server of {self.name} refused Job "
+                                      f"{namespace}/{job['metadata']['name']}: {error}")
+                return False
+            self._on_job(created, live=True)
+            return False
+        raise TransportError(f"namespace {namespace} vanished while creating Job "
+                             f"{job['metadata']['name']}")
+
     def _refuse(self, command: member_pb2.Command, why: str) -> None:
         logger.warning("hub command %s refused: %s", command.id, why)
         result = convert.refused(command, why)
@@ -167,22 +235,108 @@ class HostMember:
     # -- beside the link ------------------------------------------------------------------------
 
     async def observe(self, stop_flag: asyncio.Event) -> None:
-        """Report results as the FaultPlans change; keep the inventory fresh."""
-        pools_at = pods_at = 0.0
-        while not stop_flag.is_set():
-            now = time.monotonic()
+        """Report results as the FaultPlans and workload Jobs change; keep the inventory
+        fresh."""
+        pools_at = pods_at = kueue_at = 0.0
+        watcher: asyncio.Task[None] | None = None
+        watched: Client | None = None
+        try:
+            while not stop_flag.is_set():
+                client = self._member_client()
+                if client is not watched:  # a (new) API server: watch its Jobs
+                    if watcher is not None:
+                        watcher.cancel()
+                    self._jobs_synced = False
+                    watched = client
+                    watcher = None if client is None else asyncio.create_task(
+                        self._watch_jobs(client), name=f"hublink-jobs-{self.name}")
+                now = time.monotonic()
+                if client is not None and now >= kueue_at and self._queued_jobs_running():
+                    kueue_at = now + KUEUE_EVERY
+                    await self._read_kueue_placements(client)
+                try:
+                    await self._report_changes()
+                    if now >= pods_at:
+                        await self._refresh_pods()
+                        pods_at = now + PODS_EVERY
+                    if now >= pools_at:
+                        await self._refresh_pools()
+                        pools_at = now + POOLS_EVERY
+                except K8sError as error:
+                    logger.warning("hub link of %s/%s cannot observe: %s", self.namespace,
+                                   self.name, error)
+                await self.clock.wait(stop_flag, OBSERVE_EVERY)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                await asyncio.gather(watcher, return_exceptions=True)
+
+    async def _watch_jobs(self, client: Client) -> None:
+        await list_and_watch(client, jobs.JOBS_PATH, {"labelSelector": jobs.WORKLOAD_LABEL},
+                             on_list=lambda items: self._on_jobs_listed(items, live=False),
+                             on_event=self._on_job_event, clock=self.clock)
+
+    def _on_jobs_listed(self, items: list[Any], *, live: bool) -> None:
+        listed = {}
+        for job in items:
+            command = _command_of(job)
+            if command:
+                listed[command] = job
+        self._jobs = listed
+        self._jobs_synced = True
+        for job in listed.values():
+            self._on_job(job, live=live)
+
+    def _on_job_event(self, kind: str, job: Any) -> None:
+        command = _command_of(job)
+        if not command:
+            return
+        if kind == "DELETED":
+            self._jobs.pop(command, None)
+            return
+        self._on_job(job, live=True)
+
+    def _on_job(self, job: dict[str, Any], *, live: bool) -> None:
+        command = _command_of(job)
+        if not command:
+            return
+        self._jobs[command] = job
+        jobs.observe(job, self._seen_of(job), self.clock.now(), live=live)
+        self._report_job(job)
+
+    def _seen_of(self, job: dict[str, Any]) -> jobs.Seen:
+        return self._seen.setdefault(_command_of(job), jobs.Seen())
+
+    def _report_job(self, job: dict[str, Any]) -> None:
+        result = jobs.result(job, self._seen_of(job))
+        if result is None:
+            return
+        if self._reported.get(result.command_id) != result.SerializeToString():
+            self._send(result)
+
+    def _queued_jobs_running(self) -> bool:
+        return any(jobs.QUEUE_LABEL in (job["metadata"].get("labels") or {})
+                   and not self._seen_of(job).finished for job in self._jobs.values())
+
+    async def _read_kueue_placements(self, client: Client) -> None:
+        """Which worker MultiKueue chose for each queued Job (Kueue's Workload names it)."""
+        by_uid = {job["metadata"].get("uid"): job for job in self._jobs.values()}
+        for path in KUEUE_WORKLOADS:
             try:
-                await self._report_changes()
-                if now >= pods_at:
-                    await self._refresh_pods()
-                    pods_at = now + PODS_EVERY
-                if now >= pools_at:
-                    await self._refresh_pools()
-                    pools_at = now + POOLS_EVERY
+                listed = await client.get(path, {"resourceVersion": "0"})
+            except NotFound:
+                continue
             except K8sError as error:
-                logger.warning("hub link of %s/%s cannot observe: %s", self.namespace,
-                               self.name, error)
-            await self.clock.wait(stop_flag, OBSERVE_EVERY)
+                logger.debug("kueue workloads of %s: %s", self.name, error)
+                return
+            for workload in listed.get("items") or []:
+                uid = (workload["metadata"].get("labels") or {}).get("kueue.x-k8s.io/job-uid")
+                job = by_uid.get(uid)
+                cluster = (workload.get("status") or {}).get("clusterName", "")
+                if job is not None and cluster:
+                    jobs.place(self._seen_of(job), cluster)
+                    self._report_job(job)
+            return
 
     async def _report_changes(self) -> None:
         listed = await self.host.get(self._plans, self._selector)
@@ -207,3 +361,8 @@ class HostMember:
         # From the API server's watch cache (resourceVersion=0): no etcd read for it.
         listed: dict[str, Any] = await client.get("/api/v1/pods", {"resourceVersion": "0"})
         self._pods = convert.count_phases(listed.get("items", []))
+
+
+def _command_of(job: Mapping[str, Any]) -> str:
+    return str(((job.get("metadata") or {}).get("annotations") or {})
+               .get(jobs.COMMAND_ANNOTATION, ""))

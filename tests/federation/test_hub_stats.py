@@ -39,14 +39,16 @@ async def test_the_stats_line_counts_heartbeats_and_acks_per_second(tmp_path: Pa
         clock.now += 10
         assert hub.stats(clock.now) == (
             "hub stats: 2 members (2 Ready), 2 sessions, 3.0 heartbeats/s, 0.1 acks/s "
-            "(30 heartbeats, 1 acks in all), 1 runs (1 Running), 0 watchers")
+            "(30 heartbeats, 1 acks in all), 1 runs (1 Running), 0 workloads (0 Running), "
+            "0 watchers")
         hub.close_session(sessions["west"])
         hub.heartbeat(sessions["east"], member_pb2.MemberHeartbeat(seq=2))
         clock.now += 5
         # Rates are over the time since the last line; the totals go on.
         assert hub.stats(clock.now) == (
             "hub stats: 2 members (1 Ready), 1 sessions, 0.2 heartbeats/s, 0.0 acks/s "
-            "(31 heartbeats, 1 acks in all), 1 runs (1 Running), 0 watchers")
+            "(31 heartbeats, 1 acks in all), 1 runs (1 Running), 0 workloads (0 Running), "
+            "0 watchers")
     finally:
         await hub.stop()
 

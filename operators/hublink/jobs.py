@@ -1,0 +1,154 @@
+"""Workload Jobs in a member: the Job a ``CreateJob`` command asks for, and what the member's
+API shows of it, as the hub's ``JobProgress``. Pure: no I/O.
+
+Times. The API's own timestamps have whole seconds, too coarse for the latencies a scheduler
+tester reads (admission within a second is the common case), so the hub link stamps each step
+when its watch shows it, to the millisecond. A Job first seen already past a step (after an
+operator restart, or a relist) takes the API's timestamp for that step instead: late news gets
+the time the API recorded, never the time it was read.
+
+Steps: created (the object exists), admitted (``status.startTime`` is set: the Job controller
+let it start, which with Kueue is when Kueue admitted it), running (``status.ready`` equals the
+gang: every pod ready at once), finished (condition Complete or Failed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from federation.api import member_pb2
+
+WORKLOAD_LABEL = "fakefleet.dev/workload"
+COMMAND_ANNOTATION = "fakefleet.dev/fleet-command"
+RUN_TIME_ANNOTATION = "fakefleet.dev/run-time"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GPU = "nvidia.com/gpu"
+#: Never pulled: the nodes are simulated, the image only has to be a valid reference.
+IMAGE = "registry.k8s.io/pause:3.10"
+JOBS_PATH = "/apis/batch/v1/jobs"
+
+
+def job_object(command: member_pb2.Command) -> dict[str, Any]:
+    """The batch/v1 Job of a CreateJob: a gang of ``pods`` that each succeed after the run
+    time, failing as a whole at the first pod that fails (the hub decides about retries)."""
+    job = command.create_job
+    resources = dict(job.resources)
+    labels = dict(job.labels)
+    job_labels = labels | ({QUEUE_LABEL: job.queue} if job.queue else {})
+    seconds = job.run_time.ToNanoseconds() / 1e9
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": IMAGE,
+                        "resources": {"requests": resources, "limits": resources}}],
+    }
+    if GPU in resources:
+        # As NVIDIA's device plugin deployments do (ExtendedResourceToleration): GPU nodes are
+        # tainted nvidia.com/gpu:NoSchedule, and a pod that asks for GPUs tolerates it.
+        pod_spec["tolerations"] = [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]
+    if job.priority_class:
+        pod_spec["priorityClassName"] = job.priority_class
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job.name, "namespace": job.namespace, "labels": job_labels,
+                     "annotations": {COMMAND_ANNOTATION: command.id}},
+        "spec": {
+            "parallelism": job.pods,
+            "completions": job.pods,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": labels,
+                             "annotations": {RUN_TIME_ANNOTATION: f"{seconds:.3f}s"}},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def api_time(value: str | None) -> float:
+    if not value:
+        return 0.0
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+@dataclasses.dataclass
+class Seen:
+    """When the hub link saw each step of one Job (0: not yet)."""
+
+    created: float = 0.0
+    admitted: float = 0.0
+    running: float = 0.0
+    finished: float = 0.0
+    placed_on: str = ""
+    clusters: tuple[str, ...] = ()
+
+
+def _condition(job: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return condition  # type: ignore[no-any-return]
+    return None
+
+
+def observe(job: Mapping[str, Any], seen: Seen, now: float, *, live: bool) -> None:
+    """Stamp the steps ``job`` shows that ``seen`` has not: with ``now`` when the change is
+    ``live`` (a watch event), else with the API's own time of it."""
+    status = job.get("status") or {}
+    spec = job.get("spec") or {}
+
+    def stamp(api_value: str | None) -> float:
+        return now if live else (api_time(api_value) or now)
+
+    if not seen.created:
+        seen.created = stamp(job["metadata"].get("creationTimestamp"))
+    if not seen.admitted and status.get("startTime"):
+        seen.admitted = stamp(status.get("startTime"))
+    gang = int(spec.get("parallelism") or 1)
+    if not seen.running and int(status.get("ready") or 0) >= gang:
+        seen.running = now if live else (seen.admitted or now)
+    finished = _condition(job, "Complete") or _condition(job, "Failed")
+    if not seen.finished and finished is not None:
+        seen.finished = stamp(status.get("completionTime")
+                              or finished.get("lastTransitionTime"))
+        seen.admitted = seen.admitted or seen.finished
+        seen.running = seen.running or seen.finished  # too quick to see: as long as it took
+
+
+def place(seen: Seen, cluster: str) -> None:
+    """The cluster a scheduler in the member put the Job on (its latest, counting changes)."""
+    if cluster and cluster != seen.placed_on:
+        seen.placed_on = cluster
+        if cluster not in seen.clusters:
+            seen.clusters = (*seen.clusters, cluster)
+
+
+def result(job: Mapping[str, Any], seen: Seen) -> member_pb2.CommandResult | None:
+    """The Job's result for the hub; None for a Job no command made."""
+    command = ((job.get("metadata") or {}).get("annotations") or {}).get(COMMAND_ANNOTATION)
+    if not command:
+        return None
+    failed = _condition(job, "Failed")
+    complete = _condition(job, "Complete")
+    if complete is not None:
+        phase, message = member_pb2.COMMAND_PHASE_SUCCEEDED, ""
+    elif failed is not None:
+        phase = member_pb2.COMMAND_PHASE_FAILED
+        message = f"{failed.get('reason', '')}: {failed.get('message', '')}".strip(": ")
+    else:
+        phase, message = member_pb2.COMMAND_PHASE_RUNNING, ""
+    metadata = job["metadata"]
+    out = member_pb2.CommandResult(
+        command_id=command, phase=phase, message=message,
+        object=f"Job {metadata.get('namespace', '')}/{metadata.get('name', '')}")
+    progress = out.job
+    for field, value in (("created_at", seen.created), ("admitted_at", seen.admitted),
+                         ("running_at", seen.running), ("finished_at", seen.finished)):
+        if value:
+            getattr(progress, field).FromNanoseconds(int(value * 1e9))
+    progress.placed_on = seen.placed_on
+    progress.redispatched = max(0, len(seen.clusters) - 1)
+    return out

@@ -1,0 +1,349 @@
+"""Fleet workloads: the pure Job state and report, then the hub over real gRPC with simulated
+members (placement, gangs waiting for room, retries elsewhere, restarts, refusals)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import grpc
+import pytest
+
+from federation.api import fleet_pb2, member_pb2
+from federation.client.fleet import FleetClient
+from federation.client.member import MemberLink
+from federation.client.simulated import SimulatedMember
+from federation.hub.workloads import (
+    JobRecord,
+    JobState,
+    Progress,
+    Settings,
+    Workload,
+    command_id,
+    latency,
+    parse_command_id,
+)
+from tests.federation.hubs import RunningHub, running_hub
+
+# -- pure --------------------------------------------------------------------------------------
+
+
+def _settings(**overrides: object) -> Settings:
+    values: dict[str, object] = dict(
+        jobs=3, pods=2, resources={"nvidia.com/gpu": "8"}, namespace="default", labels={},
+        priority_class="", queue="", placement="spread", selector={}, weights={}, manager="",
+        seed=1, max_attempts=2)
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def _workload(jobs: int = 3, **overrides: object) -> Workload:
+    return Workload(id="w1", name="t", spec={}, settings=_settings(jobs=jobs, **overrides),
+                    created_at=0.0, start_at=100.0,
+                    jobs=[JobRecord(index=i, arrive_at=100.0 + i, run_seconds=10.0)
+                          for i in range(jobs)])
+
+
+def test_command_ids_round_trip_and_foreign_ids_are_not_jobs() -> None:
+    assert parse_command_id(command_id("w1a2b", "west-1", 12, 3)) == ("w1a2b", "west-1", 12, 3)
+    for foreign in ("r1/west/start", "w1/west/job-1", "w1/west/job-a-1", "w1//job-1-1"):
+        assert parse_command_id(foreign) is None
+
+
+def test_a_job_moves_through_its_states_with_the_members_times() -> None:
+    workload = _workload()
+    job = workload.jobs[0]
+    assert workload.due(99.0) == []
+    assert workload.due(100.0) == [job]
+    workload.place(job, "west")
+    assert workload.sent(job, 100.1)
+    assert not workload.sent(job, 100.2)
+    cid = command_id("w1", "west", 0, 1)
+    assert workload.acknowledged(cid, 100.2)
+    assert job.state is JobState.PENDING
+    assert workload.reported(cid, Progress("Running", created_at=100.2, admitted_at=100.5),
+                             100.6)
+    assert job.state is JobState.ADMITTED
+    workload.reported(cid, Progress("Running", running_at=101.0), 101.1)
+    assert job.state is JobState.RUNNING
+    assert workload.gpus_running() == 16
+    workload.reported(cid, Progress("Succeeded", finished_at=111.0), 111.1)
+    assert job.state is JobState.SUCCEEDED
+    # What finished stays finished; another cluster's or attempt's news is not this Job's.
+    assert not workload.reported(cid, Progress("Failed"), 112.0)
+    assert not workload.reported(command_id("w1", "east", 1, 1), Progress("Running"), 112.0)
+    report = workload.report(120.0)
+    assert report.counts.succeeded == 1
+    assert report.counts.waiting == 2
+    assert report.timings.to_admission.p50 == pytest.approx(0.5)
+    assert report.timings.to_running.p50 == pytest.approx(1.0)
+    assert report.timings.to_completion.p50 == pytest.approx(11.0)
+    assert [c.cluster for c in report.clusters] == ["west"]
+
+
+def test_a_failed_attempt_waits_again_until_attempts_run_out() -> None:
+    workload = _workload(jobs=1)
+    job = workload.jobs[0]
+    workload.place(job, "west")
+    workload.sent(job, 100.0)
+    workload.reported(command_id("w1", "west", 0, 1), Progress("Failed", message="boom"), 105.0)
+    assert job.state is JobState.WAITING
+    assert job.attempt == 2
+    assert job.avoid == "west"
+    assert "attempt 1 failed: boom" in job.message
+    workload.place(job, "east")
+    workload.sent(job, 105.5)
+    cid = command_id("w1", "east", 0, 2)
+    workload.reported(cid, Progress("Running", admitted_at=106.0, running_at=107.0), 107.0)
+    assert job.recovered_in == pytest.approx(2.0)
+    workload.reported(cid, Progress("Failed", finished_at=110.0), 110.0)
+    assert job.state is JobState.FAILED  # two attempts were all it had
+    assert workload.settle(110.0)
+    assert workload.phase.value == "Failed"
+    report = workload.report(110.0)
+    assert report.redispatched == 1
+    assert report.recovery.p50 == pytest.approx(2.0)
+
+
+def test_a_hello_without_an_acknowledged_job_fails_that_attempt() -> None:
+    workload = _workload(jobs=2)
+    for job in workload.jobs:
+        workload.place(job, "west")
+        workload.sent(job, 100.0)
+        workload.acknowledged(command_id("w1", "west", job.index, 1), 100.0)
+    assert workload.resynced("west", [command_id("w1", "west", 0, 1)], 101.0)
+    assert workload.jobs[0].state is JobState.PENDING
+    assert workload.jobs[1].state is JobState.WAITING
+    assert workload.jobs[1].attempt == 2
+
+
+def test_samples_keep_their_span_when_thinned() -> None:
+    workload = _workload(jobs=1)
+    for second in range(3000):
+        workload.sample(float(second), 64)
+    assert len(workload.samples) <= 1200
+    assert workload.samples[0][0] == 0.0
+    assert workload.samples[-1][0] >= 2990
+    assert workload.sample_every > 1.0
+
+
+def test_latency_percentiles_are_nearest_rank() -> None:
+    value = latency(float(v) for v in range(1, 101))
+    assert (value.count, value.p50, value.p99, value.max) == (100, 50.0, 99.0, 100.0)
+    assert latency([]).count == 0
+
+
+# -- over gRPC ---------------------------------------------------------------------------------
+
+def _spec(**fields: object) -> fleet_pb2.WorkloadSpec:
+    spec = fleet_pb2.WorkloadSpec(
+        jobs=10, pods_per_job=2, resources={"nvidia.com/gpu": "8", "cpu": "1"},
+        run_time=fleet_pb2.RunTimeDistribution(distribution="fixed", seconds=0.2),
+        arrivals=fleet_pb2.ArrivalProcess(process="rate", rate=50), seed=7,
+        target=fleet_pb2.WorkloadTarget(placement="spread"))
+    for name, value in fields.items():
+        if isinstance(value, dict) and name not in ("resources", "labels"):
+            getattr(spec, name).MergeFrom(type(getattr(spec, name))(**value))
+        elif isinstance(value, dict):
+            getattr(spec, name).update(value)
+        else:
+            setattr(spec, name, value)
+    return spec
+
+
+@contextlib.asynccontextmanager
+async def fleet_of(hub: RunningHub, members: list[SimulatedMember]
+                   ) -> AsyncIterator[FleetClient]:
+    stop = asyncio.Event()
+    tasks = []
+    for member in members:
+        member.link = MemberLink(hub.address, hub.member_token(member.name), member,
+                                 member.name)
+        tasks.append(asyncio.create_task(member.link.run(stop)))
+    async with hub.fleet() as fleet:
+        async with asyncio.timeout(5):
+            while len([m for m in await fleet.list_clusters()
+                       if m.state == 1]) < len(members):
+                await asyncio.sleep(0.05)
+        try:
+            yield fleet
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+            for member in members:
+                await member.stop()
+
+
+async def _finished(fleet: FleetClient, workload_id: str,
+                    timeout: float = 20.0) -> fleet_pb2.Workload:
+    async with asyncio.timeout(timeout):
+        async for workload in fleet.watch_workload(workload_id):
+            if workload.phase != fleet_pb2.WORKLOAD_PHASE_RUNNING:
+                return await fleet.get_workload(workload_id, jobs=True)
+    raise AssertionError("the watch ended before the workload finished")
+
+
+def _jobs_of(member: SimulatedMember) -> list[member_pb2.Command]:
+    return [e.command for e in member.executed.values()
+            if e.command.WhichOneof("action") == "create_job"]
+
+
+async def test_spread_places_gangs_in_turn_and_reports_every_job(tmp_path: Path) -> None:
+    members = [SimulatedMember(name, nodes=4) for name in ("east", "west")]
+    async with running_hub(tmp_path) as hub, fleet_of(hub, members) as fleet:
+        submitted = await fleet.submit_workload(_spec(), name="spread", start_delay=0)
+        workload = await _finished(fleet, submitted.id)
+    assert workload.phase == fleet_pb2.WORKLOAD_PHASE_SUCCEEDED
+    report = workload.report
+    assert report.counts.jobs == report.counts.succeeded == 10
+    assert {c.cluster: c.counts.succeeded for c in report.clusters} == {"east": 5, "west": 5}
+    for member in members:  # each Job once, as asked, and the members agree with the report
+        jobs = _jobs_of(member)
+        assert len(jobs) == 5
+        assert all(member.deliveries[c.id] == 1 for c in jobs)
+        job = jobs[0].create_job
+        assert (job.pods, job.resources["nvidia.com/gpu"], job.namespace) == (2, "8", "default")
+        assert job.labels["fakefleet.dev/workload"] == submitted.id
+        assert job.run_time.ToNanoseconds() == 200_000_000
+    assert report.to_completion.count == 10
+    assert report.to_completion.p50 >= 0.2
+    assert report.utilisation
+    assert report.utilisation[-1].total == 64
+    assert [j.state for j in workload.jobs] == ["Succeeded"] * 10
+
+
+async def test_binpack_fills_one_cluster_before_the_next(tmp_path: Path) -> None:
+    members = [SimulatedMember("big", nodes=4), SimulatedMember("small", nodes=2)]
+    async with running_hub(tmp_path) as hub, fleet_of(hub, members) as fleet:
+        spec = _spec(jobs=3, run_time={"distribution": "fixed", "seconds": 2.0},
+                     arrivals={"process": "times", "times": [0, 0, 0]},
+                     target={"placement": "binpack"})
+        submitted = await fleet.submit_workload(spec, start_delay=0)
+        workload = await _finished(fleet, submitted.id)
+    # 16 GPUs each: "small" (16 free) fits the first exactly, "big" (32) the other two.
+    assert {j.cluster for j in workload.jobs if j.index == 0} == {"small"}
+    assert sorted(j.cluster for j in workload.jobs) == ["big", "big", "small"]
+
+
+async def test_a_gang_waits_at_the_hub_until_a_member_has_room(tmp_path: Path) -> None:
+    # One node of 8 GPUs per member, Jobs of 1 pod x 8 GPUs: one Job per member at a time.
+    members = [SimulatedMember(name, nodes=1) for name in ("east", "west")]
+    async with running_hub(tmp_path) as hub, fleet_of(hub, members) as fleet:
+        spec = _spec(jobs=6, pods_per_job=1,
+                     run_time={"distribution": "fixed", "seconds": 0.4},
+                     arrivals={"process": "times", "times": [0] * 6})
+        submitted = await fleet.submit_workload(spec, start_delay=0)
+        workload = await _finished(fleet, submitted.id)
+    assert workload.report.counts.succeeded == 6
+    for member in members:
+        received = sorted(e.received_at for e in member.executed.values())
+        # Never two at once: each arrived only after the one before had run its 0.4 s.
+        assert all(b - a >= 0.35 for a, b in itertools.pairwise(received))
+    assert workload.report.to_admission.max >= 0.8  # the last ones waited two rounds
+
+
+async def test_a_failed_job_is_dispatched_again_elsewhere(tmp_path: Path) -> None:
+    def fail_first(command: member_pb2.Command) -> bool:
+        return command.id.endswith("-1")  # every first attempt fails
+
+    members = [SimulatedMember("east", nodes=4, fail_job=fail_first),
+               SimulatedMember("west", nodes=4)]
+    async with running_hub(tmp_path) as hub, fleet_of(hub, members) as fleet:
+        spec = _spec(jobs=1, max_attempts=3, target={"placement": "clusters",
+                                                     "clusters": {"names": ["east", "west"]}})
+        submitted = await fleet.submit_workload(spec, start_delay=0)
+        workload = await _finished(fleet, submitted.id)
+    [job] = workload.jobs
+    assert (workload.phase, job.state, job.attempt, job.cluster) == (
+        fleet_pb2.WORKLOAD_PHASE_SUCCEEDED, "Succeeded", 2, "west")
+    assert workload.report.redispatched == 1
+    assert workload.report.recovery.count == 1
+    assert job.name == f"{submitted.id}-0-2"
+
+
+async def test_manager_placement_sends_every_job_to_the_manager(tmp_path: Path) -> None:
+    members = [SimulatedMember("manager", nodes=0), SimulatedMember("worker", nodes=2)]
+    async with running_hub(tmp_path) as hub, fleet_of(hub, members) as fleet:
+        spec = _spec(jobs=4, target={"placement": "manager", "manager": "manager",
+                                     "queue": "user-queue"})
+        submitted = await fleet.submit_workload(spec, start_delay=0)
+        workload = await _finished(fleet, submitted.id)
+    jobs = _jobs_of(members[0])
+    assert len(jobs) == 4
+    assert _jobs_of(members[1]) == []
+    assert all(c.create_job.queue == "user-queue" for c in jobs)
+    # Utilisation counts the workers' GPUs, not the manager's.
+    assert workload.report.utilisation[-1].total == 16
+
+
+async def test_a_restarted_hub_carries_on_and_creates_nothing_twice(tmp_path: Path) -> None:
+    members = [SimulatedMember(name, nodes=4) for name in ("east", "west")]
+    state = tmp_path / "hub"
+    stop = asyncio.Event()
+    async with running_hub(state) as hub:
+        listen = hub.info.address
+        tasks = []
+        for member in members:
+            member.link = MemberLink(hub.address, hub.member_token(member.name), member,
+                                     member.name)
+            tasks.append(asyncio.create_task(member.link.run(stop)))
+        async with hub.fleet() as fleet:
+            async with asyncio.timeout(5):
+                while len(await fleet.list_clusters()) < 2 or not all(
+                        m.state == 1 for m in await fleet.list_clusters()):
+                    await asyncio.sleep(0.05)
+            spec = _spec(jobs=20, run_time={"distribution": "fixed", "seconds": 0.5},
+                         arrivals={"process": "rate", "rate": 10})
+            submitted = await fleet.submit_workload(spec, start_delay=0)
+            await asyncio.sleep(0.8)
+    async with running_hub(state, listen=listen) as hub, hub.fleet() as fleet:
+        workload = await _finished(fleet, submitted.id, timeout=30)
+        stop.set()
+        await asyncio.gather(*tasks)
+    assert workload.report.counts.succeeded == 20
+    created = [c.id for member in members for c in _jobs_of(member)]
+    assert len(created) == len(set(created)) == 20
+    for member in members:
+        await member.stop()
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"jobs": 0}, "spec.jobs: 0; give 1 to 100000"),
+    ({"resources": {"nvidia.com/gpu": "1.5"}}, "spec.resources[nvidia.com/gpu]: '1.5'"),
+    ({"arrivals": {"process": "poisson", "rate": -1}}, "spec.arrivals.rate: -1"),
+    ({"arrivals": {"process": "times", "times": [1, 2]}}, "spec.arrivals.times: 2 times"),
+    ({"run_time": {"distribution": "gamma"}}, "spec.run_time.distribution: 'gamma'"),
+    ({"run_time": {"distribution": "uniform", "low": 5, "high": 1}}, "spec.run_time.low"),
+    ({"target": {"placement": "manager"}}, "spec.target.manager: missing"),
+    ({"target": {"placement": "clusters"}}, "spec.target.clusters.names"),
+    ({"target": {"placement": "spread", "weights": {"east": 1}}}, "spec.target.weights"),
+    ({"labels": {"fakefleet.dev/workload": "x"}}, "set by the hub"),
+    ({"namespace": "Not_A_Namespace"}, "spec.namespace"),
+])
+async def test_bad_workloads_are_refused_naming_the_field(
+        tmp_path: Path, change: dict[str, object], expected: str) -> None:
+    async with running_hub(tmp_path) as hub, hub.fleet() as fleet:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await fleet.submit_workload(_spec(**change))
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert expected in (raised.value.details() or "")
+
+
+@pytest.mark.parametrize(("spec", "expected"), [
+    (lambda: _spec(pods_per_job=9), "a Job needs 72 GPUs"),
+    (lambda: _spec(target={"placement": "manager", "manager": "nobody", "queue": "q"}),
+     "target.manager: 'nobody' is not a member"),
+    (lambda: _spec(target={"placement": "clusters", "clusters": {"names": ["nobody"]}}),
+     "target.clusters"),
+])
+async def test_workloads_that_could_never_run_are_refused(
+        tmp_path: Path, spec: Callable[[], fleet_pb2.WorkloadSpec], expected: str) -> None:
+    async with running_hub(tmp_path) as hub, \
+            fleet_of(hub, [SimulatedMember("east", nodes=8)]) as fleet:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await fleet.submit_workload(spec())
+    assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert expected in (raised.value.details() or "")
