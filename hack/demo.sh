@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: a host control plane with the operator, a fleet of two
 # simulated clusters applied with kubectl, their fake nodes Ready and joined to the federation
-# hub, a FaultPlan with a verdict, a fleet-wide plan through the hub with its verdict, then
-# everything torn down.
+# hub, a FaultPlan with a verdict, a fleet-wide plan through the hub with its verdict, a
+# workload of GPU Jobs spread by the hub with its report, then everything torn down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 state_dir=$(mktemp -d -t fakefleet-demo.XXXXXX)
@@ -82,6 +82,11 @@ fakefleet fleet run examples/fleet/xid-then-partition.yaml --timeout 180
 wait "$watcher" || true
 k get fp -l fakefleet.dev/fleet-run
 fakefleet fleet ls
+
+step "a workload through the hub: 50 Jobs of 2 GPU pods, Poisson arrivals, spread over the fleet
+(examples/workloads/spread.yaml); exits 0 once every Job completed, with the report"
+fakefleet fleet submit examples/workloads/spread.yaml --watch --timeout 300
+kubectl --kubeconfig "$west" get jobs -l fakefleet.dev/workload | head -5
 
 step "kubectl scale fnp/west-h100 --replicas=12"
 k scale fnp/west-h100 --replicas=12
