@@ -279,33 +279,45 @@ class HostMember:
     def _on_jobs_listed(self, items: list[Any], *, live: bool) -> None:
         listed = {}
         for job in items:
-            command = _command_of(job)
+            command = self._command_of(job)
             if command:
                 listed[command] = job
         self._jobs = listed
+        self._seen = {command: seen for command, seen in self._seen.items()
+                      if command in listed}
         self._jobs_synced = True
         for job in listed.values():
             self._on_job(job, live=live)
 
     def _on_job_event(self, kind: str, job: Any) -> None:
-        command = _command_of(job)
+        command = self._command_of(job)
         if not command:
             return
         if kind == "DELETED":
             self._jobs.pop(command, None)
+            self._seen.pop(command, None)
             return
         self._on_job(job, live=True)
 
     def _on_job(self, job: dict[str, Any], *, live: bool) -> None:
-        command = _command_of(job)
+        command = self._command_of(job)
         if not command:
             return
         self._jobs[command] = job
         jobs.observe(job, self._seen_of(job), self.clock.now(), live=live)
         self._report_job(job)
 
+    def _command_of(self, job: Mapping[str, Any]) -> str:
+        """The hub command that made ``job`` here; "" for any other Job, including the copy
+        a MultiKueue manager made of its own Job in this worker (labels and annotations
+        copied: the command is the manager's to report, not this member's)."""
+        command = str(((job.get("metadata") or {}).get("annotations") or {})
+                      .get(jobs.COMMAND_ANNOTATION, ""))
+        parts = command.split("/")
+        return command if len(parts) == 3 and parts[1] == self.name else ""
+
     def _seen_of(self, job: dict[str, Any]) -> jobs.Seen:
-        return self._seen.setdefault(_command_of(job), jobs.Seen())
+        return self._seen.setdefault(self._command_of(job), jobs.Seen())
 
     def _report_job(self, job: dict[str, Any]) -> None:
         result = jobs.result(job, self._seen_of(job))
@@ -361,8 +373,3 @@ class HostMember:
         # From the API server's watch cache (resourceVersion=0): no etcd read for it.
         listed: dict[str, Any] = await client.get("/api/v1/pods", {"resourceVersion": "0"})
         self._pods = convert.count_phases(listed.get("items", []))
-
-
-def _command_of(job: Mapping[str, Any]) -> str:
-    return str(((job.get("metadata") or {}).get("annotations") or {})
-               .get(jobs.COMMAND_ANNOTATION, ""))

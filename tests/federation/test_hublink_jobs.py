@@ -189,3 +189,16 @@ async def test_observe_watches_jobs_and_reports_each_step_once() -> None:
                       (member_pb2.COMMAND_PHASE_SUCCEEDED, True)]
     assert member.reports[-1].job.finished_at.ToNanoseconds() > \
         member.reports[-1].job.created_at.ToNanoseconds()
+
+
+async def test_a_copy_of_another_clusters_job_is_not_this_members_to_report() -> None:
+    """MultiKueue copies a manager's Job, annotations included, into the worker it chose: the
+    worker's link must leave it to the manager (reporting it would be acting for another
+    cluster, which the hub refuses)."""
+    member = Member()
+    copy = _job({"startTime": "2027-01-15T08:00:01Z"})
+    copy["metadata"]["annotations"][jobs.COMMAND_ANNOTATION] = "w1/manager/job-0-1"
+    member.api.put(JOBS, copy)
+    assert await member.member.resync() == []
+    member.member._on_job(copy, live=True)
+    assert member.reports == []
