@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 KUBERNETES_VERSION ?= v1.36.3
 
-.PHONY: setup binaries demo test test-unit test-e2e lint generate verify bench clean
+.PHONY: setup binaries demo demo-multikueue test test-unit test-e2e lint generate verify bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,13 +17,18 @@ $(STAMP): pyproject.toml
 ## setup: create .venv, install fakefleet with its tools (kubectl included), build the binaries
 setup: $(STAMP) binaries
 
-## binaries: build etcd and the Kubernetes binaries into the per-user cache (cached after once)
+## binaries: build etcd, the Kubernetes binaries and Kueue into the per-user cache (cached after once)
 binaries: $(STAMP)
 	$(BIN)/fakefleet binaries --kubernetes-version $(KUBERNETES_VERSION)
 
 ## demo: bring up the embedded host control plane, use it with kubectl, tear it down
 demo: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/demo.sh
+
+## demo-multikueue: real Kueue v0.17.0 with MultiKueue on a manager and two GPU worker clusters;
+## Jobs submitted to the manager run on the workers; exits 0 once every Workload is Finished
+demo-multikueue: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH hack/demo-multikueue.sh
 
 ## test: unit tests, then end-to-end tests on real control planes
 test: setup
@@ -52,7 +57,8 @@ verify: $(STAMP)
 ## bench: control-plane figures, the operator with 1000 nodes, the engines side by side
 ## with KWOK v0.8.0 and a raw ceiling at KWOK's benchmark size (5000 nodes, 10000 pods),
 ## four member clusters with an engine process each at once, FaultPlan latency at 1000 nodes,
-## and the federation hub with 1000 simulated members (fan-out, heartbeats, restarts)
+## the federation hub with 1000 simulated members (fan-out, heartbeats, restarts), and the
+## trace collector's ingest rate and disk per 10k spans
 bench: setup
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
@@ -60,6 +66,7 @@ bench: setup
 	$(BIN)/python -m bench.fleet
 	$(BIN)/python -m bench.faults
 	$(BIN)/python -m bench.hub
+	$(BIN)/python -m bench.collector
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -27,7 +27,7 @@ from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.controlplane.etcd import shared_etcd
 from operators.controlplane.state import ComponentState, OperatorState, StateDir, publish
 from operators.controlplane.substrate import Substrate
-from operators.handlers import registry
+from operators.handlers import kueue, registry
 from operators.handlers.runtime import Runtime
 from operators.k8s.applying import install_crds
 from operators.k8s.client import Client
@@ -93,8 +93,8 @@ async def _publish(runtime: Runtime, ready_flag: asyncio.Event) -> None:
                                   log=str(engine.log_path), restarts=engine.restarts)
                    for key, engine in runtime.engines.items()]
         try:
-            publish(path, OperatorState(pid=os.getpid(), ready=True,
-                                        components=[*runtime.substrate.components(), *engines]))
+            publish(path, OperatorState(pid=os.getpid(), ready=True, components=[
+                *runtime.substrate.components(), *engines, *kueue.components(runtime)]))
         except OSError as error:  # a full disk, say: `fakefleet status` goes stale, not dark
             logger.warning("cannot write %s: %s", path, error)
         await asyncio.sleep(PUBLISH_INTERVAL)

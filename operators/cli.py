@@ -34,6 +34,7 @@ from federation.client.channels import health as hub_health
 from federation.client.discovery import HubFiles, HubInfo
 from operators import (
     fleetcli,
+    kueuecli,
     workloadcli,  # noqa: F401  (adds fleet submit, workload, workloads)
 )
 from operators.api.base import API_VERSION
@@ -44,6 +45,8 @@ from operators.controlplane import daemon, health
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.controlplane.etcd import shared_etcd
+from operators.controlplane.kueue import KUEUE_VERSION
+from operators.controlplane.kueue import building as kueue_building
 from operators.controlplane.pki import ClusterPKI
 from operators.controlplane.state import (
     ComponentState,
@@ -96,11 +99,25 @@ def _resolve_binaries(version: str) -> binaries_.Binaries:
 
 @main.command()
 @version_option
-def binaries(kubernetes_version: str) -> None:
-    """Build (or find in the cache) etcd and the Kubernetes binaries; print their paths."""
+@click.option("--no-kueue", is_flag=True, help="Do not build Kueue (the FakeCluster add-on).")
+def binaries(kubernetes_version: str, no_kueue: bool) -> None:
+    """Build (or find in the cache) etcd, the Kubernetes binaries and Kueue; print their
+    paths."""
     found = _resolve_binaries(kubernetes_version)
     for name in binaries_.OVERRIDES:
         click.echo(f"{name}\t{found.path(name)}")
+    if not no_kueue:
+        click.echo(f"kueue\t{_resolve_kueue()}")
+
+
+def _resolve_kueue() -> Path:
+    """Kueue from the cache, or built with a progress line at least every 15 s."""
+    with console.status(f"looking for Kueue {KUEUE_VERSION}") as status:
+        def progress(step: str) -> None:
+            status.update(step)
+            console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {step}", highlight=False)
+
+        return kueue_building.ensure(progress=progress)
 
 
 @main.command()
@@ -868,3 +885,4 @@ def _print_results(namespace: str, name: str, status: dict[str, Any]) -> None:
 
 
 main.add_command(fleetcli.fleet)
+main.add_command(kueuecli.kueue)

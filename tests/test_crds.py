@@ -83,7 +83,7 @@ def test_names_are_bounded_at_the_root_so_derived_names_stay_valid() -> None:
     assert MAX_POOL_NAME_LENGTH == 53
     for model, limit in ((FakeCluster, MAX_CLUSTER_NAME_LENGTH),
                          (FakeNodePool, MAX_POOL_NAME_LENGTH)):
-        (rule,) = schema_of(model)["x-kubernetes-validations"]
+        rule = schema_of(model)["x-kubernetes-validations"][0]  # FakeCluster has more after it
         assert rule["rule"] == f"size(self.metadata.name) <= {limit}"
         assert f"at most {limit} characters" in rule["message"]
         assert rule["fieldPath"] == ".metadata.name"

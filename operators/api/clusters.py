@@ -14,6 +14,7 @@ from operators.api.base import (
     ResourceInfo,
     immutable,
 )
+from operators.api.durations import DURATION_PATTERN
 from operators.api.names import LABEL_VALUE_MAX_LENGTH, Labels, rule, validations
 
 DEFAULT_KUBERNETES_VERSION = "v1.36.3"
@@ -31,6 +32,24 @@ NAME_RULE = rule(
     "the cluster's kubeconfig Secret, directories, etcd prefix and certificates; choose a "
     "shorter name",
     field_path=".metadata.name",
+)
+
+
+_KUEUE_ON = ("has(self.spec.addons) && has(self.spec.addons.kueue) && "
+             "self.spec.addons.kueue.enabled")
+KUEUE_LOCAL_RULE = rule(
+    f"!({_KUEUE_ON}) || !has(self.spec.controlPlane) || self.spec.controlPlane.backend == 'local'",
+    "spec.addons.kueue needs controlPlane.backend 'local': Kueue's webhooks listen on this "
+    "host's loopback, which the API server of an adopted (external) cluster cannot call; "
+    "remove spec.addons.kueue, or set kueue.enabled: false",
+    field_path=".spec.addons.kueue",
+)
+KUEUE_NOT_OWN_WORKER_RULE = rule(
+    f"!({_KUEUE_ON}) || !has(self.spec.addons.kueue.multiKueue) || "
+    "!(self.metadata.name in self.spec.addons.kueue.multiKueue.workers)",
+    "spec.addons.kueue.multiKueue.workers lists this cluster itself: a MultiKueue manager "
+    "dispatches to other FakeClusters; remove its own name from workers",
+    field_path=".spec.addons.kueue.multiKueue.workers",
 )
 
 
@@ -123,6 +142,47 @@ class ControlPlaneSpec(Model):
     """'load' lifts the API server's request limits, for load tests (backend 'local')."""
 
 
+#: A FakeCluster's name as ``multiKueue.workers`` lists it: a DNS label (a label value too).
+CLUSTER_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+MAX_MULTIKUEUE_WORKERS = 16
+#: The MultiKueueConfig the operator keeps on a manager: ClusterQueues' AdmissionChecks name it.
+MULTIKUEUE_CONFIG = "fakefleet"
+
+
+class MultiKueueSpec(Model):
+    """This cluster as a MultiKueue manager: the worker FakeClusters it dispatches Jobs to."""
+
+    workers: list[str] = Field(
+        min_length=1, max_length=MAX_MULTIKUEUE_WORKERS,
+        json_schema_extra={"x-kubernetes-list-type": "set",
+                           "items": {"type": "string", "maxLength": LABEL_VALUE_MAX_LENGTH,
+                                     "pattern": CLUSTER_NAME_PATTERN}})
+    """Names of FakeClusters in the same namespace (each with spec.addons.kueue enabled): the
+    operator keeps a kubeconfig Secret, a MultiKueueCluster per worker and the MultiKueueConfig
+    'fakefleet' listing them in this cluster's kueue-system namespace."""
+    workerLostTimeout: str = Field(default="30s", pattern=DURATION_PATTERN, max_length=32)
+    """How long Kueue waits for a worker that stopped answering before it dispatches the
+    worker's admitted Workloads elsewhere (Kueue's multiKueue.workerLostTimeout; its own default
+    of 15m is long for a simulation)."""
+
+
+class KueueSpec(Model):
+    """Run the real Kueue controller (with MultiKueue) against this cluster's API server."""
+
+    enabled: bool = True
+    """false: Kueue stops and its webhooks are removed (its CRDs and your queues stay)."""
+    multiKueue: MultiKueueSpec | None = None
+    """Make this cluster a MultiKueue manager of the listed worker clusters."""
+
+
+class AddonsSpec(Model):
+    """Real upstream controllers the operator runs for this cluster, supervised like its control
+    plane: started, restarted when they crash, stopped with the cluster."""
+
+    kueue: KueueSpec | None = None
+    """Kueue (sigs.k8s.io/kueue v0.17.0), built from the Go module proxy on first use."""
+
+
 class FakeClusterSpec(Model):
     """Desired state of a FakeCluster."""
 
@@ -149,6 +209,15 @@ class FakeClusterSpec(Model):
     federation: FederationSpec | None = None
     """The federation hub the cluster joins. Absent: as {enabled: true}, the hub that
     'fakefleet up' started on this host, if there is one."""
+
+    addons: AddonsSpec | None = None
+    """Add-ons the operator runs against this cluster (backend 'local' only): kueue."""
+
+    @property
+    def kueue(self) -> KueueSpec | None:
+        """spec.addons.kueue when it is enabled, else None."""
+        kueue = self.addons.kueue if self.addons else None
+        return kueue if kueue is not None and kueue.enabled else None
 
     @property
     def effective_federation(self) -> FederationSpec:
@@ -192,7 +261,7 @@ class FakeCluster(CustomResource):
             PrinterColumn("Endpoint", ".status.endpoint"),
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
-        rules=(NAME_RULE,),
+        rules=(NAME_RULE, KUEUE_LOCAL_RULE, KUEUE_NOT_OWN_WORKER_RULE),
     )
     kind: str = "FakeCluster"
     spec: FakeClusterSpec = Field(default_factory=FakeClusterSpec)

@@ -3,6 +3,7 @@
     ControlPlaneError
     ├── BinaryError          a binary is missing, not executable, or cannot be built
     │   └── BuildError       the Go toolchain is missing, the version is unknown, a build failed
+    ├── AddonError           an add-on (Kueue) cannot be set up on a member
     ├── PortInUseError       a requested loopback port is taken
     ├── StartupError         a component did not become healthy in time (carries its log tail)
     └── StateError           a state directory is absent, locked or inconsistent
@@ -24,6 +25,10 @@ class BinaryError(ControlPlaneError):
 
 class BuildError(BinaryError):
     """Building the binaries from Go modules failed."""
+
+
+class AddonError(ControlPlaneError):
+    """An add-on cannot be set up: its manifests, files or certificates are not usable."""
 
 
 class PortInUseError(ControlPlaneError):

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -184,6 +185,43 @@ class HubPKI:
         yield from (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key)
 
 
+@dataclasses.dataclass(frozen=True)
+class KueuePKI:
+    """A member's Kueue: its webhook serving certificate for 127.0.0.1 under a CA of its own
+    (the ``caBundle`` of the webhooks; ``tls.crt``/``tls.key``, the names Kueue's webhook
+    server reads from its certDir), and its client identity, issued by the member's CA."""
+
+    directory: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.directory / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.directory / "ca.key"
+
+    @property
+    def serving_cert(self) -> Path:
+        return self.directory / "tls.crt"
+
+    @property
+    def serving_key(self) -> Path:
+        return self.directory / "tls.key"
+
+    @property
+    def client_cert(self) -> Path:
+        return self.directory / "client.crt"
+
+    @property
+    def client_key(self) -> Path:
+        return self.directory / "client.key"
+
+    def files(self) -> Iterator[Path]:
+        yield from (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key,
+                    self.client_cert, self.client_key)
+
+
 def common_name(name: str, suffix: str = "") -> str:
     """``name + suffix`` when it fits in a common name; otherwise ``name`` cut short and followed
     by a digest of all of it, so that long names that share a beginning stay distinct."""
@@ -213,6 +251,36 @@ def ensure_hub_pki(directory: Path) -> HubPKI:
     _ensure(directory, lambda at: HubPKI(at).files(),
             lambda staging: _generate_hub(HubPKI(staging)))
     return HubPKI(directory)
+
+
+def ensure_kueue_pki(directory: Path, cluster: ClusterPKI, user: str) -> KueuePKI:
+    """A member's Kueue PKI: reused if complete and its client certificate was issued by the
+    member's current CA (a member whose PKI was made anew gets a new one), else generated."""
+    pki = KueuePKI(directory)
+    if not _issued_by(pki.client_cert, cluster.ca_cert):
+        shutil.rmtree(directory, ignore_errors=True)
+    _ensure(directory, lambda at: KueuePKI(at).files(),
+            lambda staging: _generate_kueue(KueuePKI(staging), cluster, user))
+    return pki
+
+
+def ensure_serving_pair(cert_path: Path, key_path: Path, name: str) -> None:
+    """A self-signed serving certificate for 127.0.0.1 at these paths, unless one parses
+    there: for listeners nobody verifies (Kueue's metrics, behind its own authorisation)."""
+    if _parses(cert_path) and _parses(key_path):
+        return
+    cert_path.parent.mkdir(parents=True, exist_ok=True)
+    _new_ca(cert_path, key_path, name, _now())  # self-signed: its own issuer
+
+
+def _issued_by(cert_path: Path, ca_path: Path) -> bool:
+    try:
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        ca = x509.load_pem_x509_certificate(ca_path.read_bytes())
+        cert.verify_directly_issued_by(ca)
+    except (OSError, ValueError, TypeError, InvalidSignature):
+        return False
+    return True
 
 
 def _ensure(directory: Path, files: Callable[[Path], Iterator[Path]],
@@ -293,6 +361,20 @@ def _generate_hub(pki: HubPKI) -> None:
     sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", "::1")]
     _issue(pki.serving_cert, pki.serving_key, "fakefleet-hub", (), ca_cert, ca_key, now,
            usages=(ExtendedKeyUsageOID.SERVER_AUTH,), sans=sans)
+
+
+def _generate_kueue(pki: KueuePKI, cluster: ClusterPKI, user: str) -> None:
+    now = _now()
+    ca_cert, ca_key = _new_ca(pki.ca_cert, pki.ca_key, "fakefleet-kueue-webhook-ca", now)
+    sans: list[x509.GeneralName] = [x509.DNSName("localhost"),
+                                    x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    _issue(pki.serving_cert, pki.serving_key, "kueue-webhook", (), ca_cert, ca_key, now,
+           usages=(ExtendedKeyUsageOID.SERVER_AUTH,), sans=sans)
+    member_ca = x509.load_pem_x509_certificate(cluster.ca_cert.read_bytes())
+    member_key = serialization.load_pem_private_key(cluster.ca_key.read_bytes(), password=None)
+    assert isinstance(member_key, ec.EllipticCurvePrivateKey), "our CAs are ECDSA"
+    _issue(pki.client_cert, pki.client_key, user, (), member_ca, member_key, now,
+           usages=(ExtendedKeyUsageOID.CLIENT_AUTH,), sans=[])
 
 
 def _now() -> datetime.datetime:

@@ -10,6 +10,8 @@
     <state>/clusters/<key>/             one cluster: cluster.json (ports), pki/, kubeconfig
                                         (admin) and one per component, *.log, and for members
                                         engine.log, member.kubeconfig (an adopted cluster's)
+    <state>/clusters/<key>/kueue/       a member's Kueue add-on (KueueFiles): config.yaml,
+                                        kubeconfig, ports.json, pki/, kueue.log
 
 ``host`` is the key of the daemon's host cluster; members are keyed ``<namespace>.<name>``.
 Every reader and writer of these files imports this module; the JSON files are written
@@ -103,6 +105,10 @@ class StateDir:
         """The kubeconfig of an adopted cluster, as its engine reads it."""
         return self.cluster(key) / "member.kubeconfig"
 
+    def kueue(self, key: str) -> KueueFiles:
+        """The files of a member's Kueue add-on."""
+        return KueueFiles(self.cluster(key) / "kueue")
+
     @property
     def host_kubeconfig(self) -> Path:
         return self.kubeconfig(HOST_CLUSTER)
@@ -110,6 +116,33 @@ class StateDir:
     def create(self) -> StateDir:
         private_directory(self.root)
         return self
+
+
+@dataclasses.dataclass(frozen=True)
+class KueueFiles:
+    """A member's Kueue: its directory exists while Kueue is set up there."""
+
+    directory: Path
+
+    @property
+    def config(self) -> Path:
+        return self.directory / "config.yaml"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    @property
+    def ports(self) -> Path:
+        return self.directory / "ports.json"
+
+    @property
+    def pki(self) -> Path:
+        return self.directory / "pki"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "kueue.log"
 
 
 class _Published(BaseModel):

@@ -29,6 +29,7 @@ from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.state import StateDir
 from operators.controlplane.substrate import ClusterOptions
 from operators.engine.registering import remove_all
+from operators.handlers import kueue
 from operators.handlers.runtime import Member, Runtime, wait_until_none
 from operators.k8s.applying import apply
 from operators.k8s.client import Client
@@ -36,6 +37,7 @@ from operators.k8s.config import ClusterAccess, load_kubeconfig, load_kubeconfig
 from operators.k8s.errors import ConfigError, K8sError, NotFound
 from operators.k8s.times import parse, rfc3339
 from operators.reconciling import clusters as planning
+from operators.reconciling.kueue import KueueState
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +78,8 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         if actions and reported is not None and reported.phase == "Ready":
             # Say what is missing before mending it: a restart shows as not Ready. (A cluster
             # not Ready keeps its last message, say why it failed, until there is news.)
-            reported = await report(runtime, cluster, observed, reported)
+            reported = await report(runtime, cluster, planning.Observed(**{
+                **observed.__dict__, "kueue": _last_kueue(reported)}), reported)
         for action in actions:
             try:
                 await execute(runtime, cluster, key, action)
@@ -97,9 +100,29 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
             observed = await observe(runtime, cluster, key)
         observed = planning.Observed(**{**observed.__dict__, "error": error,
                                         "stalled": stalled}) if error else observed
+        observed = planning.Observed(**{**observed.__dict__, "kueue": await _kueue(
+            runtime, cluster, key, observed.control_plane_running)})
         await report(runtime, cluster, observed, reported)
     if error and not stalled:
         raise kopf.TemporaryError(error, delay=delay)
+
+
+def _last_kueue(status: FakeClusterStatus) -> KueueState | None:
+    """KueueReady as the status says it, for a report made before Kueue is looked at."""
+    found = next((c for c in status.conditions if c.type == "KueueReady"), None)
+    return KueueState(found.status == "True", found.reason, found.message) if found else None
+
+
+async def _kueue(runtime: Runtime, cluster: FakeCluster, key: str,
+                 control_plane_running: bool) -> KueueState | None:
+    """The Kueue add-on's reconcile; a failure to look is reported, not raised: the
+    cluster's own reconcile is done by then."""
+    try:
+        return await kueue.reconcile(runtime, cluster, key,
+                                     control_plane_running=control_plane_running)
+    except (ControlPlaneError, K8sError) as failure:
+        logger.warning("cluster %s: kueue: %s", key, failure)
+        return KueueState(False, "SetupFailed", str(failure))
 
 
 async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -108,6 +131,7 @@ async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     cluster = FakeCluster.model_validate(dict(body))
     key = planning.cluster_key(cluster.metadata["namespace"], cluster.metadata["name"])
     async with runtime.lock(key):
+        await kueue.remove(runtime, key)
         for action in planning.plan(cluster, planning.Observed(), deleting=True):
             await execute(runtime, cluster, key, action)
         await _tell_pools(runtime, cluster, f"FakeCluster {cluster.metadata['name']} is gone: "

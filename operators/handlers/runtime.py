@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from operators.controlplane.binaries import Binaries
+from operators.controlplane.kueue.source import Manifests
 from operators.controlplane.state import StateDir
 from operators.controlplane.substrate import Substrate
 from operators.controlplane.supervising import Supervised
@@ -48,6 +49,8 @@ class Runtime:
     plans: set[str] = dataclasses.field(default_factory=set)
     #: Each member's hub link, as its daemon last saw it (the HubConnected condition).
     hub_links: dict[str, HubState] = dataclasses.field(default_factory=dict)
+    #: The members' Kueue add-ons and the one background build of its binary.
+    kueue: KueueAddons = dataclasses.field(default_factory=lambda: KueueAddons())
 
     def lock(self, key: str) -> asyncio.Lock:
         """One reconciliation at a time per object (change handlers and timers overlap)."""
@@ -83,6 +86,27 @@ class Runtime:
     async def stop_all(self) -> None:
         for key in list(self.engines):
             await self.stop_engine(key)
+        for process in self.kueue.processes.values():
+            await process.stop()
+        self.kueue.processes.clear()
+
+
+@dataclasses.dataclass
+class KueueAddons:
+    """What the operator holds in memory of the Kueue add-ons; all of it is observed again
+    (or redone, idempotently) after a restart."""
+
+    processes: dict[str, Supervised] = dataclasses.field(default_factory=dict)
+    #: Members whose webhook configurations were applied since their Kueue started.
+    hooked: set[str] = dataclasses.field(default_factory=set)
+    #: Fingerprint of the MultiKueue objects last applied to each manager.
+    applied: dict[str, str] = dataclasses.field(default_factory=dict)
+    build: asyncio.Future[Path] | None = None
+    build_started: float = 0.0
+    build_error: str = ""
+    build_failed_at: float = 0.0
+    #: Kueue's manifests from its module source, read once.
+    manifests: Manifests | None = None
 
 
 async def wait_until_none(count: Callable[[], Awaitable[int]], timeout: float) -> int:

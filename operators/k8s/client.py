@@ -119,6 +119,10 @@ class Client:
         return await self.send(requests.patch(path, body, content_type=content_type,
                                               decode=decode))
 
+    async def server_side_apply(self, path: str, body: Any, *, field_manager: str) -> Any:
+        return await self.send(requests.server_side_apply(path, body,
+                                                          field_manager=field_manager))
+
     async def delete(self, path: str, *, params: Params | None = None, body: Any = None,
                      decode: bool = True) -> Any:
         return await self.send(requests.delete(path, body=body, params=params, decode=decode))

@@ -3,7 +3,8 @@ break, answers that come late or never, and restarts, all on a fake clock.
 
 It keeps objects in dicts and answers the handful of verbs fakefleet sends (get, list with
 label and field selectors and pagination, watch, create, replace, merge and strategic-merge
-patch of an object or its status, delete with preconditions, finalizers and pod grace periods)
+patch of an object or its status, server-side apply (a merge that creates what is missing;
+field ownership is not modelled), delete with preconditions, finalizers and pod grace periods)
 the way the API server does, closely enough to exercise the engine. It is not an API server:
 no admission, no defaulting beyond metadata, no validation. End-to-end tests run on real ones.
 
@@ -30,7 +31,7 @@ from typing import Any
 
 from operators.k8s.clock import Clock
 from operators.k8s.errors import TransportError
-from operators.k8s.requests import MERGE_PATCH, STRATEGIC_PATCH, Request
+from operators.k8s.requests import APPLY_PATCH, MERGE_PATCH, STRATEGIC_PATCH, Request
 from operators.k8s.times import rfc3339
 from operators.k8s.transport import Response, StreamResponse
 
@@ -201,6 +202,9 @@ class MemoryTransport:
                 return _status(409, "AlreadyExists", f'"{name}" already exists')
             return _ok(self._create(target, body), 201)
         current = self._objects.get(target.key, {}).get((target.namespace, target.name))
+        if current is None and request.method == "PATCH" and \
+                request.content_type == APPLY_PATCH:
+            return _ok(self._create(target, request.json()), 201)
         if current is None:
             return _status(404, "NotFound", f"{target.name} not found")
         if request.method == "PUT":
@@ -265,7 +269,7 @@ class MemoryTransport:
 
     def _patch(self, target: _Target, current: dict[str, Any], request: Request) -> Response:
         patch = request.json()
-        if request.content_type not in (MERGE_PATCH, STRATEGIC_PATCH):
+        if request.content_type not in (MERGE_PATCH, STRATEGIC_PATCH, APPLY_PATCH):
             return _status(415, "UnsupportedMediaType", str(request.content_type))
         expected = (patch.get("metadata") or {}).get("resourceVersion")
         if expected is not None and expected != current["metadata"]["resourceVersion"]:

@@ -16,6 +16,7 @@ from typing import Any
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
 
 Params = Mapping[str, str | int]
 
@@ -66,6 +67,13 @@ def replace(path: str, body: Any) -> Request:
 def patch(path: str, body: Any, *, content_type: str = MERGE_PATCH,
           decode: bool = True) -> Request:
     return Request("PATCH", path, body=encode(body), content_type=content_type, decode=decode)
+
+
+def server_side_apply(path: str, body: Any, *, field_manager: str) -> Request:
+    """Server-side apply of a whole object (JSON is YAML), taking over conflicting fields:
+    the object is ours to keep as rendered."""
+    return Request("PATCH", path, (("fieldManager", field_manager), ("force", "true")),
+                   body=encode(body), content_type=APPLY_PATCH)
 
 
 def delete(path: str, *, body: Any = None, params: Params | None = None,

@@ -14,6 +14,7 @@ from typing import Literal
 
 from operators.api.clusters import FakeCluster, FakeClusterStatus
 from operators.api.status import condition
+from operators.reconciling.kueue import KueueState
 
 Phase = Literal["Pending", "Provisioning", "Ready", "Failed", "Terminating"]
 
@@ -50,6 +51,8 @@ class Observed:
     error: str = ""
     stalled: bool = False
     hub: HubState | None = None
+    #: KueueReady, when spec.addons.kueue asks for Kueue: the cluster is Ready only with it.
+    kueue: KueueState | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +126,9 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
            previous: FakeClusterStatus | None) -> FakeClusterStatus:
     """The status that describes ``observed`` for the cluster's current generation."""
     generation = int(cluster.metadata.get("generation", 0))
-    ready = observed.control_plane_running and observed.engine_running
+    running = observed.control_plane_running and observed.engine_running
+    kueue_ready = observed.kueue is None or observed.kueue.ready
+    ready = running and kueue_ready
     phase: Phase
     if ready:
         phase = "Ready"
@@ -135,6 +140,10 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
         phase = "Pending"
     if ready:
         reason, message = "Running", f"API server at {observed.endpoint}, engine running"
+        if observed.kueue is not None:
+            message += ", Kueue running"
+    elif running and observed.kueue is not None and not observed.error:
+        reason, message = "KueueNotReady", f"Kueue: {observed.kueue.message}"
     elif observed.error:
         reason, message = ("ProvisioningFailed" if observed.stalled else "Provisioning",
                            observed.error)
@@ -155,6 +164,10 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
         conditions.append(condition(
             "HubConnected", observed.hub.connected, reason=observed.hub.reason,
             message=observed.hub.message, generation=generation, now=now, previous=earlier))
+    if observed.kueue is not None:
+        conditions.append(condition(
+            "KueueReady", observed.kueue.ready, reason=observed.kueue.reason,
+            message=observed.kueue.message, generation=generation, now=now, previous=earlier))
     local = cluster.spec.controlPlane.backend == "local"
     ref = cluster.spec.controlPlane.kubeconfigSecretRef
     return FakeClusterStatus(
