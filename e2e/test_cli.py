@@ -27,9 +27,9 @@ def test_up_status_kubeconfig_down(cli_state: Path) -> None:
 
     status = fakefleet("status", "--state-dir", state).stdout
     for component in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager",
-                      "hub", "operator"):
+                      "hub", "operator", "collector"):
         assert component in status
-    assert status.count(" ok ") == 6, status
+    assert status.count(" ok ") == 7, status
 
     # The documented way to use it: kubectl --kubeconfig <(fakefleet kubeconfig) get ns
     listing = subprocess.run(
@@ -41,7 +41,7 @@ def test_up_status_kubeconfig_down(cli_state: Path) -> None:
 
     host = json.loads((cli_state / "host.json").read_text())
     pids = [host["pid"], *(c["pid"] for c in host["components"])]
-    assert len(pids) == 7  # the daemon, etcd, apiserver, scheduler, KCM, hub, operator
+    assert len(pids) == 8  # daemon, etcd, apiserver, scheduler, KCM, hub, operator, collector
     fakefleet("down", "--state-dir", state)
     assert processes_mentioning(state) == []
     for pid in pids:

@@ -32,9 +32,11 @@ from rich.text import Text
 from federation.client.channels import HubAddress
 from federation.client.channels import health as hub_health
 from federation.client.discovery import HubFiles, HubInfo
+from federation.telemetry.files import CollectorFiles, CollectorInfo
 from operators import (
     fleetcli,
     kueuecli,
+    tracecli,
     workloadcli,  # noqa: F401  (adds fleet submit, workload, workloads)
 )
 from operators.api.base import API_VERSION
@@ -135,8 +137,10 @@ def _resolve_kueue() -> Path:
 @click.option("--no-hub", is_flag=True,
               help="Do not start the federation hub (FakeClusters then join no hub unless "
                    "their spec.federation names one).")
+@click.option("--no-collector", is_flag=True,
+              help="Do not start the embedded trace collector (same as FAKEFLEET_COLLECTOR=off).")
 def up(state_dir: Path, kubernetes_version: str, port: int | None, profile: str,
-       timeout: float, unsafe_no_fsync: bool, no_hub: bool) -> None:
+       timeout: float, unsafe_no_fsync: bool, no_hub: bool, no_collector: bool) -> None:
     """Start the host control plane (etcd, apiserver, scheduler, controller-manager), the
     operator and the federation hub."""
     state_dir = state_dir.resolve()
@@ -162,6 +166,8 @@ def up(state_dir: Path, kubernetes_version: str, port: int | None, profile: str,
         argv.append("--unsafe-no-fsync")
     if no_hub:
         argv.append("--no-hub")
+    if no_collector:
+        argv.append("--no-collector")
     state.create()
     started = time.monotonic()
     with state.daemon_log.open("ab") as log:
@@ -302,6 +308,11 @@ async def _probe_all(state: StateDir, components: list[ComponentState]) -> list[
             if info is None or info.pid != component.pid:
                 return False, "not serving yet"
             return await hub_health(HubAddress.of(info.address, info.ca))
+        if component.name == "collector":
+            serving = CollectorInfo.read(CollectorFiles.of(state.root).info)
+            if serving is None or serving.pid != component.pid:
+                return False, "not serving yet"
+            return await hub_health(HubAddress(serving.address))
         if url is None:  # an engine: alive is healthy (it retries whatever fails)
             alive = component.pid is not None and _alive(component.pid)
             return alive, "ok" if alive else "not running"
@@ -886,3 +897,4 @@ def _print_results(namespace: str, name: str, status: dict[str, Any]) -> None:
 
 main.add_command(fleetcli.fleet)
 main.add_command(kueuecli.kueue)
+main.add_command(tracecli.trace)

@@ -144,3 +144,14 @@ async def test_a_restart_that_cannot_start_is_tried_again(tmp_path: Path) -> Non
     await _eventually(lambda: child.pid not in (None, first))
     assert child.restarts == 1
     await child.stop()
+
+
+async def test_a_child_gets_its_variables_on_top_of_ours_and_keeps_them_across_restarts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKEFLEET_TEST_INHERITED", "inherited")
+    log = tmp_path / "env.log"
+    child = Supervised("env", ["sh", "-c", "echo $FAKEFLEET_TEST_INHERITED $OTEL_X; exit 1"],
+                       log_path=log, min_backoff=0.05, env={"OTEL_X": "given"})
+    await child.start()
+    await _eventually(lambda: child.restarts >= 1 and tail(log).count("inherited given") >= 2)
+    await child.stop()

@@ -3,6 +3,10 @@
 ``fakefleet up`` returns once the host cluster is Ready, but someone has to keep etcd, the
 kube-apiserver, the scheduler, the controller-manager and the operator
 (``python -m operators``) alive afterwards and restart them when they crash: this daemon.
+It also runs the embedded trace collector (``python -m federation.telemetry.collector``) first,
+and points the OpenTelemetry exporters of the hub and the operator (and so of the engines) at
+it, unless the user named an endpoint of their own (``OTEL_EXPORTER_OTLP_ENDPOINT``) or turned
+the collector off (``FAKEFLEET_COLLECTOR=off``).
 It holds ``<state>/daemon.lock`` for its whole life (so there is never a second one on the
 same state directory), publishes what it runs in ``<state>/host.json``, and stops everything
 on SIGTERM/SIGINT. Its children die with it even when it is SIGKILLed.
@@ -23,11 +27,13 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
 from federation.client.discovery import HubFiles, HubInfo
+from federation.telemetry.files import CollectorFiles, CollectorInfo
+from federation.telemetry.setup import exporter_environment
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StartupError, StateError
@@ -47,6 +53,8 @@ from operators.controlplane.supervising import Supervised, tail
 
 logger = logging.getLogger(__name__)
 
+#: ``off`` keeps ``fakefleet up`` from starting the embedded collector.
+COLLECTOR_VARIABLE = "FAKEFLEET_COLLECTOR"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +68,18 @@ class HostSettings:
     startup_timeout: float = 90.0
     operator: bool = True
     hub: bool = True
+    collector: bool = True
     fsync: bool = True
+
+
+def collector_wanted(environ: Mapping[str, str]) -> bool:
+    """What ``FAKEFLEET_COLLECTOR`` says: ``on`` (or unset) or ``off``."""
+    value = environ.get(COLLECTOR_VARIABLE, "on").strip().lower()
+    if value not in ("on", "off"):
+        raise StateError(f"{COLLECTOR_VARIABLE}={environ[COLLECTOR_VARIABLE]!r} is neither "
+                         f"'on' nor 'off': set it to 'off' to run without the embedded trace "
+                         f"collector, or unset it")
+    return value == "on"
 
 
 def daemon_alive(state_dir: Path) -> bool:
@@ -86,9 +105,16 @@ def _lock(state_dir: Path, *, blocking: bool) -> Iterator[IO[str]]:
 
 
 def _snapshot(substrate: Substrate, settings: HostSettings, started: str,
-              operator: Supervised | None, hub: Supervised | None) -> HostState:
+              operator: Supervised | None, hub: Supervised | None,
+              collector: Supervised | None) -> HostState:
     host = substrate.clusters.get(HOST_CLUSTER)
     components = substrate.components()
+    if collector is not None:
+        serving = CollectorInfo.read(CollectorFiles.of(settings.state_dir).info)
+        components.append(ComponentState(
+            cluster=None, name="collector", pid=collector.pid, log=str(collector.log_path),
+            restarts=collector.restarts,
+            port=serving.port if serving and serving.pid == collector.pid else None))
     if hub is not None:
         info = HubInfo.read(HubFiles(StateDir(settings.state_dir).hub).info)
         components.append(ComponentState(
@@ -113,7 +139,8 @@ def operator_ready(state_dir: Path, pid: int | None) -> bool:
         announced.pid == pid
 
 
-async def _start_operator(state_dir: Path, timeout: float) -> Supervised:
+async def _start_operator(state_dir: Path, timeout: float,
+                          env: Mapping[str, str]) -> Supervised:
     """The operator runs as a supervised child: killed, it is restarted (and adopts)."""
     StateDir(state_dir).operator_file.unlink(missing_ok=True)
     operator = Supervised(
@@ -121,6 +148,7 @@ async def _start_operator(state_dir: Path, timeout: float) -> Supervised:
         [sys.executable, "-m", "operators", "--state-dir", str(state_dir), "--install-crds"],
         log_path=StateDir(state_dir).operator_log,
         death_signal=signal.SIGTERM,  # it stops its members and engines, within a bound
+        env=env,
     )
     await operator.start()
     deadline = time.monotonic() + timeout
@@ -139,7 +167,11 @@ async def _start_operator(state_dir: Path, timeout: float) -> Supervised:
 def _hub_port(state: StateDir) -> int:
     """The hub's port: the one it had (members find it again after a restart), else a free
     one, remembered."""
-    remembered = state.hub / "port"
+    return _remembered_port(state.hub / "port")
+
+
+def _remembered_port(remembered: Path) -> int:
+    """The port written in ``remembered`` if it is free, else a free one, written there."""
     with contextlib.suppress(FileNotFoundError, ValueError):
         port = int(remembered.read_text())
         with socket.socket() as probe:
@@ -155,7 +187,37 @@ def _hub_port(state: StateDir) -> int:
     return port
 
 
-async def _start_hub(state_dir: Path, timeout: float, fsync: bool) -> Supervised:
+async def _start_collector(state_dir: Path, timeout: float,
+                           fsync: bool) -> tuple[Supervised, CollectorInfo]:
+    """The trace collector, supervised, on loopback, on the port it had before (processes
+    that outlive a restart of it keep exporting to the address they were given)."""
+    files = CollectorFiles.of(state_dir)
+    private_directory(files.root)
+    files.info.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "federation.telemetry.collector",
+               "--state-dir", str(files.root),
+               "--listen", f"127.0.0.1:{_remembered_port(files.port)}"]
+    if not fsync:
+        command.append("--unsafe-no-fsync")
+    collector = Supervised("collector", command, log_path=files.log,
+                           death_signal=signal.SIGTERM)
+    await collector.start()
+    deadline = time.monotonic() + timeout
+    while (info := CollectorInfo.read(files.info)) is None or info.pid != collector.pid:
+        if collector.restarts or not collector.running:
+            await collector.stop()
+            raise StartupError("the trace collector", "exited during start-up",
+                               tail(collector.log_path))
+        if time.monotonic() > deadline:
+            await collector.stop()
+            raise StartupError("the trace collector", f"was not serving after {timeout:.0f}s",
+                               tail(collector.log_path))
+        await asyncio.sleep(0.1)
+    return collector, info
+
+
+async def _start_hub(state_dir: Path, timeout: float, fsync: bool,
+                     env: Mapping[str, str]) -> Supervised:
     """The federation hub, supervised, on loopback with TLS from its own PKI."""
     state = StateDir(state_dir)
     private_directory(state.hub)
@@ -168,7 +230,8 @@ async def _start_hub(state_dir: Path, timeout: float, fsync: bool) -> Supervised
                "--tls-ca", str(pki.ca_cert)]
     if not fsync:
         command.append("--unsafe-no-fsync")
-    hub = Supervised("hub", command, log_path=state.hub_log, death_signal=signal.SIGTERM)
+    hub = Supervised("hub", command, log_path=state.hub_log, death_signal=signal.SIGTERM,
+                     env=env)
     await hub.start()
     deadline = time.monotonic() + timeout
     while (info := HubInfo.read(files.info)) is None or info.pid != hub.pid:
@@ -200,19 +263,27 @@ async def run(
                               startup_timeout=settings.startup_timeout)
         operator: Supervised | None = None
         hub: Supervised | None = None
+        collector: Supervised | None = None
+        env: dict[str, str] = {}
         try:
+            if settings.collector:
+                collector, serving = await _start_collector(
+                    state_dir, settings.startup_timeout, settings.fsync)
+                env = exporter_environment(serving.endpoint, os.environ)
             await substrate.start()
             await substrate.add_cluster(HOST_CLUSTER, ClusterOptions(
                 apiserver_port=settings.apiserver_port, profile=settings.profile,
             ))
             if settings.hub:
-                hub = await _start_hub(state_dir, settings.startup_timeout, settings.fsync)
+                hub = await _start_hub(state_dir, settings.startup_timeout, settings.fsync,
+                                       env)
             if settings.operator:
-                operator = await _start_operator(state_dir, settings.startup_timeout)
+                operator = await _start_operator(state_dir, settings.startup_timeout, env)
             if ready_flag is not None:
                 ready_flag.set()
             while not stop_flag.is_set():
-                publish(state.host_file, _snapshot(substrate, settings, started, operator, hub))
+                publish(state.host_file,
+                        _snapshot(substrate, settings, started, operator, hub, collector))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop_flag.wait(), publish_interval)
         except ControlPlaneError as error:
@@ -224,6 +295,8 @@ async def run(
             if hub is not None:
                 await hub.stop(timeout=10)
             await substrate.stop()
+            if collector is not None:  # last: it receives the others' final spans
+                await collector.stop(timeout=10)
             if (published := read_host(state)) is None or published.error is None:
                 state.host_file.unlink(missing_ok=True)
 
@@ -252,10 +325,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only the host control plane")
     parser.add_argument("--no-hub", action="store_true",
                         help="do not start the federation hub")
+    parser.add_argument("--no-collector", action="store_true",
+                        help="do not start the embedded trace collector (also: "
+                             f"{COLLECTOR_VARIABLE}=off)")
     parser.add_argument("--unsafe-no-fsync", action="store_true",
                         help="for tests and benchmarks: etcd does not fsync, so data may be "
                              "lost on a machine crash")
     args = parser.parse_args(argv)
+    try:
+        collector = not args.no_collector and collector_wanted(os.environ)
+    except StateError as error:
+        parser.error(str(error))
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -268,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         startup_timeout=args.startup_timeout,
         operator=not args.no_operator,
         hub=not args.no_hub,
+        collector=collector,
         fsync=not args.unsafe_no_fsync,
     )
     return asyncio.run(_main_async(settings))

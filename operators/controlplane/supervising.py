@@ -21,7 +21,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -57,9 +57,12 @@ class Supervised:
         max_backoff: float = 10.0,
         stable_after: float = 30.0,
         death_signal: signal.Signals = signal.SIGKILL,
+        env: Mapping[str, str] | None = None,
     ) -> None:
+        """``env``: variables set for the child on top of this process's environment."""
         self.name = name
         self.argv = list(argv)
+        self.env = dict(env or {})
         self.log_path = log_path
         self.restarts = 0
         self._on_exit = on_exit
@@ -134,6 +137,7 @@ class Supervised:
                 stderr=asyncio.subprocess.STDOUT,
                 preexec_fn=die_with_parent,
                 start_new_session=True,
+                env={**os.environ, **self.env} if self.env else None,
             )
         self._started_at = time.monotonic()
 

@@ -1,0 +1,77 @@
+"""Where the embedded collector keeps its files, and the ``collector.json`` it publishes.
+
+    <state>/collector/spans.db (+ -wal, -shm)   the span store (federation.telemetry.store)
+    <state>/collector/collector.json            pid and address of the running collector
+    <state>/collector/port                      the port it had, kept across restarts
+    <state>/collector/collector.log             its log, when the daemon supervises it
+
+The collector writes ``collector.json`` once it serves; the daemon, ``fakefleet status`` and
+``fakefleet trace`` read it. This module is the contract between them: the names are spelled
+here only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectorFiles:
+    """The paths of a collector's directory."""
+
+    root: Path
+
+    @classmethod
+    def of(cls, state_dir: Path) -> CollectorFiles:
+        """The collector's directory inside a fakefleet state directory."""
+        return cls(state_dir / "collector")
+
+    @property
+    def database(self) -> Path:
+        return self.root / "spans.db"
+
+    @property
+    def info(self) -> Path:
+        return self.root / "collector.json"
+
+    @property
+    def port(self) -> Path:
+        return self.root / "port"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "collector.log"
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectorInfo:
+    """What a running collector publishes (``collector.json``)."""
+
+    pid: int
+    address: str
+    """``host:port`` of its OTLP/gRPC receiver (plaintext, loopback)."""
+
+    @property
+    def endpoint(self) -> str:
+        """The address as ``OTEL_EXPORTER_OTLP_ENDPOINT`` spells it (``http``: no TLS)."""
+        return f"http://{self.address}"
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rsplit(":", 1)[1])
+
+    @classmethod
+    def read(cls, path: Path) -> CollectorInfo | None:
+        try:
+            return cls(**json.loads(path.read_text()))
+        except (FileNotFoundError, ValueError, TypeError):
+            return None
+
+    def write(self, path: Path) -> None:
+        """Replace ``path`` at once, so that a reader never sees half of it."""
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
+        temporary.replace(path)
