@@ -58,7 +58,8 @@ verify: $(STAMP)
 ## with KWOK v0.8.0 and a raw ceiling at KWOK's benchmark size (5000 nodes, 10000 pods),
 ## four member clusters with an engine process each at once, FaultPlan latency at 1000 nodes,
 ## the federation hub with 1000 simulated members (fan-out, heartbeats, restarts), and the
-## trace collector's ingest rate and disk per 10k spans
+## trace collector's ingest rate and disk per 10k spans, and 1000 GPU Jobs placed by the hub
+## and by Kueue MultiKueue over 3 clusters of 100 H100 nodes
 bench: setup
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
@@ -67,6 +68,7 @@ bench: setup
 	$(BIN)/python -m bench.faults
 	$(BIN)/python -m bench.hub
 	$(BIN)/python -m bench.collector
+	$(BIN)/python -m bench.workloads
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
