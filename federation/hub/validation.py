@@ -11,6 +11,8 @@ import json
 import re
 from collections.abc import Mapping
 
+from google.protobuf.duration_pb2 import Duration
+
 from federation.api import common_pb2, fleet_pb2, member_pb2
 from federation.hub.arrivals import DistributionError
 from federation.hub.convert import arrivals, run_time
@@ -266,14 +268,17 @@ def plan(text: str, field: str = "plan") -> list[str]:
     return []
 
 
+def start_delay(delay: Duration) -> list[str]:
+    if delay.seconds < 0 or delay.nanos < 0 or delay.nanos >= 1_000_000_000 \
+            or delay.seconds > MAX_START_DELAY:
+        return [f"start_delay: {delay.seconds}s {delay.nanos}ns; use 0 to {MAX_START_DELAY}s"]
+    return []
+
+
 def run_plan(request: fleet_pb2.RunPlanRequest) -> list[str]:
     problems = plan(request.plan)
     problems += selector(request.clusters, "clusters")
-    delay = request.start_delay
-    if delay.seconds < 0 or delay.nanos < 0 or delay.nanos >= 1_000_000_000 \
-            or delay.seconds > MAX_START_DELAY:
-        problems.append(f"start_delay: {delay.seconds}s {delay.nanos}ns; use 0 to "
-                        f"{MAX_START_DELAY}s")
+    problems += start_delay(request.start_delay)
     if request.name and not _DNS_SUBDOMAIN.match(request.name):
         problems.append(f"name: {request.name[:80]!r}; use lowercase letters, digits, '-' and "
                         f"'.' (at most 253)")
@@ -375,11 +380,7 @@ def _target(target: fleet_pb2.WorkloadTarget, field: str) -> list[str]:
 
 def submit_workload(request: fleet_pb2.SubmitWorkloadRequest) -> list[str]:
     problems = workload_spec(request.spec)
-    delay = request.start_delay
-    if delay.seconds < 0 or delay.nanos < 0 or delay.nanos >= 1_000_000_000 \
-            or delay.seconds > MAX_START_DELAY:
-        problems.append(f"start_delay: {delay.seconds}s {delay.nanos}ns; use 0 to "
-                        f"{MAX_START_DELAY}s")
+    problems += start_delay(request.start_delay)
     problems += _text(request.name, "name", 253)
     return problems + traceparent(request.traceparent)
 
