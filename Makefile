@@ -32,7 +32,7 @@ demo-multikueue: setup
 
 ## test: unit tests, then end-to-end tests on real control planes
 test: setup
-	$(BIN)/pytest tests e2e
+	$(BIN)/pytest --durations=25 tests e2e
 
 test-unit: $(STAMP)
 	$(BIN)/pytest tests

@@ -138,6 +138,20 @@ RUNNING = ("Running",)
 ALIVE = ("Pending", "Initializing", "Running", "BackOff")
 
 
+def one_shot_restarts(entries: list[FaultEntry], restarts: int) -> int:
+    """The restart count a new one-shot exit is written for, given the pod's ``restarts`` and
+    the entries already on it: one past the last exit still waiting to fire. Two exits injected
+    before the engine got to the first (an engine restart, a pod in back-off) then make two
+    restarts, one after the other, rather than one exit at a count both were written for."""
+    waiting = [int(requirement.values[0]) for entry in entries if entry.state == "inject"
+               for stage in entry.stages if stage.resource == "Pod"
+               for requirement in stage.selector.matchExpressions
+               if requirement.key == "restarts" and requirement.operator == "In"
+               and requirement.values and requirement.values[0].isdigit()
+               and int(requirement.values[0]) >= restarts]
+    return max(waiting) + 1 if waiting else restarts
+
+
 def pod_entry(entry_id: str, fault: Fault, *, restarts: int = 0) -> FaultEntry:
     """The entry for a pod fault. ``restarts``: the pod's restart count when the fault is
     written; a one-shot exit fires only while it is still that, so an engine restarted between

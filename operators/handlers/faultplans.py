@@ -402,7 +402,8 @@ class PlanRunner:
                     return entries
                 restarts = max((c.get("restartCount", 0) for c in (pod.get("status") or {})
                                 .get("containerStatuses") or ()), default=0)
-                return [*entries, catalogue.pod_entry(entry_id, fault, restarts=restarts)]
+                return [*entries, catalogue.pod_entry(
+                    entry_id, fault, restarts=catalogue.one_shot_restarts(entries, restarts))]
             return await edit_entries(client, _pod_path(victim), add_pod, str(victim),
                                       self._observed(victim))
         if fault.type == "Delete":

@@ -241,3 +241,35 @@ def test_a_one_shot_exit_fires_only_at_the_restart_count_it_was_written_for() ->
     assert before is not None
     assert before.name == "fault-exit"
     assert after is None or after.name != "fault-exit"
+
+
+def test_two_one_shot_exits_waiting_on_one_pod_make_two_restarts() -> None:
+    """The second exit is written while the first has not fired yet (its engine was down, or
+    the pod was in back-off): it is written for the count after the first's, so the pod exits
+    twice, not once for both."""
+    from operators.api.faultplans import Fault
+    from operators.api.injections import FaultEntry
+    from operators.faults.catalogue import one_shot_restarts, pod_entry
+
+    exit_fault = Fault(type="ContainerExit", exitCode=3)
+    first = pod_entry("ns/plan/exit-2/0", exit_fault, restarts=one_shot_restarts([], 0))
+    second = pod_entry("ns/plan/exit-4/0", exit_fault,
+                       restarts=one_shot_restarts([first], 0))
+    book = Rulebook(stages.default_rules())
+
+    def firing(entries: list[FaultEntry], restarts: int) -> str | None:
+        text = json.dumps([e.model_dump(mode="json", exclude_defaults=True)
+                           | {"id": e.id, "state": e.state} for e in entries])
+        rule = stages.match_pod(book(text).pods, PodFacts(manifest(**{FAULTS: text})),
+                                PodLife(phase="Running", restarts=restarts))
+        return rule.entry if rule is not None and rule.name == "fault-exit" else None
+
+    assert firing([first, second], 0) == first.id
+    first_done = first.model_copy(update={"state": "done"})
+    assert firing([first_done, second], 1) == second.id
+    assert firing([first_done, second.model_copy(update={"state": "done"})], 2) is None
+    # A leftover entry for a count the pod has passed (its engine died before marking it done)
+    # does not push a new exit further out; one already done does not either.
+    assert one_shot_restarts([first], 5) == 5
+    assert one_shot_restarts([first_done], 0) == 0
+    assert one_shot_restarts([first, second], 0) == 2
