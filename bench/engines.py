@@ -18,6 +18,16 @@ status patched Running, pods deleted with grace 0). Every engine gets a fresh co
 (etcd, kube-apiserver, kube-scheduler, kube-controller-manager) with the load profile (request
 limits lifted, as KWOK's ``--disable-qps-limits``).
 
+Tracing on against off: ``--engines fakefleet,fakefleet-traced`` runs fakefleet's engine twice.
+``fakefleet`` runs with no OTLP endpoint anywhere (any ``OTEL_EXPORTER_OTLP_*ENDPOINT`` of the
+shell is dropped); ``fakefleet-traced`` runs as under ``fakefleet up``: the embedded collector
+(``python -m federation.telemetry.collector``, without fsync) in a process of its own, its
+endpoint given to the engine (SDK and exporter configured), to etcd and to the kube-apiserver
+(``--tracing-config-file``). The phases inject no faults, so what is measured is the cost of
+tracing being on for background work (it should be near nothing: none of it is traced; the
+spans the collector stored are reported). The column fakefleet-traced/fakefleet is the ratio of
+the times (< 0.9: tracing costs more than 10 %).
+
 The table gives seconds and objects/s per phase, the engine's peak RSS and CPU seconds, and the
 ratios fakefleet/KWOK and fakefleet/ceiling (> 1 means fakefleet is faster). Results also go to
 ``bench/results/engines-<time>.json`` (git-ignored).
@@ -31,10 +41,11 @@ import contextlib
 import dataclasses
 import json
 import os
+import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +54,8 @@ from rich.table import Table
 
 from bench import kwok
 from bench.metrics import mutating_requests
+from federation.telemetry.files import CollectorFiles, CollectorInfo
+from federation.telemetry.setup import ENDPOINT_VARIABLES, exporter_environment
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
 from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
@@ -54,6 +67,10 @@ from operators.k8s.watching import list_and_watch
 
 RESULTS = Path(__file__).parent / "results"
 ENGINES = ("fakefleet", "kwok", "ceiling")
+#: Run on request only: fakefleet's engine with tracing on (see the module's docstring).
+TRACED = "fakefleet-traced"
+FAKEFLEET = ("fakefleet", TRACED)
+COLLECTOR_TIMEOUT = 30.0
 NAMESPACE = "default"
 POOL = "bench"
 CONCURRENCY = 64
@@ -86,6 +103,8 @@ class EngineRun:
     cpu_seconds: float | None = None
     #: fakefleet only: how long its pod lifecycle held back for late heartbeats, in all.
     held_back_seconds: float | None = None
+    #: fakefleet-traced only: the spans the collector stored (engine, apiserver, etcd).
+    spans: int | None = None
     error: str = ""
 
 
@@ -289,8 +308,10 @@ class Harness:
     """Drives one engine through the phases against one fresh control plane."""
 
     def __init__(self, engine: str, cluster: LocalCluster, workdir: Path, *, nodes: int,
-                 pods: int, scheduler: bool) -> None:
+                 pods: int, scheduler: bool, environ: Mapping[str, str] | None = None) -> None:
+        """``environ``: the engine process's environment (fakefleet's engines)."""
         self.engine, self.cluster, self.workdir = engine, cluster, workdir
+        self.environ = environ
         self.nodes, self.pods, self.scheduler = nodes, pods, scheduler
         access = load_kubeconfig_file(cluster.kubeconfig_path)
         # Writers and watchers apart: a long watch never holds a writer's connection, and a
@@ -331,7 +352,7 @@ class Harness:
                     "pods deleted (scheduled)", self.pods, self._delete_deployments,
                     lambda: pod_tally.until(lambda t: t.present == 0, PHASE_TIMEOUT)))
             result.peak_rss_mib, result.cpu_seconds = self._engine_usage()
-            if self.engine == "fakefleet":
+            if self.engine in FAKEFLEET:
                 result.held_back_seconds = held_back(self.workdir / f"{self.engine}.log")
         finally:
             await node_tally.stop()
@@ -384,11 +405,12 @@ class Harness:
     async def _spawn(self, argv: list[str]) -> None:
         log = (self.workdir / f"{self.engine}.log").open("wb")
         self.process = await asyncio.create_subprocess_exec(
-            *argv, stdout=log, stderr=asyncio.subprocess.STDOUT)
+            *argv, stdout=log, stderr=asyncio.subprocess.STDOUT,
+            env=dict(self.environ) if self.environ is not None else None)
         log.close()
 
     async def _make_nodes(self) -> None:
-        if self.engine == "fakefleet":
+        if self.engine in FAKEFLEET:
             await self._spawn([
                 sys.executable, "-m", "operators.engine",
                 "--kubeconfig", str(self.cluster.kubeconfig_path),
@@ -486,13 +508,67 @@ class Harness:
                 await self.process.wait()
 
 
+def untraced_environment() -> dict[str, str]:
+    """This process's environment with no OTLP endpoint: nothing exports spans."""
+    return {name: value for name, value in os.environ.items()
+            if name not in ENDPOINT_VARIABLES}
+
+
+@contextlib.asynccontextmanager
+async def collecting(directory: Path) -> AsyncIterator[CollectorInfo]:
+    """The embedded collector as ``fakefleet up`` runs it (without fsync), in its own process,
+    until the block ends."""
+    files = CollectorFiles(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with files.log.open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "federation.telemetry.collector", "--state-dir",
+            str(directory), "--listen", "127.0.0.1:0", "--unsafe-no-fsync",
+            stdout=log, stderr=asyncio.subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + COLLECTOR_TIMEOUT
+        while (info := CollectorInfo.read(files.info)) is None or info.pid != process.pid:
+            if process.returncode is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the collector did not serve: see {files.log}")
+            await asyncio.sleep(0.1)
+        yield info
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            await process.wait()
+
+
+def stored_spans(directory: Path) -> int:
+    """How many spans the collector in ``directory`` stored."""
+    database = CollectorFiles(directory).database
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+        count: int = db.execute("SELECT count(*) FROM spans").fetchone()[0]
+        return count
+
+
 async def run_engine(engine: str, binaries: binaries_.Binaries, workdir: Path, *, nodes: int,
                      pods: int, scheduler: bool) -> EngineRun:
     state = workdir / engine
     state.mkdir(parents=True)
-    async with Substrate(state, binaries, fsync=False) as substrate:
+    if engine != TRACED:
+        return await _run_engine(engine, binaries, state, untraced_environment(),
+                                 nodes=nodes, pods=pods, scheduler=scheduler)
+    async with collecting(state / "collector") as collector:
+        environ = {**untraced_environment(),
+                   **exporter_environment(collector.endpoint, {})}
+        result = await _run_engine(engine, binaries, state, environ, nodes=nodes, pods=pods,
+                                   scheduler=scheduler)
+    result.spans = stored_spans(state / "collector")
+    return result
+
+
+async def _run_engine(engine: str, binaries: binaries_.Binaries, state: Path,
+                      environ: Mapping[str, str], *, nodes: int, pods: int,
+                      scheduler: bool) -> EngineRun:
+    async with Substrate(state, binaries, fsync=False, environ=environ) as substrate:
         cluster = await substrate.add_cluster("bench", ClusterOptions(profile=Profile.LOAD))
-        harness = Harness(engine, cluster, state, nodes=nodes, pods=pods, scheduler=scheduler)
+        harness = Harness(engine, cluster, state, nodes=nodes, pods=pods, scheduler=scheduler,
+                          environ=environ if engine in FAKEFLEET else None)
         return await harness.run()
 
 
@@ -511,6 +587,8 @@ def report(runs: dict[str, EngineRun], console: Console, *, nodes: int, pods: in
         table.add_column("fakefleet/kwok", justify="right")
     if "fakefleet" in runs and "ceiling" in runs:
         table.add_column("fakefleet/ceiling", justify="right")
+    if "fakefleet" in runs and TRACED in runs:
+        table.add_column(f"{TRACED}/fakefleet", justify="right")
     names = [phase.name for phase in max(runs.values(), key=lambda r: len(r.phases)).phases]
     for name in names:
         row = [name]
@@ -526,10 +604,15 @@ def report(runs: dict[str, EngineRun], console: Console, *, nodes: int, pods: in
                 theirs = found.get(other)
                 row.append(ratio(ours.seconds if ours else None,
                                  theirs.seconds if theirs else None))
+        if "fakefleet" in runs and TRACED in runs:
+            traced = found.get(TRACED)
+            row.append(ratio(traced.seconds if traced else None,
+                             ours.seconds if ours else None))
         table.add_row(*row)
     for label, attribute in (("engine peak RSS (MiB)", "peak_rss_mib"),
                              ("engine CPU (s)", "cpu_seconds"),
-                             ("pods held back for heartbeats (s)", "held_back_seconds")):
+                             ("pods held back for heartbeats (s)", "held_back_seconds"),
+                             ("spans stored by the collector", "spans")):
         row = [label]
         for run in runs.values():
             value = getattr(run, attribute)
@@ -578,15 +661,17 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=10000)
     parser.add_argument("--engines", default=",".join(ENGINES),
-                        help="comma-separated subset of fakefleet,kwok,ceiling")
+                        help="comma-separated subset of fakefleet,kwok,ceiling, and "
+                             f"{TRACED} (fakefleet with tracing on)")
     parser.add_argument("--no-scheduler", action="store_true",
                         help="skip the Deployment (real scheduler) variant")
     parser.add_argument("--output", type=Path, default=None, help="write the JSON here too")
     args = parser.parse_args()
     engines = [e for e in args.engines.split(",") if e]
-    unknown = set(engines) - set(ENGINES)
+    unknown = set(engines) - {*ENGINES, TRACED}
     if unknown:
-        parser.error(f"--engines: unknown {sorted(unknown)}; choose from {', '.join(ENGINES)}")
+        parser.error(f"--engines: unknown {sorted(unknown)}; choose from "
+                     f"{', '.join((*ENGINES, TRACED))}")
     console = Console() if sys.stdout.isatty() else Console(width=200)
     binaries = binaries_.resolve()
     if "kwok" in engines:

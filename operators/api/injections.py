@@ -61,6 +61,9 @@ from operators.api.base import Model
 from operators.api.durations import DURATION_PATTERN, parse_duration
 from operators.api.stages import Stage
 
+#: A W3C traceparent: version, trace id, span id, flags.
+TRACEPARENT_PATTERN = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
+
 FAULTS = "fakefleet.dev/faults"
 HELD_NODES = "fakefleet.dev/held-nodes"
 
@@ -98,6 +101,9 @@ class FaultEntry(Model):
     hub: HubLink | None = None
     """FakeCluster entries: while the state is inject, what happens to the cluster's link to
     its hub (HubPartition, HubLatency)."""
+    traceparent: str | None = Field(default=None, pattern=TRACEPARENT_PATTERN)
+    """The W3C trace context of the plan step that wrote the entry: the engine's span for
+    carrying it out is a child of it, so the fault's writes land in the plan's trace."""
 
     @property
     def live(self) -> list[Stage]:

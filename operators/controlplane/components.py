@@ -5,15 +5,37 @@ client certificates required from its own CA. The ``load`` profile lifts request
 KWOK's ``--disable-qps-limits`` does: the apiserver's in-flight limits and API Priority and
 Fairness are off, and the scheduler and controller-manager may send thousands of requests per
 second.
+
+Tracing: when spans are exported (``OTEL_EXPORTER_OTLP_ENDPOINT``, the embedded collector's
+under ``fakefleet up``), the kube-apiservers get ``--tracing-config-file`` and etcd its
+``--enable-distributed-tracing`` flags, both with a sampling rate of 0: their samplers are
+``ParentBased(NeverSample)`` (k8s.io/component-base/tracing and etcd's embed at the pinned
+versions), so they trace exactly the requests whose incoming ``traceparent`` is sampled (a
+fault's writes, made in the engine's spans) and nothing else. Both exporters speak plaintext
+OTLP/gRPC to ``host:port`` and cannot use TLS; they report the services ``apiserver`` and
+``etcd``. The kube-apiserver honours an incoming ``traceparent`` only from a client in
+``system:masters`` (or ``system:monitoring``); from any other client it starts a new,
+unsampled trace linked to it (otelhttp's public-endpoint rule in its WithTracing filter).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
+import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 
+from federation.telemetry.setup import exporting
 from operators.controlplane.pki import SERVICE_CLUSTER_IP_RANGE, ClusterPKI, EtcdPKI
+
+logger = logging.getLogger(__name__)
+
+#: The port of an OTLP/gRPC endpoint named without one.
+OTLP_GRPC_PORT = 4317
+#: The TracingConfiguration's version at the pinned Kubernetes (GA since 1.34).
+TRACING_API_VERSION = "apiserver.config.k8s.io/v1"
 
 
 class Profile(enum.StrEnum):
@@ -47,8 +69,51 @@ def etcd_client_url(ports: EtcdPorts) -> str:
     return f"https://127.0.0.1:{ports.client}"
 
 
+def tracing_endpoint(environ: Mapping[str, str]) -> str | None:
+    """``host:port`` of the OTLP/gRPC endpoint that ``environ`` exports spans to (its traces
+    endpoint first), for the control plane's own exporters; None when spans are not exported,
+    or go to an ``https`` endpoint (the apiserver's and etcd's exporters speak plaintext
+    only: they would fail on every export, so they do not trace)."""
+    if not exporting(environ):
+        return None
+    value = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or \
+        environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    parsed = urllib.parse.urlsplit(value if "//" in value else f"//{value}")
+    if parsed.scheme == "https":
+        logger.warning("the kube-apiservers and etcd do not send spans to %s: their exporters "
+                       "cannot use TLS (give a plaintext http:// endpoint to trace them)",
+                       value)
+        return None
+    if not parsed.hostname:
+        return None
+    host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
+    return f"{host}:{parsed.port or OTLP_GRPC_PORT}"
+
+
+def tracing_configuration(endpoint: str) -> str:
+    """The kube-apiserver's ``--tracing-config-file``: spans to ``endpoint`` (host:port), and
+    only those of requests whose incoming trace context is sampled."""
+    return (f"apiVersion: {TRACING_API_VERSION}\n"
+            "kind: TracingConfiguration\n"
+            f"endpoint: {endpoint}\n"
+            "samplingRatePerMillion: 0\n")
+
+
+def etcd_tracing_argv(endpoint: str) -> list[str]:
+    """etcd's tracing flags (etcd 3.6; the ``--experimental-`` spellings go in 3.7): spans
+    of the apiservers' sampled requests to ``endpoint``, none of its own."""
+    return [
+        "--enable-distributed-tracing=true",
+        f"--distributed-tracing-address={endpoint}",
+        "--distributed-tracing-service-name=etcd",
+        "--distributed-tracing-instance-id=fakefleet-etcd",
+        "--distributed-tracing-sampling-rate=0",
+    ]
+
+
 def etcd_argv(binary: Path, data_dir: Path, ports: EtcdPorts, pki: EtcdPKI, *,
-              fsync: bool) -> list[str]:
+              fsync: bool, tracing: str | None = None) -> list[str]:
+    """``tracing``: the OTLP endpoint (host:port) etcd sends spans to (None: no tracing)."""
     peer = f"https://127.0.0.1:{ports.peer}"
     client = etcd_client_url(ports)
     argv = [
@@ -74,6 +139,8 @@ def etcd_argv(binary: Path, data_dir: Path, ports: EtcdPorts, pki: EtcdPKI, *,
     ]
     if not fsync:
         argv.append("--unsafe-no-fsync=true")
+    if tracing:
+        argv += etcd_tracing_argv(tracing)
     return argv
 
 
@@ -86,7 +153,9 @@ def apiserver_argv(
     port: int,
     pki: ClusterPKI,
     profile: Profile,
+    tracing_config: Path | None = None,
 ) -> list[str]:
+    """``tracing_config``: a file of :func:`tracing_configuration` (None: no tracing)."""
     argv = [
         str(binary),
         f"--etcd-servers={etcd_url}",
@@ -114,6 +183,8 @@ def apiserver_argv(
             "--max-mutating-requests-inflight=0",
             "--enable-priority-and-fairness=false",
         ]
+    if tracing_config is not None:
+        argv.append(f"--tracing-config-file={tracing_config}")
     return argv
 
 

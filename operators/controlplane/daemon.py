@@ -6,7 +6,8 @@ kube-apiserver, the scheduler, the controller-manager and the operator
 It also runs the embedded trace collector (``python -m federation.telemetry.collector``) first,
 and points the OpenTelemetry exporters of the hub and the operator (and so of the engines) at
 it, unless the user named an endpoint of their own (``OTEL_EXPORTER_OTLP_ENDPOINT``) or turned
-the collector off (``FAKEFLEET_COLLECTOR=off``).
+the collector off (``FAKEFLEET_COLLECTOR=off``); etcd and the host's kube-apiserver send their
+spans to the same endpoint.
 It holds ``<state>/daemon.lock`` for its whole life (so there is never a second one on the
 same state directory), publishes what it runs in ``<state>/host.json``, and stops everything
 on SIGTERM/SIGINT. Its children die with it even when it is SIGKILLed.
@@ -259,8 +260,7 @@ async def run(
     with _lock(state_dir, blocking=False):
         started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         binaries = binaries_.resolve(settings.version, allow_build=False)
-        substrate = Substrate(state_dir, binaries, fsync=settings.fsync,
-                              startup_timeout=settings.startup_timeout)
+        substrate: Substrate | None = None
         operator: Supervised | None = None
         hub: Supervised | None = None
         collector: Supervised | None = None
@@ -270,6 +270,10 @@ async def run(
                 collector, serving = await _start_collector(
                     state_dir, settings.startup_timeout, settings.fsync)
                 env = exporter_environment(serving.endpoint, os.environ)
+            # etcd and the host's kube-apiserver send spans where the children do.
+            substrate = Substrate(state_dir, binaries, fsync=settings.fsync,
+                                  startup_timeout=settings.startup_timeout,
+                                  environ={**os.environ, **env})
             await substrate.start()
             await substrate.add_cluster(HOST_CLUSTER, ClusterOptions(
                 apiserver_port=settings.apiserver_port, profile=settings.profile,
@@ -294,7 +298,8 @@ async def run(
                 await operator.stop(timeout=30)
             if hub is not None:
                 await hub.stop(timeout=10)
-            await substrate.stop()
+            if substrate is not None:
+                await substrate.stop()
             if collector is not None:  # last: it receives the others' final spans
                 await collector.stop(timeout=10)
             if (published := read_host(state)) is None or published.error is None:

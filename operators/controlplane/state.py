@@ -8,8 +8,10 @@
     <state>/hub/                        the federation hub: its key, state.json, hub.json
                                         (federation.client.discovery), pki/, hub.log
     <state>/clusters/<key>/             one cluster: cluster.json (ports), pki/, kubeconfig
-                                        (admin) and one per component, *.log, and for members
-                                        engine.log, member.kubeconfig (an adopted cluster's)
+                                        (admin) and one per component, *.log, tracing.yaml
+                                        (the kube-apiserver's, while spans are exported), and
+                                        for members engine.log, member.kubeconfig (an adopted
+                                        cluster's)
     <state>/clusters/<key>/kueue/       a member's Kueue add-on (KueueFiles): config.yaml,
                                         kubeconfig, ports.json, pki/, kueue.log
 
@@ -97,6 +99,10 @@ class StateDir:
 
     def ports_file(self, key: str) -> Path:
         return self.cluster(key) / "cluster.json"
+
+    def tracing_config(self, key: str) -> Path:
+        """The kube-apiserver's TracingConfiguration (``--tracing-config-file``)."""
+        return self.cluster(key) / "tracing.yaml"
 
     def engine_log(self, key: str) -> Path:
         return self.cluster(key) / "engine.log"

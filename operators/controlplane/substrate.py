@@ -9,6 +9,10 @@ creation: they hold the credentials of every cluster.
 
 The substrate supervises its processes while its event loop runs and stops them all in
 :meth:`Substrate.stop` (or when the process dies, through the supervisor's death signal).
+
+When spans are exported (``OTEL_EXPORTER_OTLP_ENDPOINT``), etcd and every kube-apiserver the
+substrate starts send theirs to the same endpoint (:mod:`~operators.controlplane.components`
+says which requests they trace).
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import signal
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -137,11 +143,17 @@ class Substrate:
         etcd: EtcdEndpoint | None = None,
         fsync: bool = True,
         startup_timeout: float = 90.0,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         """With ``etcd``, attach to an etcd that someone else runs (the host's:
         :func:`~operators.controlplane.etcd.shared_etcd`). ``fsync=False`` is for tests and
-        benchmarks only: the etcd this substrate runs may then lose data on a machine crash."""
+        benchmarks only: the etcd this substrate runs may then lose data on a machine crash.
+        ``environ``: the ``OTEL_*`` variables that say where etcd and the kube-apiservers send
+        their spans (default: this process's own, as its SDK reads them; the daemon of
+        ``fakefleet up`` gives the operator its collector's)."""
         self.state_dir = state_dir
+        #: host:port of the OTLP/gRPC endpoint of etcd and the apiservers (None: untraced).
+        self.tracing = components.tracing_endpoint(os.environ if environ is None else environ)
         self.binaries = binaries
         self.startup_timeout = startup_timeout
         self._etcd_port = etcd_port
@@ -195,7 +207,8 @@ class Substrate:
         self._etcd_ports = ports
         self._endpoint = EtcdEndpoint(components.etcd_client_url(ports), pki)
         argv = components.etcd_argv(
-            self.binaries.etcd, files.data_dir, ports, pki, fsync=self._fsync
+            self.binaries.etcd, files.data_dir, ports, pki, fsync=self._fsync,
+            tracing=self.tracing,
         )
         # etcd alone gets SIGTERM when orphaned: it stops quickly and flushes its data.
         self._etcd = Supervised("etcd", argv, log_path=files.log_path,
@@ -230,6 +243,7 @@ class Substrate:
             components.apiserver_argv(
                 binaries.kube_apiserver, cluster=name, etcd_url=self.etcd.url,
                 etcd_pki=self.etcd.pki, port=ports.apiserver, pki=pki, profile=options.profile,
+                tracing_config=self._tracing_config(state, name),
             ),
             f"{cluster.endpoint}/readyz",
             cluster.admin_tls(),
@@ -321,6 +335,16 @@ class Substrate:
 
     async def delete_etcd_prefix(self, prefix: str) -> int:
         return await delete_etcd_prefix(self.etcd, prefix)
+
+    def _tracing_config(self, state: StateDir, name: str) -> Path | None:
+        """Write the cluster's apiserver TracingConfiguration when spans are exported (and
+        remove one left from a traced run when not); its path, or None."""
+        path = state.tracing_config(name)
+        if self.tracing is None:
+            path.unlink(missing_ok=True)
+            return None
+        write_private(path, components.tracing_configuration(self.tracing).encode())
+        return path
 
     def _cluster_ports(self, state: StateDir, name: str,
                        options: ClusterOptions) -> ClusterPorts:

@@ -12,6 +12,11 @@ Alone, it simulates the pools of its command line in any cluster (what the bench
 
 ``--stages FILE`` replaces the default lifecycles of pods and nodes (``kind: Lifecycle``).
 SIGTERM or SIGINT stop it; whatever it made stays in the cluster for the next one to adopt.
+
+Traces: the OpenTelemetry SDK is configured here, once (service ``fakefleet-engine``, resource
+``k8s.cluster.name`` the FakeCluster's name), from the ``OTEL_*`` variables the operator passes
+on; spans are flushed before the process exits. Only fault writes are traced
+(:mod:`operators.engine.tracing`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ import signal
 import sys
 from pathlib import Path
 
+from opentelemetry import trace
+
+from federation.telemetry import setup
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.api.stages import StageError, load_lifecycle
 from operators.engine.pooling import ClusterRef
@@ -58,8 +66,15 @@ def parse_cluster(text: str) -> ClusterRef:
     return ClusterRef(namespace or "default", name)
 
 
+def cluster_name(args: argparse.Namespace) -> str:
+    """What the engine's spans name as ``k8s.cluster.name``: the FakeCluster it serves (as the
+    plan's spans name it), else its ``--name`` or its kubeconfig's file name."""
+    serves: ClusterRef | None = args.cluster
+    return serves.name if serves else args.name or args.kubeconfig.stem
+
+
 async def serve(args: argparse.Namespace, rules: Rules,
-                pools: list[tuple[str, FakeNodePoolSpec]]) -> None:
+                pools: list[tuple[str, FakeNodePoolSpec]], *, tracer: trace.Tracer) -> None:
     settings = EngineSettings(concurrency=args.concurrency, pod_concurrency=args.concurrency)
     member = load_kubeconfig_file(args.kubeconfig)
     # Requests in flight plus the long watches (nodes, pods) and the events.
@@ -80,7 +95,7 @@ async def serve(args: argparse.Namespace, rules: Rules,
     name = f"{serves.namespace}.{serves.name}" if serves else args.name or args.kubeconfig.stem
     engine = ClusterEngine(name, client, heartbeat_client=heartbeats, host=host, serves=serves,
                            pools=dict(pools) if not serves else None, settings=settings,
-                           rules=rules, on_latency=slow_down)
+                           rules=rules, on_latency=slow_down, tracer=tracer)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -136,11 +151,14 @@ def main(argv: list[str] | None = None) -> int:
             load_lifecycle(args.stages.read_text(), source=str(args.stages)))
     except (argparse.ArgumentTypeError, ValueError, OSError) as error:
         parser.error(str(error))
+    provider = setup.configure("fakefleet-engine", cluster=cluster_name(args))
     try:
-        asyncio.run(serve(args, rules, pools))
+        asyncio.run(serve(args, rules, pools, tracer=provider.get_tracer("operators.engine")))
     except (K8sError, StageError) as error:
         logger.error("%s", error)
         return 1
+    finally:
+        setup.shutdown()  # the last batches' spans leave before the process does
     return 0
 
 

@@ -36,6 +36,7 @@ from operators.engine.patching import patch_until_current
 from operators.engine.queues import DelayQueue
 from operators.engine.recording import EventRecorder
 from operators.engine.stages import NodeRule, Rulebook
+from operators.engine.tracing import FaultBatches
 from operators.k8s.client import Client
 from operators.k8s.clock import Clock
 from operators.k8s.errors import Conflict, K8sError, NotFound
@@ -72,9 +73,11 @@ class Heartbeats:
         batch: int,
         slack: float,
         loaded: Callable[[], bool] = lambda: False,
+        traces: FaultBatches,
     ) -> None:
         self.cluster = cluster
         self.client = client
+        self._traces = traces
         self._book = book
         self._rules = rules
         self._recorder = recorder
@@ -186,7 +189,17 @@ class Heartbeats:
         if kind == "lease":
             return self._renew(name, record) if record.life.heartbeat else None
         rule = self._pending.get(name)
-        return self._stage(name, record, rule) if rule is not None else None
+        if rule is None:
+            return None
+        if rule.traceparent:
+            return self._traced_stage(name, record, rule)
+        return self._stage(name, record, rule)
+
+    async def _traced_stage(self, name: str, record: NodeRecord, rule: NodeRule) -> None:
+        """A fault's stage, in the batch span of its entry's trace context."""
+        with self._traces.writing(rule.traceparent, kind="Node", name=name, stage=rule.name,
+                                  entry=rule.entry):
+            await self._stage(name, record, rule)
 
     async def _renew(self, name: str, record: NodeRecord) -> None:
         if not record.life.heartbeat:
@@ -266,6 +279,7 @@ class Heartbeats:
         except NotFound:
             return  # deleted: the watch takes it from here
         except K8sError as error:
+            self._traces.failed(error)
             self._retry(("stage", name), record, f"{rule.name} on {name}", error)
             return
         record.failures = 0

@@ -43,6 +43,7 @@ from operators.engine.pods import PodFacts, PodLife, life_from_status, render_st
 from operators.engine.queues import DelayQueue
 from operators.engine.recording import EventRecorder
 from operators.engine.stages import PodRule, Rulebook, Timing
+from operators.engine.tracing import FaultBatches
 from operators.k8s import requests
 from operators.k8s.client import Client
 from operators.k8s.clock import Clock
@@ -99,9 +100,11 @@ class PodLifecycle:
         concurrency: int = 64,
         batch: int = 512,
         throttle: Callable[[], bool] | None = None,
+        traces: FaultBatches,
     ) -> None:
         self.cluster = cluster
         self.client = client
+        self._traces = traces
         self._nodes = nodes
         self._recorder = recorder
         self._clock = clock
@@ -214,9 +217,20 @@ class PodLifecycle:
         pod = self._pods.get(uid)
         if pod is None:
             return None
-        if pod.stage is None and uid not in self._refresh:
+        rule = pod.stage
+        if rule is None and uid not in self._refresh:
             return None
+        if rule is not None and rule.traceparent and pod.due <= self._clock.now():
+            return self._traced_step(pod, rule)
         return self._step(pod)
+
+    async def _traced_step(self, pod: _Pod, rule: PodRule) -> None:
+        """A fault's stage, in the batch span of its entry's trace context."""
+        facts = pod.facts
+        with self._traces.writing(rule.traceparent, kind="Pod",
+                                  name=f"{facts.namespace}/{facts.name}", stage=rule.name,
+                                  entry=rule.entry):
+            await self._step(pod)
 
     async def _step(self, pod: _Pod) -> None:
         facts = pod.facts
@@ -253,6 +267,7 @@ class PodLifecycle:
             return
         except K8sError as error:
             self._release_unwritten(before, after)
+            self._traces.failed(error)
             if isinstance(error, Invalid) and "metadata.uid" in error.message:
                 self._forget(facts.uid)  # replaced: the watch brings the new pod
                 return

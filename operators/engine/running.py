@@ -12,7 +12,8 @@ What it runs, and in which order (observe, then act):
 
 Design for scale: node state is a small slotted record per node, all timers live in delay
 queues, requests go through bounded connection pools (heartbeats on their own), a node's status
-is rewritten rarely.
+is rewritten rarely. Only fault stages whose entry carries a trace context are traced, a span per
+batch of them (:mod:`~operators.engine.tracing`); everything else makes no span.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import logging
 import random
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from opentelemetry import trace
 
 from operators.api.durations import parse_duration
 from operators.api.nodepools import FakeNodePoolSpec
@@ -35,6 +38,7 @@ from operators.engine.pooling import ClusterRef, Pools
 from operators.engine.recording import EventRecorder
 from operators.engine.registering import Registrar
 from operators.engine.stages import Rulebook, Rules, Timing, default_rules
+from operators.engine.tracing import FaultBatches
 from operators.k8s.client import Client
 from operators.k8s.clock import SYSTEM_CLOCK, Clock
 from operators.k8s.errors import K8sError
@@ -88,7 +92,10 @@ class ClusterEngine:
         rng: random.Random | None = None,
         rules: Rules | None = None,
         on_latency: Callable[[float], None] | None = None,
+        tracer: trace.Tracer | None = None,
     ) -> None:
+        """``tracer`` makes the spans of fault writes (default: the API's global one, which
+        makes none until the entry point configured the SDK)."""
         self.cluster = cluster
         self.client = client
         self.settings = settings = settings or EngineSettings()
@@ -99,12 +106,16 @@ class ClusterEngine:
         # past the node-monitor grace period.
         self.heartbeat_client = heartbeat_client or client
         self.recorder = EventRecorder(cluster, client, clock=clock)
+        # Spans name the FakeCluster (as the plan's spans do), not the engine's own name.
+        self.traces = FaultBatches(serves.name if serves else cluster, clock=clock,
+                                   tracer=tracer)
         self.book = NodeBook(cluster, self)
         self.heartbeats = Heartbeats(cluster, self.heartbeat_client, self.book, rulebook,
                                      self.recorder, clock=clock, rng=rng,
                                      connections=settings.heartbeat_connections,
                                      batch=settings.heartbeat_batch,
-                                     slack=settings.heartbeat_slack, loaded=self._loaded)
+                                     slack=settings.heartbeat_slack, loaded=self._loaded,
+                                     traces=self.traces)
         self.registrar = Registrar(cluster, client, self.book, self.heartbeats, clock=clock,
                                    concurrency=settings.concurrency)
         self.pools = Pools(clock=clock, counts=self.book.counts,
@@ -113,7 +124,7 @@ class ClusterEngine:
                            interval=settings.status_interval, on_latency=on_latency)
         self.pods = PodLifecycle(cluster, client, self, self.recorder, clock=clock,
                                  rules=rulebook, concurrency=settings.pod_concurrency,
-                                 throttle=self.heartbeats.behind)
+                                 throttle=self.heartbeats.behind, traces=self.traces)
         self._timings: dict[str, tuple[FakeNodePoolSpec, Timing]] = {}
         self._warned: set[str] = set()
         self._listed = asyncio.Event()
@@ -132,6 +143,7 @@ class ClusterEngine:
         await self._connect()
         async with asyncio.TaskGroup() as group:
             group.create_task(self.recorder.run(), name=f"engine:{self.cluster}:events")
+            group.create_task(self.traces.run(), name=f"engine:{self.cluster}:traces")
             group.create_task(self.pools.run(), name=f"engine:{self.cluster}:pools")
             group.create_task(list_and_watch(
                 self.client, NODES, {"labelSelector": nodes.MANAGED_SELECTOR},

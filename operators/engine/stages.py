@@ -138,6 +138,9 @@ class PodRule:
     fixed: float  # the delay's fixed part and jitter, parsed once
     jitter: float
     entry: str = ""  # the id of the fault entry that carried the stage ("": a default stage)
+    #: The entry's trace context ("": untraced, as every default stage is): the engine's
+    #: writes for the stage join the plan's trace (:mod:`~operators.engine.tracing`).
+    traceparent: str = ""
 
     @property
     def name(self) -> str:
@@ -155,6 +158,7 @@ class NodeRule:
     fixed: float
     jitter: float
     entry: str = ""
+    traceparent: str = ""
 
     @property
     def name(self) -> str:
@@ -175,17 +179,17 @@ class Rules:
     problem: str = ""
 
 
-def _pod_rule(stage: PodStage, entry: str = "") -> PodRule:
+def _pod_rule(stage: PodStage, entry: str = "", traceparent: str = "") -> PodRule:
     return PodRule(stage, frozenset(stage.selector.phases),
                    _compile(stage.selector, POD_VIEWS, POD_MAPS),
                    parse_duration(stage.delay.duration), parse_duration(stage.delay.jitter),
-                   entry)
+                   entry, traceparent)
 
 
-def _node_rule(stage: NodeStage, entry: str = "") -> NodeRule:
+def _node_rule(stage: NodeStage, entry: str = "", traceparent: str = "") -> NodeRule:
     return NodeRule(stage, _compile(stage.selector, NODE_VIEWS, NODE_MAPS),
                     parse_duration(stage.delay.duration), parse_duration(stage.delay.jitter),
-                    entry)
+                    entry, traceparent)
 
 
 def compile_lifecycle(lifecycle: Lifecycle) -> Rules:
@@ -226,16 +230,16 @@ class Rulebook:
         """Recoveries first, then the faults' own stages, then their holds, then the defaults:
         one fault's hold must not keep another fault from acting or recovering."""
         entries, problem = read_entries({FAULTS: faults})
-        ordered = sorted(((entry.state != "recover", stage.effect.hold, index, entry.id, stage)
+        ordered = sorted(((entry.state != "recover", stage.effect.hold, index, entry, stage)
                           for index, entry in enumerate(entries) for stage in entry.live),
                          key=lambda item: item[:3])
         pods: list[PodRule] = []
         nodes: list[NodeRule] = []
-        for *_, entry_id, stage in ordered:
+        for *_, entry, stage in ordered:
             if isinstance(stage, PodStage):
-                pods.append(_pod_rule(stage, entry_id))
+                pods.append(_pod_rule(stage, entry.id, entry.traceparent or ""))
             else:
-                nodes.append(_node_rule(stage, entry_id))
+                nodes.append(_node_rule(stage, entry.id, entry.traceparent or ""))
         return Rules((*pods, *self.defaults.pods), (*nodes, *self.defaults.nodes), problem)
 
 

@@ -7,15 +7,22 @@ out. Two answers are handled here for every caller: a 429 is waited out (``Retry
 sent again, so a throttling server slows fakefleet down instead of piling up failures; a 401
 asks the transport for fresh credentials once (tokens from exec plugins and files expire).
 Everything else is the caller's to decide: only it knows whether a write may be repeated.
+
+A request made while a sampled span is current carries its ``traceparent`` header, so the API
+server's spans for it (a kube-apiserver started with ``--tracing-config-file``) are children of
+that span. Requests made outside spans (heartbeats, lease renewals, the default pod lifecycle,
+watches) carry none and cost one look at the current span: background work is not traced.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
 
+from federation.telemetry import propagation
 from operators.k8s import requests
 from operators.k8s.clock import SYSTEM_CLOCK, Clock
 from operators.k8s.config import ClusterAccess
@@ -27,6 +34,24 @@ from operators.k8s.transport import AiohttpTransport, Transport
 #: a watch silent for ``WATCH_TIMEOUT + WATCH_GRACE`` is taken as a dead connection.
 WATCH_TIMEOUT = 300
 WATCH_GRACE = 30.0
+#: The trace flags of an outgoing traceparent: sampled (see :func:`traced`).
+SAMPLED = "01"
+
+
+def traced(request: Request) -> Request:
+    """``request`` with the trace context of the current span, if it is sampled; the request
+    itself (no copy) otherwise.
+
+    The flags say "sampled" and nothing more: the SDK also sets W3C level 2's "random" bit
+    (``-03``), and the Go OpenTelemetry that kube-apiserver 1.36 and etcd 3.6 are built with
+    (v1.41) rejects a version-00 traceparent with any flag but "sampled", then traces nothing.
+    """
+    context = propagation.headers()
+    if not context:
+        return request
+    value = context[propagation.HEADER]
+    return dataclasses.replace(request, headers=(
+        *request.headers, (propagation.HEADER, f"{value[:-2]}{SAMPLED}")))
 
 
 class Client:
@@ -60,6 +85,7 @@ class Client:
 
     async def send(self, request: Request) -> Any:
         """Send ``request``; the decoded JSON answer (None if empty or not asked for)."""
+        request = traced(request)
         refreshed = False
         throttled = 0
         while True:
@@ -82,7 +108,7 @@ class Client:
 
     async def stream(self, request: Request) -> AsyncIterator[Any]:
         """Decoded lines of a streaming answer (watch events) until the server ends it."""
-        async with self.transport.stream(request) as response:
+        async with self.transport.stream(traced(request)) as response:
             if response.status >= 400:
                 if response.status == 401:
                     self.transport.refresh_credentials()
@@ -102,7 +128,7 @@ class Client:
 
     async def get_text(self, path: str) -> str:
         """A non-JSON document, such as ``/metrics``."""
-        response = await self.transport.send(requests.get(path))
+        response = await self.transport.send(traced(requests.get(path)))
         text = response.body.decode(errors="replace")
         if response.status >= 400:
             raise api_error(response.status, text, response.headers)

@@ -1,9 +1,10 @@
 """Requests as plain data, built before any I/O: method, path, query, body, content type.
 
-A :class:`Request` says everything the wire needs; the builders below are the only way the rest
-of fakefleet makes one, so a unit test can assert on requests without a network, and the
-transport (:mod:`operators.k8s.transport`) is the only code that sends them. Bodies are encoded
-here, once: what a test sees is what the API server would receive.
+A :class:`Request` says everything the wire needs (the trace context included); the builders
+below are the only way the rest of fakefleet makes one, so a unit test can assert on requests
+without a network, and the transport (:mod:`operators.k8s.transport`) is the only code that
+sends them. Bodies are encoded here, once: what a test sees is what the API server would
+receive.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class Request:
     decode: bool = True
     #: For a watch: the longest silence tolerated between two lines, in seconds.
     read_timeout: float | None = None
+    #: Headers beyond what the transport sets: the trace context (``traceparent``) of a
+    #: request made in a sampled span (:meth:`operators.k8s.client.Client.send` adds it).
+    headers: tuple[tuple[str, str], ...] = ()
 
     @property
     def query(self) -> dict[str, str]:

@@ -128,6 +128,7 @@ class AiohttpTransport:
             headers["Authorization"] = self._authorization
         if request.content_type is not None:
             headers["Content-Type"] = request.content_type
+        headers.update(request.headers)
         return headers
 
     def _describe(self, request: Request) -> str:

@@ -9,6 +9,8 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
+from opentelemetry import trace
+
 from operators.api.injections import FAULTS
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.engine.pooling import ClusterRef
@@ -62,13 +64,14 @@ class Fleet:
         self.host = MemoryTransport(self.clock)
 
     def engine(self, *, hosted: bool = True, pools: dict[str, FakeNodePoolSpec] | None = None,
-               seed: int = 1, rules: Rules | None = None, **settings: Any) -> ClusterEngine:
+               seed: int = 1, rules: Rules | None = None, tracer: trace.Tracer | None = None,
+               **settings: Any) -> ClusterEngine:
         client = Client(self.member, clock=self.clock)
         return ClusterEngine(
             ENGINE_NAME, client, host=Client(self.host, clock=self.clock) if hosted else None,
             serves=CLUSTER if hosted else None, pools=None if hosted else pools,
             settings=EngineSettings(**settings), clock=self.clock, rng=random.Random(seed),
-            rules=rules)
+            rules=rules, tracer=tracer)
 
     @contextlib.asynccontextmanager
     async def running(self, engine: ClusterEngine) -> AsyncIterator[ClusterEngine]:
@@ -121,9 +124,14 @@ class Fleet:
 
 def entry(entry_id: str, stages: list[dict[str, Any]],
           recovery: list[dict[str, Any]] | None = None, *,
-          state: str = "inject") -> dict[str, Any]:
-    """A fault entry as a FaultPlan writes it into ``fakefleet.dev/faults``."""
-    return {"id": entry_id, "state": state, "stages": stages, "recovery": recovery or []}
+          state: str = "inject", traceparent: str = "") -> dict[str, Any]:
+    """A fault entry as a FaultPlan writes it into ``fakefleet.dev/faults`` (with the trace
+    context of the step that wrote it, if given)."""
+    written: dict[str, Any] = {"id": entry_id, "state": state, "stages": stages,
+                               "recovery": recovery or []}
+    if traceparent:
+        written["traceparent"] = traceparent
+    return written
 
 
 def faults(*entries: dict[str, Any]) -> str:
