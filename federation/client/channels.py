@@ -1,5 +1,6 @@
 """Channels to a hub: TLS with the hub's CA (or plaintext when there is none, for tests on
-loopback), keepalive, and the bearer token every call carries."""
+loopback), keepalive, the bearer token every call carries, and the trace context of a call
+made inside a span (:mod:`federation.client.tracing`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from opentelemetry import trace
+
+from federation.client import tracing
 
 #: A link that went quiet without a FIN (a partition, a killed hub) is noticed within ~20 s.
 OPTIONS = [
@@ -34,11 +38,14 @@ class HubAddress:
         return cls(address=address, ca=Path(ca_file).read_bytes() if ca_file else None)
 
 
-def open_channel(hub: HubAddress) -> grpc.aio.Channel:
+def open_channel(hub: HubAddress, *,
+                 tracer_provider: trace.TracerProvider | None = None) -> grpc.aio.Channel:
+    interceptors = tracing.client_interceptors(tracer_provider)
     if hub.ca is None:
-        return grpc.aio.insecure_channel(hub.address, options=OPTIONS)
+        return grpc.aio.insecure_channel(hub.address, options=OPTIONS,
+                                         interceptors=interceptors)
     return grpc.aio.secure_channel(hub.address, grpc.ssl_channel_credentials(hub.ca),
-                                   options=OPTIONS)
+                                   options=OPTIONS, interceptors=interceptors)
 
 
 def bearer(token: str) -> tuple[tuple[str, str], ...]:

@@ -5,15 +5,23 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from types import TracebackType
 
+from opentelemetry import trace
+
 from federation.api import common_pb2, fleet_pb2, fleet_pb2_grpc
 from federation.client.channels import HubAddress, bearer, open_channel
 
 
 class FleetClient:
-    """``async with FleetClient(hub, token) as fleet: await fleet.list_clusters()``."""
+    """``async with FleetClient(hub, token) as fleet: await fleet.list_clusters()``.
 
-    def __init__(self, hub: HubAddress, token: str, *, timeout: float = 10.0) -> None:
-        self._channel = open_channel(hub)
+    A call made inside a span is traced, its context in the call's metadata: the hub's
+    handling of it joins the caller's trace. ``traceparent`` of run_plan and submit_workload
+    names another parent for the run or workload, for callers that have no span of their own.
+    """
+
+    def __init__(self, hub: HubAddress, token: str, *, timeout: float = 10.0,
+                 tracer_provider: trace.TracerProvider | None = None) -> None:
+        self._channel = open_channel(hub, tracer_provider=tracer_provider)
         self._stub = fleet_pb2_grpc.FleetServiceStub(self._channel)
         self._metadata = bearer(token)
         self.timeout = timeout

@@ -12,6 +12,12 @@ benchmark's simulated members); this module only keeps the conversation going:
   cannot fix (bad token, a name another host holds) wait longer and are reported as they are;
 - link faults (:class:`LinkFaults`) drop what goes one way or both, or delay it; when a
   partition heals the session is opened anew, so that the Hello resynchronises both sides.
+
+Tracing: each command is executed in a ``member.execute_command`` span, a child of the
+context its HubMessage carries (``traceparent``), so that what the member does for it (the
+FaultPlan or Job it creates, with that span's context in their annotation) joins the hub's
+trace. Its ack carries that span's context, and a result carries the context current where
+the member reports it (:meth:`MemberLink.report`). Heartbeats are background work: untraced.
 """
 
 from __future__ import annotations
@@ -25,9 +31,12 @@ import time
 from typing import Protocol
 
 import grpc
+from opentelemetry import trace
 
 from federation.api import common_pb2, member_pb2, member_pb2_grpc
+from federation.client import tracing
 from federation.client.channels import HubAddress, bearer, open_channel
+from federation.telemetry import propagation
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +92,8 @@ class Member(Protocol):
 
     async def execute(self, command: member_pb2.Command) -> bool:
         """Carry ``command`` out (durably started when this returns); True when the member had
-        it already. Results are reported through :meth:`MemberLink.report`."""
+        it already. Results are reported through :meth:`MemberLink.report`. It runs in the
+        command's span: what it writes should carry that context (``propagation``)."""
         ...
 
     def faults(self) -> LinkFaults:
@@ -96,8 +106,11 @@ class Member(Protocol):
 
 class MemberLink:
     def __init__(self, hub: HubAddress, token: str, member: Member, cluster: str, *,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 tracer_provider: trace.TracerProvider | None = None) -> None:
         self.hub = hub
+        self.tracer_provider = tracer_provider
+        self._tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
         self.member = member
         self.cluster = cluster
         self._metadata = bearer(token)
@@ -107,13 +120,18 @@ class MemberLink:
         self.hub_seq = 0
 
     def report(self, result: member_pb2.CommandResult) -> None:
-        """Send a command's result now if a session is up (else the next Hello carries it)."""
+        """Send a command's result now if a session is up (else the next Hello carries it).
+
+        The message carries the trace context current here: a member reports in the context
+        of the command the result is about (:func:`federation.client.tracing.within`), so
+        that the hub's handling of it joins the command's trace."""
         if self._outbox is not None:
-            self._outbox.put_nowait(member_pb2.MemberMessage(result=result))
+            self._outbox.put_nowait(member_pb2.MemberMessage(
+                result=result, traceparent=propagation.traceparent()))
 
     async def run(self, stop_flag: asyncio.Event) -> None:
         delay = BACKOFF_FIRST
-        channel = open_channel(self.hub)
+        channel = open_channel(self.hub, tracer_provider=self.tracer_provider)
         try:
             while not stop_flag.is_set():
                 await self._await_healed(stop_flag)
@@ -158,7 +176,7 @@ class MemberLink:
         await call.write(member_pb2.MemberMessage(hello=hello))
         outbox: asyncio.Queue[member_pb2.MemberMessage] = asyncio.Queue()
         self._outbox = outbox
-        commands: asyncio.Queue[member_pb2.Command] = asyncio.Queue()
+        commands: asyncio.Queue[member_pb2.HubMessage] = asyncio.Queue()
         tasks = [
             asyncio.create_task(self._write(call, outbox), name=f"link-write-{self.cluster}"),
             asyncio.create_task(self._heartbeat(outbox, interval),
@@ -210,7 +228,7 @@ class MemberLink:
 
     async def _read(self, call: grpc.aio.StreamStreamCall[member_pb2.MemberMessage,
                                                          member_pb2.HubMessage],
-                    commands: asyncio.Queue[member_pb2.Command]) -> None:
+                    commands: asyncio.Queue[member_pb2.HubMessage]) -> None:
         while True:
             message = await call.read()
             if message is grpc.aio.EOF:
@@ -225,15 +243,24 @@ class MemberLink:
             if kind == "heartbeat":
                 self.hub_seq = max(self.hub_seq, message.heartbeat.seq)
             elif kind == "command":
-                commands.put_nowait(message.command)
+                commands.put_nowait(message)
 
-    async def _execute(self, commands: asyncio.Queue[member_pb2.Command],
+    async def _execute(self, commands: asyncio.Queue[member_pb2.HubMessage],
                        outbox: asyncio.Queue[member_pb2.MemberMessage]) -> None:
         while True:
-            command = await commands.get()
-            duplicate = await self.member.execute(command)
+            message = await commands.get()
+            command = message.command
+            # A child of the hub's span that sent the command: the member's work is part of
+            # the run's trace. A command without context (an untraced hub) starts its own.
+            with self._tracer.start_as_current_span(
+                    "member.execute_command", context=propagation.parent(message.traceparent),
+                    kind=trace.SpanKind.CONSUMER,
+                    attributes=tracing.command_attributes(self.cluster, command)) as span:
+                duplicate = await self.member.execute(command)
+                span.set_attribute(tracing.DUPLICATE, duplicate)
             outbox.put_nowait(member_pb2.MemberMessage(
-                ack=member_pb2.CommandAck(command_id=command.id, duplicate=duplicate)))
+                ack=member_pb2.CommandAck(command_id=command.id, duplicate=duplicate),
+                traceparent=propagation.traceparent(span)))
 
     async def _until_healed(self) -> None:
         """Returns when a partition that began during this session ends: a new session

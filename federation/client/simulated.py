@@ -5,6 +5,9 @@ hub. Each keeps its commands in memory (what a real member keeps in FaultPlans a
 each once however often it is delivered, and finishes a StartPlan after ``run_seconds``. A
 CreateJob is admitted at once, runs after ``job_start_seconds`` and succeeds after its run time
 (or fails then, when ``fail_job`` says so for that command).
+
+Like a real member, it reports each command's results in the context of the span that
+executed it (the link's ``member.execute_command``), so they join the hub's trace.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from collections.abc import Callable, Coroutine
 
 from federation.api import common_pb2, member_pb2
 from federation.client.member import NO_FAULTS, LinkFaults, MemberLink
+from federation.client.tracing import within
+from federation.telemetry import propagation
 
 
 @dataclasses.dataclass
@@ -23,6 +28,9 @@ class Executed:
     command: member_pb2.Command
     received_at: float
     result: member_pb2.CommandResult
+    #: The context of the span that executed it ("" untraced), kept as a real member keeps
+    #: it in the annotation of what it created.
+    traceparent: str = ""
 
 
 class SimulatedMember:
@@ -96,7 +104,8 @@ class SimulatedMember:
                 command_id=command.id, phase=member_pb2.COMMAND_PHASE_RUNNING,
                 steps_done="0/1", object=f"FaultPlan default/{command.run_id}-{self.name}")
             self._spawn(self._finish(command.id))
-        self.executed[command.id] = Executed(command, time.time(), result)
+        self.executed[command.id] = Executed(command, time.time(), result,
+                                             propagation.traceparent())
         self._report(result)
         return False
 
@@ -126,7 +135,9 @@ class SimulatedMember:
         if self.link is not None:
             copy = member_pb2.CommandResult()
             copy.CopyFrom(result)
-            self.link.report(copy)
+            executed = self.executed.get(result.command_id)
+            with within(executed.traceparent if executed is not None else ""):
+                self.link.report(copy)
 
     def _spawn(self, work: Coroutine[None, None, None]) -> None:
         task = asyncio.create_task(work)

@@ -1,4 +1,8 @@
-"""``python -m federation.hub``: run the federation hub until SIGTERM/SIGINT."""
+"""``python -m federation.hub``: run the federation hub until SIGTERM/SIGINT.
+
+It sets up the OpenTelemetry SDK for the process (service ``fakefleet-hub``, exporting where
+the ``OTEL_*`` variables say) and flushes what is buffered before it exits.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from pathlib import Path
 
 from federation.hub.core import HubSettings
 from federation.hub.server import ServeSettings, Tls, serve
+from federation.telemetry import setup
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,11 +60,14 @@ def main(argv: list[str] | None = None) -> int:
             loop.add_signal_handler(signum, stop_flag.set)
         await serve(settings, stop_flag=stop_flag)
 
+    setup.configure("fakefleet-hub")
     try:
         asyncio.run(run())
     except OSError as error:
         logging.getLogger(__name__).error("%s", error)
         return 1
+    finally:
+        setup.shutdown()
     return 0
 
 

@@ -10,6 +10,12 @@ Rules it keeps:
 - a command goes to a member only while it has a session, and again only if the member never
   acknowledged it (after a reconnect, its Hello says what it has);
 - one session per member: a new one (a reconnect the hub had not noticed yet) replaces the old.
+
+Tracing (:mod:`federation.hub.tracing`): a run and a workload each get a span, whose context
+is stored with them before any command goes out; every sending of a command is a span in that
+trace, and the HubMessage carries its context, so a command sent again after a reconnect or a
+restart stays in the run's trace. Acks and results are taken in as children of the context
+the member's message carries.
 """
 
 from __future__ import annotations
@@ -24,8 +30,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import trace
+
 from federation.api import fleet_pb2, member_pb2
-from federation.hub import convert
+from federation.client.tracing import RESEND, RUN_ID, WORKLOAD_ID, command_attributes
+from federation.hub import convert, tracing
 from federation.hub.arrivals import Arrivals, RunTime, arrival_times, run_times
 from federation.hub.membership import (
     HostConflict,
@@ -41,6 +50,7 @@ from federation.hub.runs import MemberPart, Part, Phase, Report, Run, parse_comm
 from federation.hub.store import Snapshot, Store
 from federation.hub.workloads import JobRecord, JobState, Settings, Workload, gpu_count
 from federation.hub.workloads import parse_command_id as parse_job_command_id
+from federation.telemetry import propagation
 
 logger = logging.getLogger(__name__)
 
@@ -127,9 +137,11 @@ class Watcher:
 
 class Hub:
     def __init__(self, settings: HubSettings, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 tracer_provider: trace.TracerProvider | None = None) -> None:
         self.settings = settings
         self.clock = clock
+        self.tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
         self.store = Store(settings.state_dir / "state.json", fsync=settings.fsync)
         self.membership = Membership(grace=settings.grace)
         self.runs: dict[str, Run] = {}
@@ -294,10 +306,16 @@ class Hub:
             self._publish([changed])
             self.store.changed()
 
-    def acknowledged(self, session: Session, command_id: str) -> None:
+    def acknowledged(self, session: Session, command_id: str, traceparent: str = "") -> None:
+        """The member has the command; ``traceparent``: the context of its execution."""
         self._check_owner(session.cluster, command_id, "ack.command_id")
         self.counters.acknowledged += 1
         self.membership.heard(session.cluster, self.clock())
+        with self._taking_in("hub.command_acknowledged", traceparent, command_id,
+                             tracing.command_id_attributes(session.cluster, command_id)):
+            self._acknowledge(command_id)
+
+    def _acknowledge(self, command_id: str) -> None:
         workload = self._workload_of(command_id)
         if workload is not None:
             if workload.acknowledged(command_id, self.clock()):
@@ -307,11 +325,23 @@ class Hub:
         if run is not None and run.acknowledged(command_id, self.clock()):
             self._changed(run)
 
-    def reported(self, session: Session, result: member_pb2.CommandResult) -> None:
+    def reported(self, session: Session, result: member_pb2.CommandResult,
+                 traceparent: str = "") -> None:
+        """A command's result; ``traceparent``: the context the member reported it in."""
         self._check_owner(session.cluster, result.command_id, "result.command_id")
         self.membership.heard(session.cluster, self.clock())
-        if self._apply_result(result, self.clock()):
-            self.store.changed()
+        with self._taking_in("hub.command_result", traceparent, result.command_id,
+                             tracing.result_attributes(session.cluster, result)):
+            if self._apply_result(result, self.clock()):
+                self.store.changed()
+
+    def _taking_in(self, name: str, traceparent: str, command_id: str,
+                   attributes: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
+        """A member's message about a command, handled as a child of the context it carries
+        (else of the command's first sending: a member that sent none stays in the trace)."""
+        return tracing.continuing(self.tracer, name,
+                                  traceparent or self._traceparent_of(command_id), attributes,
+                                  kind=trace.SpanKind.CONSUMER)
 
     async def deregister(self, cluster: str) -> None:
         session = self.sessions.pop(cluster, None)
@@ -335,7 +365,9 @@ class Hub:
     # -- runs --------------------------------------------------------------------------------
 
     async def run_plan(self, plan: str, selector: dict[str, Any], start_delay: float | None,
-                       name: str) -> Run:
+                       name: str, *, traceparent: str = "") -> Run:
+        """Store a run, then send its commands; ``traceparent`` names the parent of the run's
+        span (default: the current span, the call's)."""
         members = sorted(m.name for m in self.membership.members.values()
                          if convert.selects(selector, m.identity))
         if not members:
@@ -343,29 +375,49 @@ class Hub:
             raise Refused("FAILED_PRECONDITION",
                           f"clusters: the selector picks no registered member (members: "
                           f"{known}); change the selector or let the clusters join first")
-        now = self.clock()
-        run = Run(id=f"r{secrets.token_hex(4)}", name=name, plan=plan, selector=selector,
-                  created_at=now,
-                  start_at=now + (DEFAULT_START_DELAY if start_delay is None else start_delay),
-                  parts={cluster: MemberPart(cluster=cluster) for cluster in members})
-        self.runs[run.id] = run
-        self._forget_old_runs()
-        await self.store.commit()  # stored before any member hears of it
-        for cluster in members:
+        with self.tracer.start_as_current_span(
+                "fleet.run", context=propagation.parent(traceparent),
+                attributes={"fakefleet.run.name": name,
+                            "fakefleet.run.members": len(members)}) as span:
+            now = self.clock()
+            run = Run(id=f"r{secrets.token_hex(4)}", name=name, plan=plan, selector=selector,
+                      created_at=now,
+                      start_at=now + (DEFAULT_START_DELAY if start_delay is None
+                                      else start_delay),
+                      parts={cluster: MemberPart(cluster=cluster) for cluster in members},
+                      traceparent=propagation.traceparent(span))
+            span.set_attribute(RUN_ID, run.id)
+            self.runs[run.id] = run
+            self._forget_old_runs()
+            await self.store.commit()  # stored (with its trace) before any member hears of it
+            with self.tracer.start_as_current_span("hub.fanout",
+                                                   attributes={RUN_ID: run.id}) as fanout:
+                connected = self._fan_out(run, members, propagation.traceparent(fanout))
+                fanout.set_attribute("fakefleet.fanout.connected", connected)
+            self._changed(run)
+        return run
+
+    def _fan_out(self, run: Run, clusters: Iterable[str], parent: str) -> int:
+        """Send what ``run`` still owes each connected member of ``clusters``, each sending a
+        child of ``parent``; returns how many were connected."""
+        connected = 0
+        for cluster in clusters:
             session = self.sessions.get(cluster)
             if session is not None:
-                self._send_outstanding(session, self.clock(), runs=[run])
-        self._changed(run)
-        return run
+                connected += 1
+                self._send_outstanding(session, self.clock(), runs=[run], parent=parent)
+        return connected
 
     async def cancel_run(self, run_id: str) -> Run:
         run = self.get_run(run_id)
         if run.cancel(self.clock()):
-            await self.store.commit()
-            for cluster in run.parts:
-                session = self.sessions.get(cluster)
-                if session is not None:
-                    self._send_outstanding(session, self.clock(), runs=[run])
+            # In the run's trace, which holds all that the run did; linked to the call that
+            # asked for it.
+            with tracing.continuing(self.tracer, "hub.cancel_run", run.traceparent,
+                                    {RUN_ID: run.id},
+                                    links=propagation.links(propagation.traceparent())) as span:
+                await self.store.commit()
+                self._fan_out(run, run.parts, tracing.of(span))
             self._changed(run)
         return run
 
@@ -385,24 +437,39 @@ class Hub:
 
     async def submit_workload(self, settings: Settings, arrivals: Arrivals, run_time: RunTime,
                               spec: dict[str, object], name: str,
-                              start_delay: float | None) -> Workload:
+                              start_delay: float | None, *, traceparent: str = "") -> Workload:
+        """Store a workload for the dispatcher; ``traceparent`` names the parent of its span
+        (default: the current span, the call's). Its Jobs' commands go out in its trace."""
         self._check_targets(settings)
-        now = self.clock()
-        start = now + (DEFAULT_START_DELAY if start_delay is None else start_delay)
-        arrive = arrival_times(arrivals, settings.jobs, settings.seed)
-        runs = run_times(run_time, settings.jobs, settings.seed)
-        workload = Workload(
-            id=f"w{secrets.token_hex(4)}", name=name, spec=spec, settings=settings,
-            created_at=now, start_at=start,
-            jobs=[JobRecord(index=index, arrive_at=start + at, run_seconds=seconds)
-                  for index, (at, seconds) in enumerate(zip(arrive, runs, strict=True))])
-        self.workloads[workload.id] = workload
-        self._forget_old_workloads()
-        await self.store.commit()  # stored before any Job is dispatched
+        with self.tracer.start_as_current_span(
+                "fleet.workload", context=propagation.parent(traceparent),
+                attributes={"fakefleet.workload.name": name,
+                            "fakefleet.workload.jobs": settings.jobs,
+                            "fakefleet.workload.placement": settings.placement}) as span:
+            workload = self._new_workload(settings, arrivals, run_time, spec, name,
+                                          start_delay, propagation.traceparent(span))
+            span.set_attribute(WORKLOAD_ID, workload.id)
+            self.workloads[workload.id] = workload
+            self._forget_old_workloads()
+            await self.store.commit()  # stored before any Job is dispatched
         logger.info("workload %s (%s): %d Jobs of %d pods, placement %s", workload.id,
                     name or "unnamed", settings.jobs, settings.pods, settings.placement)
         self._wake_dispatcher.set()
         return workload
+
+    def _new_workload(self, settings: Settings, arrivals: Arrivals, run_time: RunTime,
+                      spec: dict[str, object], name: str, start_delay: float | None,
+                      traceparent: str) -> Workload:
+        now = self.clock()
+        start = now + (DEFAULT_START_DELAY if start_delay is None else start_delay)
+        arrive = arrival_times(arrivals, settings.jobs, settings.seed)
+        runs = run_times(run_time, settings.jobs, settings.seed)
+        return Workload(
+            id=f"w{secrets.token_hex(4)}", name=name, spec=spec, settings=settings,
+            created_at=now, start_at=start,
+            jobs=[JobRecord(index=index, arrive_at=start + at, run_seconds=seconds)
+                  for index, (at, seconds) in enumerate(zip(arrive, runs, strict=True))],
+            traceparent=traceparent)
 
     def get_workload(self, workload_id: str) -> Workload:
         workload = self.workloads.get(workload_id)
@@ -486,9 +553,10 @@ class Hub:
             for job in workload.jobs:
                 if job.state is JobState.PLACED:
                     session = self.sessions.get(job.cluster)
-                    if session is not None and session.send(
-                            convert.job_command_message(workload, job)):
+                    if session is not None and \
+                            (sent := self._send_job(session, workload, job)) is not None:
                         changed |= workload.sent(job, now)
+                        changed |= workload.traced(job, sent)
             changed |= workload.sample(now, self._total_gpus(workload.settings))
             if changed:
                 self._workload_touched(workload)
@@ -614,23 +682,54 @@ class Hub:
                     self.watchers.discard(watcher)
 
     def _send_outstanding(self, session: Session, now: float,
-                          runs: Iterable[Run] | None = None) -> bool:
+                          runs: Iterable[Run] | None = None, *, parent: str = "") -> bool:
+        """Send the member what it must still be sent: of ``runs`` (default: of every run and
+        workload); a first sending is a child of ``parent`` (default: the run's span)."""
         changed = False
         for run in runs if runs is not None else self._runs_of(session.cluster):
             for command in run.outstanding(session.cluster):
-                if not session.send(convert.command_message(command)):
+                sent = self._send_command(session, convert.command_message(command),
+                                          run.traceparent_of(command.id),
+                                          parent or run.traceparent)
+                if sent is None:
                     return changed
                 changed |= run.sent(session.cluster, now)
+                changed |= run.traced(command.id, sent)
         if runs is None:
             for workload in self._running_workloads():
                 for job in workload.jobs:
                     if job.cluster == session.cluster and job.state in (JobState.PLACED,
                                                                         JobState.SENT):
-                        if not session.send(convert.job_command_message(workload, job)):
+                        sent = self._send_job(session, workload, job)
+                        if sent is None:
                             return changed
                         workload.sent(job, now)
+                        workload.traced(job, sent)
                         changed = True
         return changed
+
+    def _send_job(self, session: Session, workload: Workload, job: JobRecord) -> str | None:
+        return self._send_command(session, convert.job_command_message(workload, job),
+                                  job.traceparent, workload.traceparent)
+
+    def _send_command(self, session: Session, message: member_pb2.HubMessage, first: str,
+                      parent: str) -> str | None:
+        """Send a command in a ``hub.send_command`` span, whose context the message carries:
+        a child of the command's first sending (``first``) when this one repeats it, else of
+        ``parent``. Returns that context ("" untraced), or None when the session took
+        nothing."""
+        if session.closed:
+            return None
+        attributes = command_attributes(session.cluster, message.command) | {RESEND: bool(first)}
+        with tracing.continuing(self.tracer, "hub.send_command", first or parent, attributes,
+                                kind=trace.SpanKind.PRODUCER) as span:
+            message.traceparent = tracing.of(span)
+            if not session.send(message):
+                if span is not None:
+                    span.set_status(trace.StatusCode.ERROR,
+                                    "the member's session fell behind and was dropped")
+                return None
+        return message.traceparent
 
     def _runs_of(self, cluster: str) -> list[Run]:
         return sorted((run for run in self.runs.values() if cluster in run.parts),
@@ -639,6 +738,14 @@ class Hub:
     def _run_of(self, command_id: str) -> Run | None:
         parsed = parse_command_id(command_id)
         return None if parsed is None else self.runs.get(parsed[0])
+
+    def _traceparent_of(self, command_id: str) -> str:
+        """The context of the first sending of a command of this hub ("" if none)."""
+        workload = self._workload_of(command_id)
+        if workload is not None:
+            return workload.traceparent_of(command_id)
+        run = self._run_of(command_id)
+        return run.traceparent_of(command_id) if run is not None else ""
 
     def _check_owner(self, cluster: str, command_id: str, field: str) -> None:
         owner = _owner(command_id)

@@ -14,6 +14,10 @@ What is sent again after a reconnect (:meth:`Run.outstanding`) is only what the 
 acknowledged: a member reports in its Hello what it has (its FaultPlans), and an acknowledged
 command is never resent, so none runs twice. One the member acknowledged and no longer reports
 was lost in the member (its FaultPlan deleted by hand): the part fails, saying so.
+
+Trace context is kept with the run, so that a command sent again (after a reconnect, or by a
+restarted hub) stays in the run's trace: the run's own (its ``fleet.run`` span) and, per part,
+that of the first sending of its StartPlan and of its StopPlan.
 """
 
 from __future__ import annotations
@@ -96,6 +100,10 @@ class MemberPart:
     acknowledged_at: float = 0.0
     finished_at: float = 0.0
     stop_acknowledged: bool = False
+    #: W3C traceparents of the first sending of the StartPlan and of the StopPlan ("": not
+    #: sent yet, or untraced).
+    traceparent: str = ""
+    stop_traceparent: str = ""
 
 
 def start_id(run_id: str, cluster: str) -> str:
@@ -125,6 +133,8 @@ class Run:
     parts: dict[str, MemberPart]
     cancelled: bool = False
     finished_at: float = 0.0
+    #: The W3C traceparent of the run's span ("": untraced).
+    traceparent: str = ""
 
     @property
     def phase(self) -> Phase:
@@ -167,7 +177,28 @@ class Run:
                        run_id=self.id, cluster=cluster, stop=stop, plan="" if stop else self.plan,
                        start_at=self.start_at, start_id=start_id(self.id, cluster))
 
+    def traceparent_of(self, command_id: str) -> str:
+        """The context of the first sending of command ``command_id`` ("" if none)."""
+        parsed = parse_command_id(command_id)
+        part = self.parts.get(parsed[1]) if parsed is not None else None
+        if parsed is None or part is None:
+            return ""
+        return part.stop_traceparent if parsed[2] == "stop" else part.traceparent
+
     # -- transitions: each returns whether anything changed ---------------------------------
+
+    def traced(self, command_id: str, traceparent: str) -> bool:
+        """Keep the context of a command's first sending (later ones are its children)."""
+        parsed = parse_command_id(command_id)
+        if parsed is None or parsed[1] not in self.parts or not traceparent \
+                or self.traceparent_of(command_id):
+            return False
+        part = self.parts[parsed[1]]
+        if parsed[2] == "stop":
+            part.stop_traceparent = traceparent
+        else:
+            part.traceparent = traceparent
+        return True
 
     def sent(self, cluster: str, now: float) -> bool:
         part = self.parts[cluster]

@@ -5,6 +5,10 @@
 otherwise, and on TLS unless explicitly told ``--insecure``. Once it serves, it publishes
 ``<state dir>/hub.json`` (:class:`HubInfo`: pid, address, the CA a client needs, where the
 fleet token is) for the CLI and the operator on the same host.
+
+Every call of both services is traced (OpenTelemetry's gRPC instrumentation, continuing the
+context in the call's metadata); health checks and reflection are not. The SDK is set up by
+the entry point; ``tracer_provider`` is for tests that keep their own.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from opentelemetry import trace
 
 from federation.api import fleet_pb2, fleet_pb2_grpc, member_pb2, member_pb2_grpc
-from federation.client import tokens
+from federation.client import tokens, tracing
 from federation.client.discovery import HubFiles, HubInfo
 from federation.hub.core import Hub, HubSettings
 from federation.hub.services import FleetService, MemberService
@@ -64,15 +69,17 @@ def _write_private(path: Path, text: str) -> None:
 
 
 async def serve(settings: ServeSettings, *, stop_flag: asyncio.Event,
-                ready: Callable[[HubInfo], None] | None = None) -> None:
+                ready: Callable[[HubInfo], None] | None = None,
+                tracer_provider: trace.TracerProvider | None = None) -> None:
     """Serve until ``stop_flag`` is set; the state is stored and the port closed on return."""
     files = HubFiles(settings.hub.state_dir)
     settings.hub.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = tokens.load_or_create_key(files.key)
     _write_private(files.fleet_token, tokens.fleet_token(key) + "\n")
-    hub = Hub(settings.hub)
+    hub = Hub(settings.hub, tracer_provider=tracer_provider)
     await hub.start()
-    server = grpc.aio.server(options=OPTIONS)
+    server = grpc.aio.server(options=OPTIONS,
+                             interceptors=[tracing.server_interceptor(tracer_provider)])
     member_pb2_grpc.add_MemberServiceServicer_to_server(MemberService(hub, key), server)
     fleet_pb2_grpc.add_FleetServiceServicer_to_server(FleetService(hub, key), server)
     checks = health.aio.HealthServicer()

@@ -182,9 +182,9 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
                 if kind == "heartbeat":
                     self.hub.heartbeat(session, message.heartbeat)
                 elif kind == "ack":
-                    self.hub.acknowledged(session, message.ack.command_id)
+                    self.hub.acknowledged(session, message.ack.command_id, message.traceparent)
                 elif kind == "result":
-                    self.hub.reported(session, message.result)
+                    self.hub.reported(session, message.result, message.traceparent)
         except Refused as refusal:
             failure.append((grpc.StatusCode[refusal.code], str(refusal)))
         except grpc.aio.AioRpcError:
@@ -247,7 +247,7 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         delay = request.start_delay.ToNanoseconds() / 1e9 \
             if request.HasField("start_delay") else None
         run = await self.hub.run_plan(request.plan, convert.selector(request.clusters), delay,
-                                      request.name)
+                                      request.name, traceparent=request.traceparent)
         return fleet_pb2.RunPlanResponse(run=convert.run_message(run))
 
     @_guarded
@@ -299,7 +299,8 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         spec = request.spec
         workload = await self.hub.submit_workload(
             convert.workload_settings(spec), convert.arrivals(spec.arrivals),
-            convert.run_time(spec.run_time), convert.spec_data(spec), request.name, delay)
+            convert.run_time(spec.run_time), convert.spec_data(spec), request.name, delay,
+            traceparent=request.traceparent)
         return convert.workload_message(workload, self.hub.clock())
 
     @_guarded

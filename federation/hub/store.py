@@ -10,6 +10,10 @@ many changes still spends most of its time serving.
 
 Liveness (when a member was last heard) is not stored: a restarted hub gives every member its
 grace from the restart.
+
+Trace context (the traceparents of runs, workloads and the first sending of each command) is
+stored with what it belongs to, so that a restarted hub's commands stay in their run's trace;
+a file written before it was kept reads as untraced.
 """
 
 from __future__ import annotations
@@ -97,7 +101,7 @@ def _run(run: Run) -> dict[str, Any]:
     return {
         "id": run.id, "name": run.name, "plan": run.plan, "selector": run.selector,
         "createdAt": run.created_at, "startAt": run.start_at, "cancelled": run.cancelled,
-        "finishedAt": run.finished_at,
+        "finishedAt": run.finished_at, "traceparent": run.traceparent,
         "parts": [vars(part) | {"state": part.state.value} for part in run.parts.values()],
     }
 
@@ -109,7 +113,8 @@ def _read_run(data: dict[str, Any]) -> Run:
         parts[part.cluster] = part
     return Run(id=data["id"], name=data["name"], plan=data["plan"], selector=data["selector"],
                created_at=data["createdAt"], start_at=data["startAt"], parts=parts,
-               cancelled=data["cancelled"], finished_at=data["finishedAt"])
+               cancelled=data["cancelled"], finished_at=data["finishedAt"],
+               traceparent=data.get("traceparent", ""))
 
 
 def _workload(workload: Workload) -> dict[str, Any]:
@@ -118,7 +123,7 @@ def _workload(workload: Workload) -> dict[str, Any]:
         "settings": vars(workload.settings), "createdAt": workload.created_at,
         "startAt": workload.start_at, "finishedAt": workload.finished_at,
         "samples": workload.samples, "sampleEvery": workload.sample_every,
-        "lastTurn": workload.last_turn,
+        "lastTurn": workload.last_turn, "traceparent": workload.traceparent,
         "jobs": [vars(job) | {"state": job.state.value} for job in workload.jobs],
     }
 
@@ -128,7 +133,7 @@ def _read_workload(data: dict[str, Any]) -> Workload:
                     settings=Settings(**data["settings"]), created_at=data["createdAt"],
                     start_at=data["startAt"], finished_at=data["finishedAt"],
                     samples=data["samples"], sample_every=data["sampleEvery"],
-                    last_turn=data["lastTurn"],
+                    last_turn=data["lastTurn"], traceparent=data.get("traceparent", ""),
                     jobs=[JobRecord(**(raw | {"state": JobState(raw["state"])}))
                           for raw in data["jobs"]])
 

@@ -16,6 +16,9 @@ the member's reports move it on, with the member's own times. A command sent but
 acknowledged is sent again when the member reconnects; one the member acknowledged and no
 longer reports was lost there (its Job deleted), which fails that attempt.
 
+Trace context is kept with the workload (its ``fleet.workload`` span) and with each Job (the
+first sending of its current attempt), so that a command sent again stays in the trace.
+
 The report is computed from the Jobs (no counters to drift): counts by state, latencies from
 each Job's arrival, per cluster where the Jobs ran, throughput, GPU utilisation from samples
 the hub takes, re-dispatches and recovery times.
@@ -139,6 +142,8 @@ class JobRecord:
     recovered_in: float = 0.0
     #: The cluster its last attempt failed on (placement tries others first).
     avoid: str = ""
+    #: The W3C traceparent of the first sending of the current attempt ("": none yet).
+    traceparent: str = ""
 
     @property
     def where(self) -> str:
@@ -280,6 +285,8 @@ class Workload:
     sample_every: float = 1.0
     #: The member the last spread/clusters placement chose (the next turn starts after it).
     last_turn: str = ""
+    #: The W3C traceparent of the workload's span ("": untraced).
+    traceparent: str = ""
 
     # -- what to do --------------------------------------------------------------------------
 
@@ -311,6 +318,12 @@ class Workload:
                           attempt=job.attempt, name=job_name(self.id, job.index, job.attempt),
                           run_seconds=job.run_seconds)
 
+    def traceparent_of(self, command: str) -> str:
+        """The context of the first sending of ``command`` ("" if none, or an attempt that
+        is over)."""
+        job = self._current(command)
+        return job.traceparent if job is not None else ""
+
     def gpus_held(self) -> dict[str, int]:
         """GPUs each member holds (or will) for this workload's Jobs placed on it."""
         held: dict[str, int] = {}
@@ -333,6 +346,13 @@ class Workload:
             job.state, job.sent_at = JobState.SENT, now
             return True
         return False
+
+    def traced(self, job: JobRecord, traceparent: str) -> bool:
+        """Keep the context of the attempt's first sending (later ones are its children)."""
+        if job.traceparent or not traceparent:
+            return False
+        job.traceparent = traceparent
+        return True
 
     def _current(self, command: str) -> JobRecord | None:
         parsed = parse_command_id(command)
@@ -404,6 +424,7 @@ class Workload:
             job.redispatches += 1
             job.state, job.cluster, job.placed_on = JobState.WAITING, "", ""
             job.sent_at = job.created_at = job.admitted_at = job.running_at = 0.0
+            job.traceparent = ""  # the next attempt is a new command
             job.message = f"attempt {job.attempt - 1} failed: {message}"
             return
         job.state, job.finished_at, job.message = state, now, message

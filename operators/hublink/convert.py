@@ -5,6 +5,10 @@ FakeCluster's namespace, named ``<run id>-<cluster>`` (so a repeated delivery fi
 labelled with the run and the cluster, its spec the run's plan with ``startAt`` (the run's
 common time zero) and ``clusters: [<cluster>]`` (only this member, however many share the
 host). What the FaultPlan's status says goes back as the command's result.
+
+The FaultPlan carries the trace context of the member's execution of the command
+(``fakefleet.dev/traceparent``): the operator's FaultPlan handler continues the run's trace
+from it, and the results reported of it go to the hub in that context.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from federation.api import common_pb2, member_pb2
+from federation.telemetry import propagation
 from operators.api.base import API_VERSION
 from operators.api.clusters import CLUSTER_LABEL, FakeCluster
 from operators.api.faultplans import FaultPlan
@@ -68,8 +73,10 @@ def count_phases(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def fault_plan(command: member_pb2.Command, cluster: FakeCluster) -> dict[str, Any]:
-    """The FaultPlan a StartPlan command makes (the plan JSON is checked by the API server)."""
+def fault_plan(command: member_pb2.Command, cluster: FakeCluster,
+               traceparent: str = "") -> dict[str, Any]:
+    """The FaultPlan a StartPlan command makes (the plan JSON is checked by the API server);
+    ``traceparent``: the context of the command's execution, if traced."""
     name = cluster.metadata["name"]
     spec = json.loads(command.start_plan.plan)
     if not isinstance(spec, dict):
@@ -83,10 +90,19 @@ def fault_plan(command: member_pb2.Command, cluster: FakeCluster) -> dict[str, A
             "name": plan_name(command.run_id, name),
             "namespace": cluster.metadata["namespace"],
             "labels": {RUN_LABEL: command.run_id, CLUSTER_LABEL: name},
-            "annotations": {COMMAND_ANNOTATION: command.id},
+            "annotations": command_annotations(command, traceparent),
         },
         "spec": spec,
     }
+
+
+def command_annotations(command: member_pb2.Command, traceparent: str) -> dict[str, str]:
+    """What an object made for a hub command says of it: the command, and the trace context
+    of its execution (when traced)."""
+    made = {COMMAND_ANNOTATION: command.id}
+    if traceparent:
+        made[propagation.ANNOTATION] = traceparent
+    return made
 
 
 _PHASES = {

@@ -7,6 +7,10 @@ when its watch shows it, to the millisecond. A Job first seen already past a ste
 operator restart, or a relist) takes the API's timestamp for that step instead: late news gets
 the time the API recorded, never the time it was read.
 
+The Job carries the trace context of the member's execution of its command
+(``fakefleet.dev/traceparent``, as FaultPlans do), so that its results reach the hub in the
+workload's trace.
+
 Steps: created (the object exists), admitted (``status.startTime`` is set: the Job controller
 let it start, which with Kueue is when Kueue admitted it), running (``status.ready`` equals the
 gang: every pod ready at once), finished (condition Complete or Failed).
@@ -20,9 +24,10 @@ from datetime import datetime
 from typing import Any
 
 from federation.api import member_pb2
+from operators.hublink import convert
 
 WORKLOAD_LABEL = "fakefleet.dev/workload"
-COMMAND_ANNOTATION = "fakefleet.dev/fleet-command"
+COMMAND_ANNOTATION = convert.COMMAND_ANNOTATION
 RUN_TIME_ANNOTATION = "fakefleet.dev/run-time"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU = "nvidia.com/gpu"
@@ -31,9 +36,10 @@ IMAGE = "registry.k8s.io/pause:3.10"
 JOBS_PATH = "/apis/batch/v1/jobs"
 
 
-def job_object(command: member_pb2.Command) -> dict[str, Any]:
+def job_object(command: member_pb2.Command, traceparent: str = "") -> dict[str, Any]:
     """The batch/v1 Job of a CreateJob: a gang of ``pods`` that each succeed after the run
-    time, failing as a whole at the first pod that fails (the hub decides about retries)."""
+    time, failing as a whole at the first pod that fails (the hub decides about retries);
+    ``traceparent``: the context of the command's execution, if traced."""
     job = command.create_job
     resources = dict(job.resources)
     labels = dict(job.labels)
@@ -54,7 +60,7 @@ def job_object(command: member_pb2.Command) -> dict[str, Any]:
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": job.name, "namespace": job.namespace, "labels": job_labels,
-                     "annotations": {COMMAND_ANNOTATION: command.id}},
+                     "annotations": convert.command_annotations(command, traceparent)},
         "spec": {
             "parallelism": job.pods,
             "completions": job.pods,

@@ -10,6 +10,12 @@ Transient API errors are retried with back-off; the command waits, and the hub k
 :meth:`HostMember.observe` runs beside the link: it reports each fleet FaultPlan whose result
 changed, and refreshes the inventory (pools often, the member's pods more rarely: listing every
 pod is the one expensive read here).
+
+Tracing: :meth:`HostMember.execute` runs in the link's ``member.execute_command`` span; the
+FaultPlan or Job it creates carries that span's context (annotation
+``fakefleet.dev/traceparent``), and every result of a command is reported in the context its
+object carries, read back from the API like the rest of the result (so after an operator
+restart too).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from typing import Any
 
 from federation.api import common_pb2, member_pb2
 from federation.client.member import LinkFaults
+from federation.client.tracing import within
+from federation.telemetry import propagation
 from operators.api.base import API_VERSION
 from operators.api.clusters import CLUSTER_LABEL, FakeCluster
 from operators.api.injections import hub_link_faults
@@ -152,7 +160,7 @@ class HostMember:
         cluster = FakeCluster.model_validate(await self.host.get(
             BASE.format(namespace=self.namespace) + f"/fakeclusters/{self.name}"))
         try:
-            plan = convert.fault_plan(command, cluster)
+            plan = convert.fault_plan(command, cluster, propagation.traceparent())
         except ValueError as error:
             self._refuse(command, f"the plan is not a FaultPlan spec: {error}")
             return False
@@ -167,7 +175,7 @@ class HostMember:
         logger.info("hub command %s: FaultPlan %s/%s created", command.id, self.namespace,
                     created["metadata"]["name"])
         if (result := convert.result(created)) is not None:
-            self._send(result)
+            self._send(result, _traceparent_of(created))
         return False
 
     async def _stop(self, command: member_pb2.Command) -> bool:
@@ -180,7 +188,8 @@ class HostMember:
             message = f"FaultPlan {self.namespace}/{name} was not there"
         self._refused.pop(start_id, None)
         self._send(member_pb2.CommandResult(command_id=command.id, message=message,
-                                            phase=member_pb2.COMMAND_PHASE_SUCCEEDED))
+                                            phase=member_pb2.COMMAND_PHASE_SUCCEEDED),
+                   propagation.traceparent())
         return False
 
     async def _create_job(self, command: member_pb2.Command) -> bool:
@@ -191,7 +200,7 @@ class HostMember:
         client = self._member_client()
         if client is None:
             raise TransportError(f"cluster {self.name} has no API server yet")
-        job = jobs.job_object(command)
+        job = jobs.job_object(command, propagation.traceparent())
         namespace = job["metadata"]["namespace"]
         path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
         for _ in range(2):
@@ -218,11 +227,13 @@ class HostMember:
         logger.warning("hub command %s refused: %s", command.id, why)
         result = convert.refused(command, why)
         self._refused[command.id] = result
-        self._send(result)
+        self._send(result, propagation.traceparent())
 
-    def _send(self, result: member_pb2.CommandResult) -> None:
+    def _send(self, result: member_pb2.CommandResult, traceparent: str) -> None:
+        """Report ``result`` in the context of its command's execution ("": untraced)."""
         self._reported[result.command_id] = result.SerializeToString()
-        self.report(result)
+        with within(traceparent):
+            self.report(result)
 
     def faults(self) -> LinkFaults:
         faults = hub_link_faults(self._annotations())
@@ -324,7 +335,7 @@ class HostMember:
         if result is None:
             return
         if self._reported.get(result.command_id) != result.SerializeToString():
-            self._send(result)
+            self._send(result, _traceparent_of(job))
 
     def _queued_jobs_running(self) -> bool:
         return any(jobs.QUEUE_LABEL in (job["metadata"].get("labels") or {})
@@ -358,7 +369,7 @@ class HostMember:
                 continue
             encoded = result.SerializeToString()
             if self._reported.get(result.command_id) != encoded:
-                self._send(result)
+                self._send(result, _traceparent_of(plan))
 
     async def _refresh_pools(self) -> None:
         listed = await self.host.get(BASE.format(namespace=self.namespace) + "/fakenodepools")
@@ -373,3 +384,8 @@ class HostMember:
         # From the API server's watch cache (resourceVersion=0): no etcd read for it.
         listed: dict[str, Any] = await client.get("/api/v1/pods", {"resourceVersion": "0"})
         self._pods = convert.count_phases(listed.get("items", []))
+
+
+def _traceparent_of(obj: Mapping[str, Any]) -> str:
+    """The trace context an object made for a hub command carries ("" if none)."""
+    return propagation.from_annotations((obj.get("metadata") or {}).get("annotations"))
