@@ -19,6 +19,9 @@ import signal
 import sys
 from pathlib import Path
 
+from opentelemetry import trace
+
+from federation.telemetry import setup
 from operators.api import RESOURCES
 from operators.api.crdgen import crd
 from operators.controlplane import binaries as binaries_
@@ -36,11 +39,13 @@ from operators.k8s.errors import K8sError
 
 logger = logging.getLogger("operators")
 
+SERVICE_NAME = "fakefleet-operator"
 SHUTDOWN_GRACE = 10.0
 PUBLISH_INTERVAL = 1.0
 
 
-async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool, fsync: bool) -> None:
+async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool, fsync: bool,
+                tracer: trace.Tracer) -> None:
     binaries = binaries_.resolve(allow_build=False)
     # The daemon's etcd while a daemon runs (`fakefleet up`); else (a real host cluster) the
     # operator runs its own, also when an earlier operator's etcd left its files behind.
@@ -58,6 +63,7 @@ async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool, fsync:
         runtime = Runtime(
             state_dir=state_dir, host=host, host_kubeconfig=kubeconfig_path.resolve(),
             substrate=substrate, resolve_binaries=lambda version: binaries_.resolve(version),
+            tracer=tracer,
         )
         announce = asyncio.create_task(_publish(runtime, ready_flag))
         operator = asyncio.create_task(registry.run(
@@ -127,13 +133,19 @@ def main(argv: list[str] | None = None) -> int:
         except BlockingIOError:
             logger.error("another operator already runs on %s", state_dir)
             return 1
+        # The SDK, once, for the whole process (the handlers and the hub links in it); its
+        # spans go where OTEL_EXPORTER_OTLP_ENDPOINT says (fakefleet up: its collector).
+        provider = setup.configure(SERVICE_NAME)
         try:
             with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(serve(state_dir, kubeconfig, install=args.install_crds,
-                                  fsync=not args.unsafe_no_fsync))
+                                  fsync=not args.unsafe_no_fsync,
+                                  tracer=provider.get_tracer("operators")))
         except (ControlPlaneError, K8sError, StateError) as error:
             logger.error("%s", error)
             return 1
+        finally:
+            setup.shutdown()  # the spans still buffered are exported before the process ends
     return 0
 
 

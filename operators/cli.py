@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ import click
 import yaml
 from click.core import ParameterSource
 from pydantic import ValidationError
+from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -555,6 +557,12 @@ def plan() -> None:
     """
 
 
+plan_output_option = click.option(
+    "-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
+    help="json: the outcome as JSON on standard output (verdict, expectations, trace id), the "
+         "progress log on standard error.")
+
+
 @plan.command("run")
 @click.argument("file", type=click.File("r"))
 @click.option("--watch", is_flag=True,
@@ -563,8 +571,10 @@ def plan() -> None:
               help="If a plan of the same name exists, delete it (waiting until its faults "
                    "recovered) and create it again: the plan runs anew.")
 @_plan_options("the file's metadata.namespace, else default")
+@plan_output_option
 def plan_run(file: TextIO, watch: bool, replace: bool, state_dir: Path,
-             host_kubeconfig: Path | None, namespace: str | None, timeout: float) -> None:
+             host_kubeconfig: Path | None, namespace: str | None, timeout: float,
+             output: str) -> None:
     """Create the FaultPlans of FILE ('-': standard input); --watch follows them to the end.
 
     A plan's spec cannot change once created. A plan that already exists with the same spec is
@@ -575,23 +585,31 @@ def plan_run(file: TextIO, watch: bool, replace: bool, state_dir: Path,
     FILE. Without --watch, the command prints how to follow the plan. With --watch, each
     change of the plan is printed as a line (a log, no terminal needed), and the exit code is
     the verdict's: 0 Passed, 1 Failed, 2 still running after --timeout, ended without a
-    verdict, or an error (130: interrupted; the plan goes on).
+    verdict, or an error (130: interrupted; the plan goes on). It ends with each plan's trace
+    id and the command that shows the trace.
     """
     target = _plan_target(state_dir, host_kubeconfig)
     plans = _read_plans(file, namespace)
+    log = console if output == "json" else stdout
+    outcomes: list[dict[str, str]] = []
 
     async def apply() -> None:
         async with target.client() as client:
             for found in plans:
                 outcome = await _apply_plan(client, found, replace=replace, timeout=timeout,
-                                            target=target)
+                                            target=target, log=log)
                 console.print(f"faultplan {found.namespace}/{found.name} {outcome}",
                               highlight=False, soft_wrap=True)
+                outcomes.append({"namespace": found.namespace, "name": found.name,
+                                 "outcome": outcome})
 
     _run_k8s(apply())
     keys = [(found.namespace, found.name) for found in plans]
     if watch:
-        sys.exit(_watch_and_conclude(target, keys, timeout=timeout))
+        sys.exit(_watch_and_conclude(target, keys, timeout=timeout, output=output))
+    if output == "json":
+        click.echo(json.dumps(outcomes, indent=2))
+        return
     for namespace_, name in keys:
         console.print(
             f"  watch: fakefleet plan watch {name}{target.flags(namespace_)}\n"
@@ -603,15 +621,17 @@ def plan_run(file: TextIO, watch: bool, replace: bool, state_dir: Path,
 @plan.command("watch")
 @click.argument("name")
 @_plan_options("default")
+@plan_output_option
 def plan_watch(name: str, state_dir: Path, host_kubeconfig: Path | None,
-               namespace: str | None, timeout: float) -> None:
+               namespace: str | None, timeout: float, output: str) -> None:
     """Follow an existing FaultPlan to its end, a line per change; exit with its verdict.
 
     Exit codes: 0 Passed, 1 Failed, 2 still running after --timeout, ended without a verdict,
     or an error (130: interrupted; the plan goes on).
     """
     target = _plan_target(state_dir, host_kubeconfig)
-    sys.exit(_watch_and_conclude(target, [(namespace or "default", name)], timeout=timeout))
+    sys.exit(_watch_and_conclude(target, [(namespace or "default", name)], timeout=timeout,
+                                 output=output))
 
 
 @plan.command("delete")
@@ -702,7 +722,7 @@ def _plans_path(namespace: str, name: str = "") -> str:
 
 
 async def _apply_plan(client: Client, found: _PlanDocument, *, replace: bool, timeout: float,
-                      target: _PlanTarget) -> str:
+                      target: _PlanTarget, log: Console) -> str:
     """Create the plan; what happened: created, unchanged or replaced."""
     described = f"FaultPlan {found.namespace}/{found.name}"
     if await _create_plan(client, found):
@@ -717,7 +737,8 @@ async def _apply_plan(client: Client, found: _PlanDocument, *, replace: bool, ti
             f"it first: fakefleet plan delete {found.name}{target.flags(found.namespace)}")
     console.print(f"faultplan {found.namespace}/{found.name} exists: deleting it first",
                   highlight=False, soft_wrap=True)
-    await _wait_deleted(client, found.namespace, found.name, timeout=timeout, delete=True)
+    await _wait_deleted(client, found.namespace, found.name, timeout=timeout, delete=True,
+                        log=log)
     if not await _create_plan(client, found):
         raise StateError(f"{described} was created again by someone else meanwhile")
     return "replaced"
@@ -751,8 +772,8 @@ def _same_spec(existing: dict[str, Any], spec: FaultPlanSpec) -> bool:
 
 
 async def _wait_deleted(client: Client, namespace: str, name: str, *, timeout: float,
-                        delete: bool = False) -> None:
-    """Wait until the plan is gone, showing its injections as they recover."""
+                        delete: bool = False, log: Console = stdout) -> None:
+    """Wait until the plan is gone, showing its injections as they recover (on ``log``)."""
     path = _plans_path(namespace, name)
     if delete:
         with contextlib.suppress(NotFound):
@@ -770,7 +791,7 @@ async def _wait_deleted(client: Client, namespace: str, name: str, *, timeout: f
                           f"(a finalizer holds it until then)", highlight=False, soft_wrap=True)
         status = found.get("status") or {}
         lines = [line for line in progress.render(status) if line.key != "plan"]
-        _show(progress.changes(shown, lines))
+        _show(progress.changes(shown, lines), log=log)
         shown = lines
         if time.monotonic() >= deadline:
             held = [f"{injection.get('step')}#{injection.get('occurrence', 0)}"
@@ -784,22 +805,22 @@ async def _wait_deleted(client: Client, namespace: str, name: str, *, timeout: f
         await asyncio.sleep(PLAN_POLL_INTERVAL)
 
 
-def _show(lines: list[progress.Line], *, prefix: str = "") -> None:
+def _show(lines: list[progress.Line], *, prefix: str = "", log: Console = stdout) -> None:
     """Print progress lines as a log: a time, then the line, coloured only on a terminal."""
     stamp = time.strftime("%H:%M:%S")
     for line in lines:
         text = Text(f"{stamp} ", style="dim")
         text.append(prefix + line.text, style=_TONES[line.tone])
-        stdout.print(text, soft_wrap=True, highlight=False)
+        log.print(text, soft_wrap=True, highlight=False)
 
 
 PlanKey = tuple[str, str]
 
 
-async def _watch_plans(client: Client, keys: list[PlanKey], *,
-                       timeout: float) -> dict[PlanKey, dict[str, Any]]:
-    """Poll the plans until each has finished or the timeout passed, printing what changed;
-    their last statuses."""
+async def _watch_plans(client: Client, keys: list[PlanKey], *, timeout: float,
+                       log: Console = stdout) -> dict[PlanKey, dict[str, Any]]:
+    """Poll the plans until each has finished or the timeout passed, printing what changed
+    (on ``log``); their last statuses."""
     deadline = time.monotonic() + timeout
     statuses: dict[PlanKey, dict[str, Any]] = {}
     shown: dict[PlanKey, list[progress.Line]] = {}
@@ -821,11 +842,11 @@ async def _watch_plans(client: Client, keys: list[PlanKey], *,
                 if str(error) != trouble:
                     trouble = str(error)
                     _show([progress.Line("", f"the host API server did not answer ({error}); "
-                                             f"trying again", "bad")])
+                                             f"trying again", "bad")], log=log)
                 continue
             if trouble:
                 trouble = ""
-                _show([progress.Line("", "the host API server answers again")])
+                _show([progress.Line("", "the host API server answers again")], log=log)
             uid = str(found["metadata"].get("uid", ""))
             if uids.setdefault(key, uid) != uid:
                 raise StateError(f"FaultPlan {namespace}/{name} was deleted and created again "
@@ -834,7 +855,7 @@ async def _watch_plans(client: Client, keys: list[PlanKey], *,
             statuses[key] = found.get("status") or {}
             lines = progress.render(statuses[key])
             _show(progress.changes(shown.get(key, []), lines),
-                  prefix=f"{name}: " if len(keys) > 1 else "")
+                  prefix=f"{name}: " if len(keys) > 1 else "", log=log)
             shown[key] = lines
         done = all(key in statuses and progress.finished(statuses[key]) for key in keys)
         if done or time.monotonic() >= deadline:
@@ -842,11 +863,15 @@ async def _watch_plans(client: Client, keys: list[PlanKey], *,
         await asyncio.sleep(PLAN_POLL_INTERVAL)
 
 
-def _watch_and_conclude(target: _PlanTarget, keys: list[PlanKey], *, timeout: float) -> int:
-    """Watch the plans, print each one's results; the exit code of the worst."""
+def _watch_and_conclude(target: _PlanTarget, keys: list[PlanKey], *, timeout: float,
+                        output: str = "text") -> int:
+    """Watch the plans, print each one's results, ending with its trace; the exit code of the
+    worst. ``output`` json: the results as JSON on stdout, everything else on stderr."""
+    log = console if output == "json" else stdout
+
     async def watch() -> dict[PlanKey, dict[str, Any]]:
         async with target.client() as client:
-            return await _watch_plans(client, keys, timeout=timeout)
+            return await _watch_plans(client, keys, timeout=timeout, log=log)
 
     try:
         statuses = _run_k8s(watch())
@@ -857,6 +882,7 @@ def _watch_and_conclude(target: _PlanTarget, keys: list[PlanKey], *, timeout: fl
                           f"its faults)", highlight=False, soft_wrap=True)
         return 130
     codes = []
+    concluded = []
     for namespace, name in keys:
         status = statuses.get((namespace, name), {})
         flags = target.flags(namespace)
@@ -869,13 +895,50 @@ def _watch_and_conclude(target: _PlanTarget, keys: list[PlanKey], *, timeout: fl
             console.print(f"FaultPlan {namespace}/{name} failed; it goes on with its remaining "
                           f"steps and recoveries until it ends or 'fakefleet plan delete {name}"
                           f"{flags}'", highlight=False, soft_wrap=True)
-        _print_results(namespace, name, status)
         code = progress.exit_code(status)
+        codes.append(code)
+        if output == "json":
+            concluded.append(_conclusion(namespace, name, status, code, target))
+            continue
+        _print_results(namespace, name, status)
         stdout.print(Text(f"{namespace}/{name}: {progress.summary(status)}",
                           style=_TONES["good" if code == progress.EXIT_PASSED else "bad"]),
                      soft_wrap=True, highlight=False)
-        codes.append(code)
+        _print_trace(status, target)
+    if output == "json":
+        click.echo(json.dumps(concluded, indent=2))
     return max(codes)
+
+
+def _trace_command(trace_id: str, target: _PlanTarget) -> str:
+    """The command that shows a plan's trace: the collector of the same state directory."""
+    flags = ""
+    if target.host_kubeconfig is None and \
+            target.state_dir.resolve() != default_state_dir().resolve():
+        flags = f" --state-dir {target.state_dir}"
+    return f"fakefleet trace show {trace_id}{flags}"
+
+
+def _print_trace(status: dict[str, Any], target: _PlanTarget) -> None:
+    """The plan's trace id, and how to see it (nothing when the operator recorded none)."""
+    trace_id = str(status.get("traceId") or "")
+    if trace_id:
+        stdout.print(f"trace {trace_id}: {_trace_command(trace_id, target)}",
+                     soft_wrap=True, highlight=False)
+
+
+def _conclusion(namespace: str, name: str, status: dict[str, Any], code: int,
+                target: _PlanTarget) -> dict[str, Any]:
+    """A plan's outcome as ``-o json`` gives it."""
+    trace_id = str(status.get("traceId") or "")
+    return {
+        "namespace": namespace, "name": name,
+        "phase": status.get("phase") or "Pending", "verdict": status.get("verdict") or "",
+        "stepsDone": status.get("stepsDone") or "", "summary": progress.summary(status),
+        "exitCode": code, "traceId": trace_id,
+        "traceCommand": _trace_command(trace_id, target) if trace_id else "",
+        "expectations": [dataclasses.asdict(result) for result in progress.results(status)],
+    }
 
 
 def _print_results(namespace: str, name: str, status: dict[str, Any]) -> None:

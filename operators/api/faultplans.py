@@ -41,7 +41,7 @@ from pydantic import Field
 
 from operators.api.base import Condition, CustomResource, Model, PrinterColumn, ResourceInfo
 from operators.api.durations import DURATION_PATTERN
-from operators.api.injections import HubDirection
+from operators.api.injections import TRACEPARENT_PATTERN, HubDirection
 from operators.api.names import (
     LABEL_VALUE_MAX_LENGTH,
     QUALIFIED_NAME_MAX_LENGTH,
@@ -546,6 +546,12 @@ class FaultPlanStatus(Model):
     observedGeneration: int = 0
     conditions: list[Condition] = Field(default_factory=list)
     """Ready (the plan finished), Reconciling, Stalled."""
+    traceId: str = Field(default="", pattern=r"^([0-9a-f]{32})?$")
+    """The plan's trace (W3C trace id): everything the plan caused, in every cluster;
+    'fakefleet trace show ID' prints it."""
+    traceparent: str = Field(default="", pattern=f"^({TRACEPARENT_PATTERN[1:-1]})?$")
+    """The W3C trace context of the span that started the plan: every later span of the plan
+    is its child, so an operator restarted mid-plan carries on in the same trace."""
 
 
 class FaultPlan(CustomResource):
@@ -560,6 +566,7 @@ class FaultPlan(CustomResource):
             PrinterColumn("Phase", ".status.phase"),
             PrinterColumn("Steps", ".status.stepsDone"),
             PrinterColumn("Verdict", ".status.verdict"),
+            PrinterColumn("Trace", ".status.traceId", priority=1),
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
     )

@@ -14,6 +14,7 @@ import base64
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -30,6 +31,7 @@ from operators.controlplane.state import StateDir
 from operators.controlplane.substrate import ClusterOptions
 from operators.engine.registering import remove_all
 from operators.handlers import kueue
+from operators.handlers.provisioning import TEARDOWN, Provisioning
 from operators.handlers.runtime import Member, Runtime, wait_until_none
 from operators.k8s.applying import apply
 from operators.k8s.client import Client
@@ -66,43 +68,49 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 await runtime.host.get(CLUSTERS.format(namespace=namespace, name=name)))
         except NotFound:
             return  # deleted meanwhile
-        held = await hold_components(runtime, cluster, key)
-        observed = await observe(runtime, cluster, key)
-        if held:
-            observed = planning.Observed(**{**observed.__dict__, "error": held})
-        error, stalled, delay = "", False, 5.0
-        actions = planning.plan(cluster, observed)
-        reported = cluster.status
-        if actions:
-            logger.info("cluster %s: %s", key, ", ".join(type(a).__name__ for a in actions))
-        if actions and reported is not None and reported.phase == "Ready":
-            # Say what is missing before mending it: a restart shows as not Ready. (A cluster
-            # not Ready keeps its last message, say why it failed, until there is news.)
-            reported = await report(runtime, cluster, planning.Observed(**{
-                **observed.__dict__, "kueue": _last_kueue(reported)}), reported)
-        for action in actions:
-            try:
-                await execute(runtime, cluster, key, action)
-            except (ControlPlaneError, K8sError) as failure:
-                error = str(failure)
-                # A missing or unbuildable binary, or a kubeconfig that cannot be used, does
-                # not fix itself: say so, and let the timer try again later.
-                stalled = isinstance(failure, BinaryError | ConfigError)
-                # A port still held by a stopping apiserver of an earlier run frees quickly.
-                delay = 2.0 if isinstance(failure, PortInUseError) else 5.0
-                logger.warning("cluster %s: %s failed: %s", key, type(action).__name__, error)
-                break
-            except Exception as failure:  # a defect of ours: the user must still hear of it
-                error = f"{type(action).__name__} failed unexpectedly: {failure!r}"
-                logger.exception("cluster %s: %s", key, error)
-                break
-        if actions:  # something changed: look again (the timer's no-op ticks do not)
+        # Traced only if it changes something: most runs (the timer's) find nothing to do.
+        with Provisioning(runtime.tracer, namespace, name, cluster.metadata.get("annotations"),
+                          backend=cluster.spec.controlPlane.backend) as provisioning:
+            held = await hold_components(runtime, cluster, key, changing=provisioning.open)
             observed = await observe(runtime, cluster, key)
-        observed = planning.Observed(**{**observed.__dict__, "error": error,
-                                        "stalled": stalled}) if error else observed
-        observed = planning.Observed(**{**observed.__dict__, "kueue": await _kueue(
-            runtime, cluster, key, observed.control_plane_running)})
-        await report(runtime, cluster, observed, reported)
+            if held:
+                observed = planning.Observed(**{**observed.__dict__, "error": held})
+            error, stalled, delay = "", False, 5.0
+            actions = planning.plan(cluster, observed)
+            reported = cluster.status
+            if actions:
+                provisioning.open([type(a).__name__ for a in actions])
+                logger.info("cluster %s: %s", key, ", ".join(type(a).__name__ for a in actions))
+            if actions and reported is not None and reported.phase == "Ready":
+                # Say what is missing before mending it: a restart shows as not Ready. (A cluster
+                # not Ready keeps its last message, say why it failed, until there is news.)
+                reported = await report(runtime, cluster, planning.Observed(**{
+                    **observed.__dict__, "kueue": _last_kueue(reported)}), reported)
+            for action in actions:
+                try:
+                    await execute(runtime, cluster, key, action)
+                except (ControlPlaneError, K8sError) as failure:
+                    error = str(failure)
+                    # A missing or unbuildable binary, or a kubeconfig that cannot be used, does
+                    # not fix itself: say so, and let the timer try again later.
+                    stalled = isinstance(failure, BinaryError | ConfigError)
+                    # A port still held by a stopping apiserver of an earlier run frees quickly.
+                    delay = 2.0 if isinstance(failure, PortInUseError) else 5.0
+                    logger.warning("cluster %s: %s failed: %s", key, type(action).__name__, error)
+                    break
+                except Exception as failure:  # a defect of ours: the user must still hear of it
+                    error = f"{type(action).__name__} failed unexpectedly: {failure!r}"
+                    logger.exception("cluster %s: %s", key, error)
+                    break
+            if error:
+                provisioning.fail(error)
+            if actions:  # something changed: look again (the timer's no-op ticks do not)
+                observed = await observe(runtime, cluster, key)
+            observed = planning.Observed(**{**observed.__dict__, "error": error,
+                                            "stalled": stalled}) if error else observed
+            observed = planning.Observed(**{**observed.__dict__, "kueue": await _kueue(
+                runtime, cluster, key, observed.control_plane_running)})
+            await report(runtime, cluster, observed, reported)
     if error and not stalled:
         raise kopf.TemporaryError(error, delay=delay)
 
@@ -131,20 +139,28 @@ async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     cluster = FakeCluster.model_validate(dict(body))
     key = planning.cluster_key(cluster.metadata["namespace"], cluster.metadata["name"])
     async with runtime.lock(key):
-        await kueue.remove(runtime, key)
-        for action in planning.plan(cluster, planning.Observed(), deleting=True):
-            await execute(runtime, cluster, key, action)
+        actions = planning.plan(cluster, planning.Observed(), deleting=True)
+        with Provisioning(runtime.tracer, cluster.metadata["namespace"],
+                          cluster.metadata["name"], cluster.metadata.get("annotations"),
+                          backend=cluster.spec.controlPlane.backend,
+                          name_of_span=TEARDOWN) as teardown:
+            teardown.open([type(action).__name__ for action in actions])
+            await kueue.remove(runtime, key)
+            for action in actions:
+                await execute(runtime, cluster, key, action)
         await _tell_pools(runtime, cluster, f"FakeCluster {cluster.metadata['name']} is gone: "
                                             f"create it again, or delete this pool")
     runtime.locks.pop(key, None)
     runtime.versions.pop(key, None)
 
 
-async def hold_components(runtime: Runtime, cluster: FakeCluster, key: str) -> str:
+async def hold_components(runtime: Runtime, cluster: FakeCluster, key: str, *,
+                          changing: Callable[[list[str]], None] | None = None) -> str:
     """Stop the components a FaultPlan holds down (entries in the FakeCluster's
     fakefleet.dev/faults annotation) and start again those no entry holds; what is held, for
     the status message. Observed anew each time: after an operator restart the entries still
-    say what must stay down."""
+    say what must stay down. ``changing`` hears of each stop and start before it is made (the
+    reconcile's span opens then)."""
     local = runtime.substrate.clusters.get(key)
     if local is None:
         return ""
@@ -153,12 +169,16 @@ async def hold_components(runtime: Runtime, cluster: FakeCluster, key: str) -> s
             for component in entry.stop}
     for component, process in local.processes.items():
         if component in held and process.supervised:
+            if changing is not None:
+                changing([f"Stop {component}"])
             logger.info("cluster %s: stopping %s for fault %s", key, component, held[component])
             # An outage, not a shutdown: no graceful drain of requests and watches.
             await process.stop(timeout=FAULT_STOP_TIMEOUT)
             if component == "kube-apiserver":
                 runtime.versions.pop(key, None)
         elif component not in held and not process.supervised:
+            if changing is not None:
+                changing([f"Start {component}"])
             logger.info("cluster %s: starting %s again: no fault holds it", key, component)
             await process.start()
     return "; ".join(f"{component} stopped by fault {entry}" for component, entry in

@@ -25,16 +25,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import kopf
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
 
+from federation.telemetry import propagation
 from operators.api.base import API_VERSION
 from operators.api.clusters import FakeCluster
 from operators.api.durations import parse_duration
 from operators.api.faultplans import (
     INSTANT_FAULTS,
+    Expectation,
     ExpectationStatus,
     FaultPlan,
     FaultPlanStatus,
@@ -53,9 +57,10 @@ from operators.api.injections import (
 from operators.api.nodepools import POOL_LABEL
 from operators.api.status import condition
 from operators.engine.recording import render_event
-from operators.faults import catalogue, executing
+from operators.faults import catalogue, executing, tracing
 from operators.faults import expectations as ex
 from operators.faults.planning import PlanError
+from operators.faults.progress import FINAL_PHASES
 from operators.faults.targets import ClusterView, Fleet, NodeView, PodView, TargetError, Victim
 from operators.handlers.clusters import hold_components, member_access
 from operators.handlers.runtime import Runtime
@@ -88,11 +93,15 @@ class PlanRunner:
     """One plan's progress: its status, and clients of the members it touches."""
 
     def __init__(self, runtime: Runtime, plan: FaultPlan, *,
-                 connect: Callable[[FakeCluster, str], Client | None] | None = None) -> None:
+                 connect: Callable[[FakeCluster, str], Client | None] | None = None,
+                 tracer: trace.Tracer | None = None) -> None:
         self.runtime = runtime
         #: A client of a member cluster (the default reaches it as the cluster handler does;
         #: tests pass in-memory API servers).
         self._connect = connect or self._connect_member
+        #: Makes the plan's spans (:mod:`operators.faults.tracing`); tests pass one of an SDK
+        #: provider that keeps the spans in memory.
+        self.tracer = tracer or trace.get_tracer(__name__)
         self.plan = plan
         self.namespace: str = plan.metadata["namespace"]
         self.name: str = plan.metadata["name"]
@@ -115,6 +124,8 @@ class PlanRunner:
         try:
             if not self.status.startedAt:
                 await self.start()
+            elif self.status.phase == "Running" and not self.status.traceparent:
+                await self.resume_trace()
             while not stopped() and self.status.phase == "Running":
                 await self.advance()
                 await self.write()
@@ -124,30 +135,65 @@ class PlanRunner:
 
     async def start(self) -> None:
         """Plan the times and record time zero: spec.startAt (every member of a fleet-wide run
-        has the same one), or now."""
-        clusters = await self.clusters()
-        fleet = Fleet(tuple(ClusterView(name, cluster.spec.labels)
-                            for name, cluster in sorted(clusters.items())))
-        try:
-            started = executing.time_zero(self.plan.spec, micro_time())
-            plan = executing.schedule(self.plan.spec, fleet)
-        except (PlanError, TargetError) as error:
-            # No verdict: a plan that cannot run says nothing about the system under test.
-            self.status = FaultPlanStatus(
-                phase="Failed", startedAt=micro_time(),
-                conditions=self._conditions(stalled=f"the plan cannot run: {error}"))
-            await self.write()
-            return
-        unknown = "; ".join(f"step {step}: no FakeCluster named {', '.join(names)} in "
-                            f"namespace {self.namespace}"
-                            for step, names in plan.unknown_clusters.items())
-        injections = [i.model_copy(update={"message": unknown})
-                      if i.step in plan.unknown_clusters else i
-                      for i in executing.initial_injections(plan)]
-        self.status = FaultPlanStatus(phase="Running", startedAt=started,
-                                      injections=injections)
-        self._summarise()
-        await self.write()
+        has the same one), or now; and the plan's trace, with the same write."""
+        with self._start_span() as span:
+            trace_id, traceparent = tracing.trace_id(span), propagation.traceparent(span)
+            clusters = await self.clusters()
+            fleet = Fleet(tuple(ClusterView(name, cluster.spec.labels)
+                                for name, cluster in sorted(clusters.items())))
+            try:
+                started = executing.time_zero(self.plan.spec, micro_time())
+                plan = executing.schedule(self.plan.spec, fleet)
+            except (PlanError, TargetError) as error:
+                # No verdict: a plan that cannot run says nothing about the system under test.
+                span.set_status(Status(StatusCode.ERROR, f"the plan cannot run: {error}"))
+                await self.write(FaultPlanStatus(
+                    phase="Failed", startedAt=micro_time(),
+                    conditions=self._conditions(stalled=f"the plan cannot run: {error}"),
+                    traceId=trace_id, traceparent=traceparent))
+                return
+            unknown = "; ".join(f"step {step}: no FakeCluster named {', '.join(names)} in "
+                                f"namespace {self.namespace}"
+                                for step, names in plan.unknown_clusters.items())
+            injections = [i.model_copy(update={"message": unknown})
+                          if i.step in plan.unknown_clusters else i
+                          for i in executing.initial_injections(plan)]
+            status = self._summarised(FaultPlanStatus(
+                phase="Running", startedAt=started, injections=injections, traceId=trace_id,
+                traceparent=traceparent))
+            span.set_attributes(tracing.start_attributes(self.plan.spec, status))
+            await self.write(status)
+
+    async def resume_trace(self) -> None:
+        """Give a running plan that has no trace recorded (an operator without tracing started
+        it) one from now on: every later span goes there."""
+        with self._start_span() as span:
+            span.set_attribute(tracing.RESUMED, True)
+            await self.write(self.status.model_copy(update={
+                "traceId": tracing.trace_id(span), "traceparent": propagation.traceparent(span)}))
+
+    @contextlib.contextmanager
+    def _start_span(self) -> Iterator[trace.Span]:
+        """``faultplan.start``: under the plan's traceparent annotation, if it has one."""
+        parent, links = tracing.start_parent(propagation.from_annotations(
+            self.plan.metadata.get("annotations")))
+        with self.tracer.start_as_current_span(
+                tracing.START, context=parent, links=links,
+                attributes=tracing.plan_attributes(self.namespace, self.name, self.uid)) as span:
+            yield span
+
+    @contextlib.contextmanager
+    def _span(self, name: str, attributes: tracing.Attributes, *,
+              status: FaultPlanStatus | None = None) -> Iterator[trace.Span]:
+        """A later span of the plan, current while it lasts (the Kubernetes writes made in it
+        carry its traceparent): a child of the start that ``status`` (default: the runner's)
+        recorded."""
+        recorded = (self.status if status is None else status).traceparent
+        with self.tracer.start_as_current_span(
+                name, context=tracing.plan_parent(recorded),
+                attributes={**tracing.plan_attributes(self.namespace, self.name, self.uid),
+                            **attributes}) as span:
+            yield span
 
     async def advance(self) -> None:
         now = time.time()
@@ -182,10 +228,14 @@ class PlanRunner:
     # -- status ---------------------------------------------------------------------------------
 
     def _summarise(self) -> None:
-        phase, verdict, steps = executing.summary(self.plan.spec, self.status.injections)
-        if self.status.phase not in ("Running", "Pending"):
-            return
-        self.status = self.status.model_copy(update={
+        self.status = self._summarised(self.status)
+
+    def _summarised(self, status: FaultPlanStatus) -> FaultPlanStatus:
+        """``status`` with the phase, verdict and steps done its injections stand for."""
+        phase, verdict, steps = executing.summary(self.plan.spec, status.injections)
+        if status.phase not in ("Running", "Pending"):
+            return status
+        return status.model_copy(update={
             "phase": phase, "verdict": verdict, "stepsDone": steps,
             "conditions": self._conditions(phase=phase)})
 
@@ -205,16 +255,23 @@ class PlanRunner:
                       message=stalled, generation=generation, now=now, previous=previous),
         ]
 
-    async def write(self) -> None:
-        """Write the status if it changed (progress that must survive a restart)."""
-        self.status = self.status.model_copy(update={
+    async def write(self, status: FaultPlanStatus | None = None) -> None:
+        """Write ``status`` (default: the runner's) if it changed: progress that must survive
+        a restart. It is the runner's only once written. The write that records the plan's
+        end is made in its ``faultplan.finish`` span."""
+        status = (self.status if status is None else status).model_copy(update={
             "observedGeneration": int(self.plan.metadata.get("generation", 0))})
-        body = self.status.model_dump(mode="json")
-        if body == self._written:
-            return
-        await self.runtime.host.patch(PLAN.format(namespace=self.namespace, name=self.name)
-                                      + "/status", {"status": body})
-        self._written = body
+        body = status.model_dump(mode="json")
+        if body != self._written:
+            ending = status.phase in FINAL_PHASES and self._written.get("phase") \
+                not in FINAL_PHASES
+            with self._span(tracing.FINISH, tracing.finish_attributes(status), status=status) \
+                    if ending else contextlib.nullcontext():
+                await self.runtime.host.patch(
+                    PLAN.format(namespace=self.namespace, name=self.name) + "/status",
+                    {"status": body})
+            self._written = body
+        self.status = status
 
     # -- members --------------------------------------------------------------------------------
 
@@ -337,38 +394,55 @@ class PlanRunner:
     async def inject(self, index: int, injection: InjectionStatus) -> None:
         step = self.steps[injection.step]
         began = time.monotonic()
-        if not injection.targets:
-            late = time.time() - parse(self.status.startedAt) - (injection.injectAt or 0.0)
-            fleet = await self.fleet(step, patient=late < MEMBER_WAIT)
-            schedule = executing.schedule(self.plan.spec, fleet)
-            mine = next(i for i in schedule.injections
-                        if i.step == injection.step and i.occurrence == injection.occurrence)
-            if not mine.victims:
-                self._replace(index, state="Skipped", message=injection.message or
-                              "nothing matched the target when the step was due")
-                return
-            too_many = self._too_many(len(mine.victims))
-            if too_many:
-                self._replace(index, state="Skipped", message=too_many)
-                return
-            # Recorded before anything is written: a successor injects into exactly these.
-            self._replace(index, targets=[executing.victim_text(v) for v in mine.victims])
-            await self.write()
-            injection = self.status.injections[index]
-        victims = [executing.victim_of(text) for text in injection.targets]
+        # Chosen before the span: while a member cannot be reached yet, this raises at every
+        # tick, and those tries are no part of what the plan did.
+        picked = None if injection.targets else await self._pick(step, injection)
+        victims = list(picked) if picked is not None else \
+            [executing.victim_of(text) for text in injection.targets]
+        with self._span(tracing.INJECT, tracing.step_attributes(
+                step, injection.occurrence, victims)) as span:
+            if picked is not None:
+                skipped = "" if victims else injection.message or \
+                    "nothing matched the target when the step was due"
+                skipped = skipped or self._too_many(len(victims))
+                if skipped:
+                    span.set_attribute(tracing.SKIPPED, skipped)
+                    self._replace(index, state="Skipped", message=skipped)
+                    return
+                # Recorded before anything is written: a successor injects into exactly these.
+                self._replace(index, targets=[executing.victim_text(v) for v in victims])
+                await self.write()
+                injection = self.status.injections[index]
+            await self._inject_all(index, injection, step, victims, began,
+                                   propagation.traceparent(span))
+
+    async def _pick(self, step: Step, injection: InjectionStatus) -> Sequence[Victim]:
+        """The occurrence's victims in the fleet as it is now (none: it is skipped)."""
+        late = time.time() - parse(self.status.startedAt) - (injection.injectAt or 0.0)
+        fleet = await self.fleet(step, patient=late < MEMBER_WAIT)
+        schedule = executing.schedule(self.plan.spec, fleet)
+        mine = next(i for i in schedule.injections
+                    if i.step == injection.step and i.occurrence == injection.occurrence)
+        return mine.victims
+
+    async def _inject_all(self, index: int, injection: InjectionStatus, step: Step,
+                          victims: Sequence[Victim], began: float, traceparent: str) -> None:
+        """Write every victim's entry (carrying ``traceparent``, the injection span's), then
+        record the occurrence as injected."""
         if not any(_seen(v) in self._seen for v in victims):
             await self.observe(victims)  # recorded before a restart: look at them now
         chosen = time.monotonic()
         problems, failed = await self._each(
-            victims, lambda v: self._inject_one(step, injection, v))
+            victims, lambda v: self._inject_one(step, injection, v, traceparent))
         logger.info("plan %s/%s: %s#%d: %d victims chosen in %.2fs, entries written in %.2fs",
                     self.namespace, self.name, step.name, injection.occurrence, len(victims),
                     chosen - began, time.monotonic() - chosen)
         if failed:
             # Not injected until every victim has its entry: the next tick writes the rest
             # (entries already written are not written twice).
-            self._replace(index, message=_summary(
-                f"{len(failed)} of {len(victims)} entries not written yet, trying again", failed))
+            message = f"{len(failed)} of {len(victims)} entries not written yet, trying again"
+            trace.get_current_span().set_status(Status(StatusCode.ERROR, message))
+            self._replace(index, message=_summary(message, failed))
             return
         state = "Done" if step.fault.type in INSTANT_FAULTS else "Injected"
         now = micro_time()
@@ -388,11 +462,13 @@ class PlanRunner:
                                   f"{step.fault.type} injected by FaultPlan "
                                   f"{self.namespace}/{self.name} (step {step.name})")
 
-    async def _inject_one(self, step: Step, injection: InjectionStatus, victim: Victim) -> str:
+    async def _inject_one(self, step: Step, injection: InjectionStatus, victim: Victim,
+                          traceparent: str) -> str:
         fault = step.fault
         entry_id = self._id(injection)
         if victim.kind == "Cluster":
-            return await self._cluster_entries(victim.cluster, entry_id, add=fault)
+            return await self._cluster_entries(victim.cluster, entry_id, add=fault,
+                                               traceparent=traceparent)
         client = self.member(victim.cluster)
         if client is None:
             return f"{victim}: the cluster is not reachable"
@@ -402,23 +478,26 @@ class PlanRunner:
                     return entries
                 restarts = max((c.get("restartCount", 0) for c in (pod.get("status") or {})
                                 .get("containerStatuses") or ()), default=0)
-                return [*entries, catalogue.pod_entry(
-                    entry_id, fault, restarts=catalogue.one_shot_restarts(entries, restarts))]
+                return [*entries, _traced(catalogue.pod_entry(
+                    entry_id, fault, restarts=catalogue.one_shot_restarts(entries, restarts)),
+                    traceparent)]
             return await edit_entries(client, _pod_path(victim), add_pod, str(victim),
-                                      self._observed(victim))
+                                      self._observed(victim), traceparent=traceparent)
         if fault.type == "Delete":
-            return await self._hold(victim, entry_id, hold=True)
+            return await self._hold(victim, entry_id, hold=True, traceparent=traceparent)
 
         def add_node(entries: list[FaultEntry], node: dict[str, Any]) -> list[FaultEntry]:
             if any(e.id == entry_id for e in entries):
                 return entries
             capacity = (node.get("status") or {}).get("capacity") or {}
             gpus = int(str(capacity.get("nvidia.com/gpu", "0")) or 0)
-            return [*entries, catalogue.node_entry(entry_id, fault, gpus=gpus)]
+            return [*entries, _traced(catalogue.node_entry(entry_id, fault, gpus=gpus),
+                                      traceparent)]
         return await edit_entries(client, f"/api/v1/nodes/{victim.name}", add_node, str(victim),
-                                  self._observed(victim))
+                                  self._observed(victim), traceparent=traceparent)
 
-    async def _hold(self, victim: Victim, entry_id: str, *, hold: bool) -> str:
+    async def _hold(self, victim: Victim, entry_id: str, *, hold: bool,
+                    traceparent: str = "") -> str:
         """Hold (or release) a deleted node in its pool, which the engine obeys."""
         client = self.member(victim.cluster)
         pool = ""
@@ -447,7 +526,7 @@ class PlanRunner:
             try:
                 await self.runtime.host.patch(path, {"metadata": {
                     "resourceVersion": current["metadata"]["resourceVersion"],
-                    "annotations": {HELD_NODES: value}}})
+                    "annotations": _with_trace({HELD_NODES: value}, traceparent)}})
                 return ""
             except Conflict:
                 continue
@@ -461,8 +540,9 @@ class PlanRunner:
         return ""
 
     async def _cluster_entries(self, cluster: str, entry_id: str, *,
-                               add: Any = None) -> str:
-        """Add (``add``: the fault) or remove the FakeCluster's entry, then apply it."""
+                               add: Any = None, traceparent: str = "") -> str:
+        """Add (``add``: the fault) or remove the FakeCluster's entry, then apply it;
+        ``traceparent``: the span the write is made for, in the entry and the annotation."""
         known = self._clusters.get(cluster)
         # A slowdown and the hub link's faults act on processes of ours: any cluster takes them.
         stops = add is not None and add.type in catalogue.COMPONENTS
@@ -472,9 +552,13 @@ class PlanRunner:
         path = f"{CLUSTERS.format(namespace=self.namespace)}/{cluster}"
 
         def edit(entries: list[FaultEntry], _: dict[str, Any]) -> list[FaultEntry]:
+            if add is not None and any(e.id == entry_id for e in entries):
+                return entries  # written before (a restart): as it was, trace included
             kept = [e for e in entries if e.id != entry_id]
-            return [*kept, catalogue.cluster_entry(entry_id, add)] if add is not None else kept
-        problem = await edit_entries(self.runtime.host, path, edit, f"FakeCluster {cluster}")
+            return [*kept, _traced(catalogue.cluster_entry(entry_id, add), traceparent)] \
+                if add is not None else kept
+        problem = await edit_entries(self.runtime.host, path, edit, f"FakeCluster {cluster}",
+                                     traceparent=traceparent)
         if problem:
             return problem
         key = cluster_key(self.namespace, cluster)
@@ -488,37 +572,44 @@ class PlanRunner:
 
     # -- recover --------------------------------------------------------------------------------
 
-    async def recover(self, index: int, injection: InjectionStatus) -> None:
+    async def recover(self, index: int, injection: InjectionStatus, *,
+                      cause: str = "duration") -> None:
         """Flip the entries to their recovery stages (or release holds); Recovering until the
-        engines wrote everything back (:meth:`settle`)."""
+        engines wrote everything back (:meth:`settle`). ``cause``: why now (the fault's
+        duration is over, or the plan was deleted)."""
         step = self.steps[injection.step]
-        entry_id = self._id(injection)
         victims = [executing.victim_of(text) for text in injection.targets]
+        with self._span(tracing.RECOVER, {**tracing.step_attributes(
+                step, injection.occurrence, victims), tracing.CAUSE: cause}) as span:
+            await self._recover_all(index, injection, step, victims,
+                                    propagation.traceparent(span))
+
+    async def _recover_all(self, index: int, injection: InjectionStatus, step: Step,
+                           victims: Sequence[Victim], traceparent: str) -> None:
+        entry_id = self._id(injection)
         if step.fault.type != "Delete":
             await self.observe(victims)
 
         async def one(victim: Victim) -> str:
             if victim.kind == "Cluster":
-                return await self._cluster_entries(victim.cluster, entry_id)
+                return await self._cluster_entries(victim.cluster, entry_id,
+                                                   traceparent=traceparent)
             if step.fault.type == "Delete":
-                return await self._hold(victim, entry_id, hold=False)
+                return await self._hold(victim, entry_id, hold=False, traceparent=traceparent)
             client = self.member(victim.cluster)
             if client is None:
                 return f"{victim}: the cluster is not reachable"
-
-            def flip(entries: list[FaultEntry], _: dict[str, Any]) -> list[FaultEntry]:
-                return [e.model_copy(update={"state": "recover"})
-                        if e.id == entry_id and e.state == "inject" else e for e in entries]
-            return await edit_entries(client, _path(victim), flip, str(victim),
-                                      self._observed(victim))
+            return await edit_entries(client, _path(victim), _flip(entry_id, traceparent),
+                                      str(victim), self._observed(victim),
+                                      traceparent=traceparent)
         problems, failed = await self._each(victims, one)
         if problems:
             logger.warning("plan %s/%s: recovery of %s: %s", self.namespace, self.name,
                            injection.step, _summary("", problems))
         if failed:
-            self._replace(index, message=_summary(
-                f"recovery of {len(failed)} of {len(victims)} not written yet, trying again",
-                failed))
+            message = f"recovery of {len(failed)} of {len(victims)} not written yet, trying again"
+            trace.get_current_span().set_status(Status(StatusCode.ERROR, message))
+            self._replace(index, message=_summary(message, failed))
             return
         self._replace(index, state="Recovering")
         await self.write()
@@ -573,12 +664,7 @@ class PlanRunner:
             if mine is None:
                 return True
             if mine.state == "inject":  # its flip was lost (a restart, an error): again
-
-                def flip(entries: list[FaultEntry], _: dict[str, Any]) -> list[FaultEntry]:
-                    return [e.model_copy(update={"state": "recover"})
-                            if e.id == entry_id and e.state == "inject" else e
-                            for e in entries]
-                await edit_entries(client, _path(victim), flip, str(victim), obj)
+                await edit_entries(client, _path(victim), _flip(entry_id, ""), str(victim), obj)
                 return False
             if mine.state != "done":
                 return False
@@ -652,9 +738,10 @@ class PlanRunner:
                     expectation = executing.expectation_of(spec)
                     holds = await self._holds(expectation, victims)
                 except (ex.ExpectationError, ValueError) as error:
-                    results.append(result.model_copy(update={
+                    results.append(self._judged(step, injection, spec, result.model_copy(update={
                         "outcome": "Failed", "latencySeconds": 0.0,
-                        "message": f"expectation {spec.name} cannot be judged: {error}"}))
+                        "message": f"expectation {spec.name} cannot be judged: {error}"}),
+                        victims))
                     continue
                 except K8sError as error:
                     holds, message = False, f"could not look: {error}"
@@ -662,24 +749,42 @@ class PlanRunner:
                 except Exception as error:  # a defect of an expression must not stop the plan
                     logger.exception("plan %s/%s: expectation %s", self.namespace, self.name,
                                      spec.name)
-                    results.append(result.model_copy(update={
+                    results.append(self._judged(step, injection, spec, result.model_copy(update={
                         "outcome": "Failed", "latencySeconds": 0.0,
-                        "message": f"expectation {spec.name} cannot be judged: {error!r}"}))
+                        "message": f"expectation {spec.name} cannot be judged: {error!r}"}),
+                        victims))
                     continue
                 deadline = ex.Deadline(expectation, injected)
                 outcome = deadline.observe(now, holds)
                 if outcome is None:
                     results.append(result)
                     continue
-                results.append(result.model_copy(update={
+                results.append(self._judged(step, injection, spec, result.model_copy(update={
                     "outcome": outcome.outcome, "latencySeconds": round(outcome.latency, 3),
                     "message": "" if outcome.outcome == "Passed" else
-                    f"did not hold within {spec.within}"}))
+                    f"did not hold within {spec.within}"}), victims))
                 if outcome.outcome == "Failed":
                     self._plan_event("Warning", "ExpectationFailed",
                                      f"step {step.name} #{injection.occurrence}: expectation "
                                      f"{spec.name} did not hold within {spec.within}")
             self._replace(index, expectations=results)
+
+    def _judged(self, step: Step, injection: InjectionStatus, spec: Expectation,
+                result: ExpectationStatus, victims: Sequence[Victim]) -> ExpectationStatus:
+        """``result``, now that it is decided, as a ``faultplan.expectation`` span: from the
+        injection to now, so that its length in the trace is the reaction observed."""
+        injected = parse(injection.injectedAt)
+        span = self.tracer.start_span(
+            tracing.EXPECTATION, context=tracing.plan_parent(self.status.traceparent),
+            start_time=int(injected * 1e9),
+            attributes={**tracing.plan_attributes(self.namespace, self.name, self.uid),
+                        **tracing.expectation_attributes(
+                            step, injection.occurrence, result,
+                            parse_duration(spec.within), victims)})
+        if result.outcome == "Failed":
+            span.set_status(Status(StatusCode.ERROR, result.message))
+        span.end()
+        return result
 
     async def _holds(self, expectation: ex.Expectation, victims: Sequence[Victim]) -> bool:
         objects = expectation.objects
@@ -818,13 +923,37 @@ def _path(victim: Victim) -> str:
     return _pod_path(victim) if victim.kind == "Pod" else f"/api/v1/nodes/{victim.name}"
 
 
+def _traced(entry: FaultEntry, traceparent: str) -> FaultEntry:
+    """The entry carrying the trace context of the span that writes it (none: untraced)."""
+    return entry.model_copy(update={"traceparent": traceparent or None})
+
+
+def _with_trace(annotations: dict[str, str | None], traceparent: str) -> dict[str, str | None]:
+    """The annotations to patch, with the object's traceparent when the write is traced."""
+    return {**annotations, propagation.ANNOTATION: traceparent} if traceparent else annotations
+
+
+def _flip(entry_id: str, traceparent: str) -> Callable[[list[FaultEntry], Any],
+                                                        list[FaultEntry]]:
+    """An edit that turns entry ``entry_id`` to its recovery stages, traced by
+    ``traceparent`` (none: it keeps the one it has)."""
+    def flip(entries: list[FaultEntry], _: Any) -> list[FaultEntry]:
+        return [e.model_copy(update={"state": "recover",
+                                     "traceparent": traceparent or e.traceparent})
+                if e.id == entry_id and e.state == "inject" else e for e in entries]
+    return flip
+
+
 async def edit_entries(client: Client, path: str,
                        edit: Callable[[list[FaultEntry], dict[str, Any]], list[FaultEntry]],
-                       what: str, observed: dict[str, Any] | None = None) -> str:
+                       what: str, observed: dict[str, Any] | None = None, *,
+                       traceparent: str = "") -> str:
     """Read the object's fault entries, ``edit`` them, write them back on the resourceVersion
     read (retrying on conflicts); "" when written or nothing changed, else what went wrong.
     ``observed``: the object as a list just showed it, tried first without reading it again
-    (a write on a stale resourceVersion fails with a conflict, and then it is read)."""
+    (a write on a stale resourceVersion fails with a conflict, and then it is read).
+    ``traceparent``: the span the write is made in, also set as the object's
+    fakefleet.dev/traceparent annotation by the same write."""
     for _ in range(CONFLICT_RETRIES):
         obj = observed
         observed = None
@@ -844,7 +973,7 @@ async def edit_entries(client: Client, path: str,
         try:
             await client.patch(path, {"metadata": {
                 "resourceVersion": obj["metadata"]["resourceVersion"],
-                "annotations": {FAULTS: value}}}, decode=False)
+                "annotations": _with_trace({FAULTS: value}, traceparent)}}, decode=False)
             return ""
         except Conflict:
             continue
@@ -866,7 +995,7 @@ async def run(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
             namespace=body["metadata"]["namespace"], name=body["metadata"]["name"])))
         if plan.metadata.get("deletionTimestamp"):
             return
-        runner = PlanRunner(runtime, plan)
+        runner = PlanRunner(runtime, plan, tracer=runtime.tracer)
         await runner.run(lambda: bool(stopped))
     except K8sError as error:
         raise kopf.TemporaryError(f"plan {key}: {error}", delay=2) from error
@@ -887,14 +1016,14 @@ async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
             namespace=body["metadata"]["namespace"], name=body["metadata"]["name"])))
     except NotFound:
         return
-    runner = PlanRunner(runtime, plan)
+    runner = PlanRunner(runtime, plan, tracer=runtime.tracer)
     try:
         await runner.clusters()
         for index, injection in enumerate(runner.status.injections):
             if not injection.targets or injection.state in ("Recovered", "Skipped"):
                 continue
             if injection.state in ("Injected", "Done", "Scheduled"):
-                await runner.recover(index, injection)
+                await runner.recover(index, injection, cause="plan deleted")
             await runner.settle(index, runner.status.injections[index])
         left = [i for i in runner.status.injections
                 if i.targets and i.state not in ("Recovered", "Skipped")]

@@ -10,6 +10,8 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from opentelemetry import trace
+
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.kueue.source import Manifests
 from operators.controlplane.state import StateDir
@@ -51,6 +53,10 @@ class Runtime:
     hub_links: dict[str, HubState] = dataclasses.field(default_factory=dict)
     #: The members' Kueue add-ons and the one background build of its binary.
     kueue: KueueAddons = dataclasses.field(default_factory=lambda: KueueAddons())
+    #: Makes the handlers' spans: the entry point passes its configured provider's; the
+    #: default is the API's global one (no spans until an SDK is configured).
+    tracer: trace.Tracer = dataclasses.field(
+        default_factory=lambda: trace.get_tracer("operators.handlers"))
 
     def lock(self, key: str) -> asyncio.Lock:
         """One reconciliation at a time per object (change handlers and timers overlap)."""
