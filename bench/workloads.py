@@ -258,24 +258,30 @@ async def scenario(host: Host, name: str, spec: fleet_pb2.WorkloadSpec,
         started = time.time()
         submitted = await fleet.submit_workload(spec, name=f"bench-{name}", start_delay=0)
         last = time.monotonic()
-        async with asyncio.timeout(timeout):
-            async for workload in fleet.watch_workload(submitted.id):
-                if time.monotonic() - last >= 15:
-                    counts = workload.report.counts
-                    console.print(f"  {name}: {time.time() - started:.0f}s  waiting "
-                                  f"{counts.waiting} pending {counts.pending} running "
-                                  f"{counts.running} succeeded {counts.succeeded} failed "
-                                  f"{counts.failed}", highlight=False)
-                    last = time.monotonic()
+        timed_out = False
+        try:
+            async with asyncio.timeout(timeout):
+                async for workload in fleet.watch_workload(submitted.id):
+                    if time.monotonic() - last >= 15:
+                        counts = workload.report.counts
+                        console.print(f"  {name}: {time.time() - started:.0f}s  waiting "
+                                      f"{counts.waiting} pending {counts.pending} running "
+                                      f"{counts.running} succeeded {counts.succeeded} failed "
+                                      f"{counts.failed}", highlight=False)
+                        last = time.monotonic()
+        except TimeoutError:
+            # Report how far it got (and the processes' usage) rather than lose the run.
+            timed_out = True
+            console.print(f"  {name}: not finished after {timeout:.0f}s; reporting so far")
         final = await fleet.get_workload(submitted.id, jobs=True)
     stop.set()
     await sampler
-    finished = max(j.finished_at.ToNanoseconds() / 1e9 for j in final.jobs)
-    wall = finished - started
+    ends = [j.finished_at.ToNanoseconds() / 1e9 for j in final.jobs if j.HasField("finished_at")]
+    wall = (time.time() if timed_out or not ends else max(ends)) - started
     report = final.report
     cpu = usage.cpu()
     return {
-        "scenario": name, "workload": submitted.id,
+        "scenario": name, "workload": submitted.id, "timedOut": timed_out,
         "phase": fleet_pb2.WorkloadPhase.Name(final.phase),
         "submissionToLastCompletion": round(wall, 1),
         "counts": json_format.MessageToDict(report.counts),
