@@ -9,6 +9,7 @@ short form ``NVIDIA-H200``/``NVIDIA-B200``/``NVIDIA-GB200``. Memory is in MiB as
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Literal
 
 GPUPresetName = Literal["A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "B200", "GB200"]
@@ -78,3 +79,13 @@ def gfd_labels(
     if preset.nvlink_domain and clique is not None:
         labels["nvidia.com/gpu.clique"] = clique
     return labels
+
+
+def gpu_uuid(cluster: str, node: str, index: int) -> str:
+    """The stable UUID of GPU ``index`` of ``node`` in ``cluster``, in NVML's ``GPU-<uuid>`` form.
+
+    Derived, never stored: the same GPU has the same UUID in its node's labels, its DRA device,
+    its DCGM series and after any restart, and no two GPUs of a fleet share one.
+    """
+    digest = hashlib.sha256(f"gpu/{cluster}/{node}/{index}".encode()).hexdigest()
+    return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
