@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from operators.api import usage
 from operators.api.base import (
     Condition,
     CustomResource,
@@ -177,6 +178,60 @@ class PodBehaviour(Model):
     """Seed of the per-pod draws; the same seed and pod name give the same timings."""
 
 
+def _profile(kind: usage.Kind, what: str) -> Any:
+    """A usage amount or profile (:mod:`operators.api.usage`), checked by a CEL rule whose
+    message says what is accepted (a failed pattern would show the whole grammar instead)."""
+    regex = usage.pattern(kind)
+    return Field(max_length=usage.MAX_LENGTH, json_schema_extra=validations(rule(
+        f"self.matches(r'{regex}')", f"{what} must be {usage.syntax(kind)}")))
+
+
+class NodeUsage(Model):
+    """What each node uses itself (kubelet, system daemons), before its pods."""
+
+    cpu: Annotated[str, _profile("cpu", "usage.node.cpu")] = "100m"
+    """CPU in cores, or a profile such as sine(100m, 300m, 10m)."""
+    memory: Annotated[str, _profile("memory", "usage.node.memory")] = "1Gi"
+    """Memory (working set) in bytes, or a profile."""
+
+
+class PodUsage(Model):
+    """What a pod uses when its annotations do not say (fakefleet.dev/usage-cpu,
+    fakefleet.dev/usage-memory), split over its containers by their requests."""
+
+    cpu: Annotated[str, _profile("cpu", "usage.pod.cpu")] = "1m"
+    """CPU in cores, or a profile such as ramp(100m, 1, 2m)."""
+    memory: Annotated[str, _profile("memory", "usage.pod.memory")] = "1Mi"
+    """Memory (working set) in bytes, or a profile."""
+
+
+class GPUUsage(Model):
+    """How busy a GPU held by a running pod is when the pod's annotations do not say
+    (fakefleet.dev/usage-gpu-util, fakefleet.dev/usage-gpu-memory); a GPU no pod holds idles."""
+
+    utilization: Annotated[str, _profile("percent", "usage.gpu.utilization")] = "90"
+    """DCGM_FI_DEV_GPU_UTIL in percent, or a profile such as sine(60, 100, 1m)."""
+    memory: Annotated[str, _profile("percent", "usage.gpu.memory")] = "80"
+    """Framebuffer in use, in percent of the GPU's memory, or a profile."""
+
+
+class UsageSpec(Model):
+    """Simulated usage: what the engine serves as each node's kubelet resource metrics (read by
+    metrics-server: kubectl top, HorizontalPodAutoscalers) and as DCGM GPU metrics. A pod's
+    annotations override the pod and GPU defaults; a node reports its own usage plus its
+    pods'."""
+
+    node: NodeUsage = Field(default_factory=NodeUsage,
+                            json_schema_extra={"default": NodeUsage().model_dump(mode="json")})
+    """The node's own usage."""
+    pod: PodUsage = Field(default_factory=PodUsage,
+                          json_schema_extra={"default": PodUsage().model_dump(mode="json")})
+    """A pod's usage when its annotations do not say."""
+    gpu: GPUUsage = Field(default_factory=GPUUsage,
+                          json_schema_extra={"default": GPUUsage().model_dump(mode="json")})
+    """A held GPU's usage when its pod's annotations do not say."""
+
+
 class FakeNodePoolSpec(Model):
     """Desired state of a FakeNodePool."""
 
@@ -206,6 +261,10 @@ class FakeNodePoolSpec(Model):
         default_factory=PodBehaviour,
         json_schema_extra={"default": PodBehaviour().model_dump(mode="json")})
     """Default timing of the pods that run on the pool's nodes."""
+    usage: UsageSpec = Field(
+        default_factory=UsageSpec,
+        json_schema_extra={"default": UsageSpec().model_dump(mode="json")})
+    """Simulated CPU, memory and GPU usage of the pool's nodes and of the pods on them."""
 
     @property
     def gpus_per_node(self) -> int:
