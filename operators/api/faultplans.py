@@ -208,12 +208,27 @@ class FaultCondition(Model):
     message: Annotated[str, Field(max_length=1024)] = ""
 
 
+class FaultGPU(Model):
+    """What a Condition fault does to the node's GPUs, as DCGM reports them."""
+
+    model_config = Model.model_config | {"json_schema_extra": validations(rule(
+        "has(self.temperature) || has(self.smClock)",
+        "fault.gpu needs temperature or smClock (or both), e.g. {temperature: 92, smClock: 1005}"
+    ))}
+
+    temperature: int | None = Field(default=None, ge=0, le=150)
+    """DCGM_FI_DEV_GPU_TEMP the GPUs report while the fault lasts (degrees C), e.g. 92."""
+    smClock: int | None = Field(default=None, ge=0, le=5000)
+    """DCGM_FI_DEV_SM_CLOCK the GPUs run at while the fault lasts (MHz), e.g. 1005."""
+
+
 _PARAMETERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reason", ("NotReady", "ContainerExit", "StuckPending", "Evict")),
     ("message", ("NotReady", "ContainerExit", "CrashLoop", "StuckPending", "Evict", "GPUXid")),
     ("condition", ("Condition",)),
     ("xid", ("GPUXid",)),
-    ("gpus", ("GPUXid",)),
+    ("gpus", ("GPUXid", "Condition")),
+    ("gpu", ("Condition",)),
     ("taint", ("Taint",)),
     ("exitCode", ("ContainerExit", "CrashLoop")),
     ("latency", ("APIServerSlow", "HubLatency")),
@@ -270,7 +285,11 @@ class Fault(Model):
     63, 64, 74, 79, 92, 94, 95, 119, 120) also take GPUs out of allocatable and taint the node;
     13, 31, 43, 45 and unknown codes only signal."""
     gpus: int | None = Field(default=None, ge=1, le=16)
-    """GPUXid: how many of the node's GPUs fail (default 1)."""
+    """GPUXid: how many of the node's GPUs fail (default 1); Condition: how many of them
+    fault.gpu affects (default all). Always the first ones by index: GPUs 0 to gpus-1."""
+    gpu: FaultGPU | None = None
+    """Condition: the temperature or SM clock the node's GPUs report while it lasts (a
+    thermal slowdown, say), in DCGM_FI_DEV_GPU_TEMP and DCGM_FI_DEV_SM_CLOCK."""
     taint: Taint | None = None
     """Taint: the taint to add."""
     exitCode: int | None = Field(default=None, ge=1, le=255)

@@ -228,6 +228,46 @@ class NodeTaint(Model):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
+#: GPUs a node may have (a pool's gpu.count is at most this).
+MAX_GPUS = 16
+
+
+class GPUEffect(Model):
+    """What a node stage does to some of the node's GPUs, as GPU telemetry (DCGM) and a GPU
+    driver (the device plugin, DRA) see them. The engine keeps it with the node's life from the
+    moment the stage is written until a stage resets those GPUs; after an engine restart it is
+    read back from the fault entries the node still carries (in state inject or recover)."""
+
+    indices: list[Annotated[int, Field(ge=0, lt=MAX_GPUS)]] = Field(
+        min_length=1, max_length=MAX_GPUS)
+    """The GPUs hit, by index on the node (0 to 15); indices the node does not have are
+    ignored. GPUXid faults hit the first of the node's GPUs: indices 0 to gpus-1."""
+    xid: int | None = Field(default=None, ge=1, le=65535)
+    """An Xid the driver reported on them: DCGM_FI_DEV_XID_ERRORS shows it."""
+    healthy: bool | None = None
+    """False: out of service (the device plugin reports them unhealthy; a DRA driver takes
+    their devices out) until a stage sets true or resets them."""
+    temperature: int | None = Field(default=None, ge=0, le=150)
+    """The temperature they report (DCGM_FI_DEV_GPU_TEMP, degrees C), busy or not."""
+    smClock: int | None = Field(default=None, ge=0, le=5000)
+    """The SM clock they run at (DCGM_FI_DEV_SM_CLOCK, MHz), e.g. throttled."""
+    reset: bool = False
+    """The GPUs are reset: no Xid, healthy, temperature and clocks their own again. Takes no
+    other field."""
+
+    @model_validator(mode="after")
+    def _reset_alone(self) -> GPUEffect:
+        changes = (self.xid is not None or self.healthy is not None
+                   or self.temperature is not None or self.smClock is not None)
+        if self.reset and changes:
+            raise ValueError("reset restores everything of the GPUs: it takes no xid, healthy, "
+                             "temperature or smClock")
+        if not (self.reset or changes):
+            raise ValueError("the GPU effect does nothing: set xid, healthy, temperature, "
+                             "smClock or reset")
+        return self
+
+
 class NodeEffect(Model):
     """What a node stage does."""
 
@@ -249,6 +289,8 @@ class NodeEffect(Model):
     allocatable: dict[str, str | None] = Field(default_factory=dict)
     """Resources whose allocatable changes, e.g. {"nvidia.com/gpu": "7"}; None: back to the
     node's capacity."""
+    gpus: GPUEffect | None = None
+    """What happens to some of the node's GPUs (an Xid, a thermal slowdown, a reset)."""
     hold: bool = False
     """Nothing happens while this stage matches, and no later stage applies (a fault keeps the
     node as it made it). Takes no other field."""
@@ -260,13 +302,14 @@ class NodeEffect(Model):
     def _does_something(self) -> NodeEffect:
         acts = (self.conditions or self.heartbeat is not None or self.reportStatus
                 or self.events or self.taints or self.removeTaints
-                or self.unschedulable is not None or self.allocatable or self.endFault)
+                or self.unschedulable is not None or self.allocatable or self.gpus
+                or self.endFault)
         if self.hold and acts:
             raise ValueError("hold does nothing by definition: it takes no other field")
         if not (acts or self.hold):
             raise ValueError("the effect does nothing: set conditions, heartbeat, reportStatus, "
-                             "events, taints, removeTaints, unschedulable, allocatable, hold or "
-                             "endFault")
+                             "events, taints, removeTaints, unschedulable, allocatable, gpus, "
+                             "hold or endFault")
         return self
 
 

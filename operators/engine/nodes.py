@@ -22,7 +22,7 @@ from typing import Any
 
 from operators.api import stages as stage_api
 from operators.api.gpus import gfd_labels
-from operators.api.injections import FAULTS
+from operators.api.injections import FAULTS, read_entries
 from operators.api.names import LABEL_VALUE_MAX_LENGTH
 from operators.api.nodepools import INSTANCE_TYPE_PREFIX, POOL_LABEL, FakeNodePoolSpec
 
@@ -132,15 +132,69 @@ class NodeCondition:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class GPUState:
+    """What stages did to one GPU of the node; its telemetry follows from this and its pods."""
+
+    xid: int = 0  # the last Xid reported (0: none)
+    healthy: bool = True
+    temperature: int | None = None  # a fault's reading, else the GPU's own
+    sm_clock: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class NodeLife:
-    """The node as the engine plays it: its conditions, and whether it heartbeats."""
+    """The node as the engine plays it: its conditions, whether it heartbeats, and what stages
+    did to its GPUs."""
 
     conditions: tuple[NodeCondition, ...] = ()
     heartbeat: bool = True
     changed_at: str = ""  # the last status write: the stages' delays count from here
+    #: (index, state) of the GPUs a stage changed, by index; the others are as made.
+    gpus: tuple[tuple[int, GPUState], ...] = ()
+
+    def gpu(self, index: int) -> GPUState:
+        return next((state for at, state in self.gpus if at == index), HEALTHY_GPU)
 
     def status(self, kind: str) -> str | None:
         return next((c.status for c in self.conditions if c.type == kind), None)
+
+
+HEALTHY_GPU = GPUState()
+
+
+def apply_gpus(current: tuple[tuple[int, GPUState], ...],
+               effect: stage_api.GPUEffect) -> tuple[tuple[int, GPUState], ...]:
+    """The GPUs' states after ``effect``."""
+    states = dict(current)
+    for index in effect.indices:
+        if effect.reset:
+            states.pop(index, None)
+            continue
+        state = states.get(index, HEALTHY_GPU)
+        states[index] = GPUState(
+            xid=effect.xid if effect.xid is not None else state.xid,
+            healthy=effect.healthy if effect.healthy is not None else state.healthy,
+            temperature=effect.temperature if effect.temperature is not None
+            else state.temperature,
+            sm_clock=effect.smClock if effect.smClock is not None else state.sm_clock)
+    return tuple(sorted(states.items()))
+
+
+def gpus_from_entries(annotations: Mapping[str, str] | None) -> tuple[tuple[int, GPUState], ...]:
+    """What the fault entries a node carries did to its GPUs, for an engine that starts again:
+    the GPU effects of the stages of every entry still in force (inject, or recover with its
+    reset not written yet), in order. A signal-only Xid whose entry is done is forgotten, as a
+    restarted DCGM forgets the last Xid it saw."""
+    entries, _ = read_entries(annotations)
+    gpus: tuple[tuple[int, GPUState], ...] = ()
+    for entry in entries:
+        if entry.state == "done":
+            continue
+        for stage in entry.stages:
+            effect = stage.effect
+            if isinstance(effect, stage_api.NodeEffect) and effect.gpus is not None:
+                gpus = apply_gpus(gpus, effect.gpus)
+    return gpus
 
 
 def healthy_life(now: str) -> NodeLife:
@@ -174,14 +228,15 @@ def set_conditions(current: tuple[NodeCondition, ...], changes: Sequence[stage_a
 
 def life_from_node(node: Mapping[str, Any]) -> NodeLife:
     """The life a Node object shows (after an engine restart): its conditions as they are,
-    its last report when the newest heartbeat was."""
+    its last report when the newest heartbeat was, its GPUs as its fault entries left them."""
     conditions = tuple(
         NodeCondition(c["type"], c.get("status", "Unknown"), c.get("reason", ""),
                       c.get("message", ""), c.get("lastHeartbeatTime", ""),
                       c.get("lastTransitionTime", ""))
         for c in (node.get("status") or {}).get("conditions") or ())
     return NodeLife(conditions=conditions,
-                    changed_at=max((c.heartbeat for c in conditions), default=""))
+                    changed_at=max((c.heartbeat for c in conditions), default=""),
+                    gpus=gpus_from_entries((node.get("metadata") or {}).get("annotations")))
 
 
 def render_conditions(life: NodeLife) -> list[dict[str, str]]:

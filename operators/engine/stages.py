@@ -38,7 +38,13 @@ from operators.api.stages import (
     load_lifecycle,
 )
 from operators.engine import pods as podlife
-from operators.engine.nodes import NodeFacts, NodeLife, render_conditions, set_conditions
+from operators.engine.nodes import (
+    NodeFacts,
+    NodeLife,
+    apply_gpus,
+    render_conditions,
+    set_conditions,
+)
 from operators.engine.pods import ExtraCondition, PodFacts, PodLife
 from operators.k8s.times import parse
 
@@ -353,7 +359,8 @@ def apply_node(effect: NodeEffect, life: NodeLife, now: str) -> NodeLife:
         conditions = tuple(dataclasses.replace(c, heartbeat=now) for c in conditions)
     return dataclasses.replace(
         life, changed_at=now, conditions=conditions,
-        heartbeat=life.heartbeat if effect.heartbeat is None else effect.heartbeat)
+        heartbeat=life.heartbeat if effect.heartbeat is None else effect.heartbeat,
+        gpus=apply_gpus(life.gpus, effect.gpus) if effect.gpus is not None else life.gpus)
 
 
 def node_status(effect: NodeEffect, node: NodeFacts, before: NodeLife,

@@ -65,9 +65,17 @@ HOLD_NODE = _node("fault-hold", {"hold": True})
 END_NODE = _node("fault-end", {"endFault": True})
 
 
+def gpu_indices(count: int, gpus: int) -> list[int]:
+    """The GPUs a fault on ``count`` of a node's ``gpus`` GPUs hits: the first ones by index,
+    so that a fault plan, DCGM's series and a DRA driver name the same devices."""
+    return list(range(min(count, gpus)))
+
+
 def node_entry(entry_id: str, fault: Fault, *, gpus: int = 0) -> FaultEntry:
     """The entry for a node fault (not Delete: the pool holds a deleted node). ``gpus``: the
-    node's nvidia.com/gpu capacity, for a GPUXid that takes GPUs out of service."""
+    node's nvidia.com/gpu capacity, for a GPUXid that takes GPUs out of service (the first
+    ``fault.gpus`` of them, its stage's ``gpus.indices``) and a Condition that heats or
+    throttles them (``fault.gpu``: the first ``fault.gpus``, default all)."""
     kind = fault.type
     if kind == "NotReady":
         condition = {"type": "Ready", "status": "False",
@@ -85,20 +93,31 @@ def node_entry(entry_id: str, fault: Fault, *, gpus: int = 0) -> FaultEntry:
     elif kind == "Condition":
         assert fault.condition is not None
         wanted = fault.condition.model_dump()
-        stages = _stages(_node("fault-condition", {"conditions": [wanted]},
-                               _is_not(f"conditions[{wanted['type']}]", wanted["status"])))
+        effect: dict[str, Any] = {"conditions": [wanted]}
         healthy = {"type": wanted["type"], "status": "False" if wanted["status"] == "True"
                    else "True", "reason": "FaultRecovered",
                    "message": f"{wanted['type']} cleared: the fault plan recovered it"}
-        recovery = _stages(_node("fault-recover", {"conditions": [healthy], "endFault": True}))
+        undo: dict[str, Any] = {"conditions": [healthy], "endFault": True}
+        hit = gpu_indices(fault.gpus or gpus, gpus)
+        if fault.gpu is not None and hit:
+            effect["gpus"] = {"indices": hit, **fault.gpu.model_dump(exclude_none=True)}
+            undo["gpus"] = {"indices": hit, "reset": True}
+        stages = _stages(_node("fault-condition", effect,
+                               _is_not(f"conditions[{wanted['type']}]", wanted["status"])))
+        recovery = _stages(_node("fault-recover", undo))
     elif kind == "GPUXid":
         assert fault.xid is not None
         xid = describe(fault.xid)
         failed = min(fault.gpus or 1, gpus) if gpus else 0
         message = fault.message or (f"Xid {xid.code} ({xid.description}) on {failed or 1} "
                                     f"GPU(s)" + ("; the GPU needs a reset" if xid.fatal else ""))
-        effect: dict[str, Any] = {
-            "events": [{"type": "Warning", "reason": "GPUXid", "message": message}]}
+        effect = {"events": [{"type": "Warning", "reason": "GPUXid", "message": message}]}
+        hit = gpu_indices(failed, gpus)
+        if hit:
+            # Which GPUs, recorded where every reader of the stage finds them: DCGM's series
+            # and a DRA driver's devices name the same ones.
+            effect["gpus"] = {"indices": hit, "xid": xid.code,
+                              **({"healthy": False} if xid.fatal else {})}
         if xid.fatal:
             effect["conditions"] = [{"type": GPU_CONDITION, "status": "False",
                                      "reason": f"Xid{xid.code}", "message": message}]
@@ -108,11 +127,14 @@ def node_entry(entry_id: str, fault: Fault, *, gpus: int = 0) -> FaultEntry:
                 effect["allocatable"] = {"nvidia.com/gpu": str(gpus - failed)}
             stages = _stages(_node("fault-xid", effect,
                                    _is_not(f"conditions[{GPU_CONDITION}]", "False")))
-            recovery = _stages(_node("fault-recover", {
+            reset: dict[str, Any] = {
                 "conditions": [{"type": GPU_CONDITION, "status": "True", "reason": "GPUReset",
                                 "message": "the GPUs were reset and pass health checks"}],
                 "removeTaints": [XID_TAINT], "allocatable": {"nvidia.com/gpu": None},
-                "endFault": True}))
+                "endFault": True}
+            if hit:
+                reset["gpus"] = {"indices": hit, "reset": True}
+            recovery = _stages(_node("fault-recover", reset))
         else:
             # Signals only: an Event, once; nothing to undo.
             effect["endFault"] = True
