@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.engine import nodes
 from operators.engine.nodes import Create, Delete, NodeFacts, Reshape
@@ -14,7 +16,8 @@ def spec(**fields: object) -> FakeNodePoolSpec:
 def observed(pool: str, *indices: int, spec_: FakeNodePoolSpec | None = None) -> list[
         NodeFacts]:
     template = nodes.template_hash(spec_) if spec_ else ""
-    return [NodeFacts(nodes.node_name(pool, i), pool, template, i) for i in indices]
+    return [NodeFacts(nodes.node_name(pool, i), pool, template, i,
+                      kubelet=(nodes.node_ip(i), nodes.KUBELET_PORT)) for i in indices]
 
 
 def test_empty_cluster_creates_every_replica() -> None:
@@ -48,6 +51,27 @@ def test_template_change_reshapes_existing_nodes() -> None:
     old, new = spec(replicas=2), spec(replicas=2, template={"labels": {"team": "a"}})
     assert nodes.plan({"cpu": new}, observed("cpu", 0, 1, spec_=old)) == [
         Reshape("cpu", 0), Reshape("cpu", 1)]
+
+
+def test_a_node_whose_kubelet_is_elsewhere_is_reshaped() -> None:
+    """An older engine's node addresses, or another kubelet port, make a reshape: the node's
+    status must say where its kubelet endpoints are served."""
+    wanted = spec(replicas=2)
+    facts = observed("cpu", 0, 1, spec_=wanted)
+    assert nodes.plan({"cpu": wanted}, facts, kubelet_port=40123) == [
+        Reshape("cpu", 0), Reshape("cpu", 1)]
+    old = [dataclasses.replace(facts[0], kubelet=("172.16.0.1", nodes.KUBELET_PORT)), facts[1]]
+    assert nodes.plan({"cpu": wanted}, old) == [Reshape("cpu", 0)]
+
+
+def test_node_addresses_are_loopback_and_map_back_to_their_slot() -> None:
+    assert nodes.node_ip(0) == "127.64.0.1"
+    assert nodes.node_ip(nodes.MAX_NODES_PER_CLUSTER - 1) == "127.64.128.0"
+    for slot in (0, 1, 255, 256, nodes.MAX_NODES_PER_CLUSTER - 1):
+        assert nodes.slot_of(nodes.node_ip(slot)) == slot
+    assert nodes.slot_of("127.0.0.1") is None
+    assert nodes.slot_of("127.64.0.0") is None
+    assert nodes.slot_of("::1") is None
 
 
 def test_replica_count_is_not_part_of_the_template() -> None:
@@ -90,7 +114,8 @@ def test_cpu_node_object() -> None:
     assert labels["topology.kubernetes.io/region"] == "r"
     assert labels["fakefleet.dev/rack"] == "rack-1"
     assert node["spec"]["podCIDR"] == "10.128.5.0/24"
-    assert node["status"]["addresses"][0] == {"type": "InternalIP", "address": "172.16.0.6"}
+    assert node["status"]["addresses"][0] == {"type": "InternalIP", "address": "127.64.0.6"}
+    assert node["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 10250}}
     ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
     assert ready[0]["status"] == "True"
     assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.3"
@@ -171,17 +196,20 @@ def test_reshape_removes_only_the_old_template_s_keys_and_guards_the_version() -
     node = nodes.render_node("c", "cpu", old, 0, 0, life=LIFE, kubelet_version="v1.36.3")
     node["metadata"]["resourceVersion"] = "42"
     node["metadata"]["labels"]["example.com/owner"] = "ml"
-    meta, status = nodes.reshape_patches("c", "cpu", new, 0, node)
+    meta, status = nodes.reshape_patches("c", "cpu", new, 0, node, slot=0, kubelet_port=40123)
     assert meta["metadata"]["resourceVersion"] == "42"
     labels = meta["metadata"]["labels"]
     assert labels["team"] is None
     assert labels["tier"] == "b"
     assert "example.com/owner" not in labels, "others' labels are not touched"
     assert status["status"]["capacity"]["example.com/fpga"] is None
+    assert status["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 40123}}
+    assert status["status"]["addresses"] == [{"type": "InternalIP", "address": "127.64.0.1"},
+                                             {"type": "Hostname", "address": "cpu-0"}]
 
 
 def test_reshape_of_a_node_without_template_keys_removes_nothing() -> None:
     node = {"metadata": {"name": "cpu-0", "labels": {"team": "a"},
                          "annotations": {nodes.TEMPLATE_KEYS: "not json"}}}
-    meta, _ = nodes.reshape_patches("c", "cpu", spec(), 0, node)
+    meta, _ = nodes.reshape_patches("c", "cpu", spec(), 0, node, slot=0)
     assert None not in meta["metadata"]["labels"].values()

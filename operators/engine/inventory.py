@@ -67,6 +67,8 @@ class NodeBook:
         self.cluster = cluster
         self.facts: dict[str, NodeFacts] = {}
         self.records: dict[str, NodeRecord] = {}
+        #: Pod CIDR slot → name of the played node that has it (its address says the slot).
+        self.by_slot: dict[int, str] = {}
         self.lease_seconds: Mapping[str, int] = {}  # per pool, from the desired specs
         self._listener = listener
         self._slots_used: set[int] = set()
@@ -212,9 +214,12 @@ class NodeBook:
 
     def _remember(self, name: str, record: NodeRecord) -> None:
         self.records[name] = record
+        self.by_slot[record.slot] = name
         self._slots_used.add(record.slot)
 
     def _drop(self, name: str) -> None:
         record = self.records.pop(name)
+        if self.by_slot.get(record.slot) == name:
+            del self.by_slot[record.slot]
         self._free(record.slot)
         self._listener.forgotten(name)

@@ -37,10 +37,14 @@ TEMPLATE_HASH = "fakefleet.dev/template-hash"
 TEMPLATE_KEYS = "fakefleet.dev/template-keys"
 MANAGED_SELECTOR = POOL_LABEL  # every node we own carries the pool label
 
-#: Pod CIDRs are /24 slices of 10.128.0.0/9 (MAX_NODES_PER_CLUSTER of them); node InternalIPs
-#: come from 172.16.0.0/12. Neither overlaps the service range 10.96.0.0/12.
+#: Pod CIDRs are /24 slices of 10.128.0.0/9 (MAX_NODES_PER_CLUSTER of them), clear of the
+#: service range 10.96.0.0/12. Node InternalIPs are loopback addresses of 127.64.0.0/16, one per
+#: node (every address of 127.0.0.0/8 is local on Linux): the engine serves each node's kubelet
+#: endpoints there (:mod:`operators.engine.serving`), so metrics-server, or anything else that
+#: scrapes kubelets by node address, reaches the right fake node.
 POD_NETWORK = ipaddress.ip_network("10.128.0.0/9")
-NODE_NETWORK = ipaddress.ip_network("172.16.0.0/12")
+NODE_NETWORK = ipaddress.ip_network("127.64.0.0/16")
+#: The kubelet port a node advertises (status.daemonEndpoints) when the engine serves none.
 KUBELET_PORT = 10250
 
 
@@ -64,9 +68,24 @@ def node_ip(slot: int) -> str:
     return str(ipaddress.ip_address(int(NODE_NETWORK.network_address) + slot + 1))
 
 
+def slot_of(address: str) -> int | None:
+    """The slot whose node has InternalIP ``address`` (None: not a node address)."""
+    try:
+        value = int(ipaddress.IPv4Address(address)) - int(NODE_NETWORK.network_address) - 1
+    except ValueError:
+        return None
+    return value if 0 <= value < MAX_NODES_PER_CLUSTER else None
+
+
+def kubelet_status(slot: int, port: int) -> dict[str, Any]:
+    """Where the node's kubelet is reached: its addresses and daemon endpoint."""
+    return {"addresses": [{"type": "InternalIP", "address": node_ip(slot)}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": port}}}
+
+
 def template_hash(spec: FakeNodePoolSpec) -> str:
     """Changes whenever what a node looks like changes (not on a replica count change)."""
-    shape = spec.model_dump(mode="json", exclude={"replicas", "clusterRef", "pods"})
+    shape = spec.model_dump(mode="json", exclude={"replicas", "clusterRef", "pods", "usage"})
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -247,7 +266,7 @@ def render_conditions(life: NodeLife) -> list[dict[str, str]]:
 
 def render_node(
     cluster: str, pool: str, spec: FakeNodePoolSpec, index: int, slot: int, *,
-    life: NodeLife, kubelet_version: str,
+    life: NodeLife, kubelet_version: str, kubelet_port: int = KUBELET_PORT,
 ) -> dict[str, Any]:
     """The whole Node object, status included (nodes accept status on create)."""
     name = node_name(pool, index)
@@ -266,7 +285,7 @@ def render_node(
             "conditions": render_conditions(life),
             "addresses": [{"type": "InternalIP", "address": node_ip(slot)},
                           {"type": "Hostname", "address": name}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
             "nodeInfo": {
                 "machineID": hashlib.md5(f"{cluster}/{name}".encode()).hexdigest(),
                 "systemUUID": hashlib.md5(f"uuid/{cluster}/{name}".encode()).hexdigest(),
@@ -286,11 +305,13 @@ def render_node(
 
 def reshape_patches(
     cluster: str, pool: str, spec: FakeNodePoolSpec, index: int, observed: Mapping[str, Any],
+    *, slot: int, kubelet_port: int = KUBELET_PORT,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Merge patches (object, status) that bring the ``observed`` node to the current template:
-    keys the old template gave and the new one has not are removed; keys and taints others
-    added (controllers' taints, users' labels) stay. The object patch carries the observed
-    resourceVersion, so a change made meanwhile makes it fail (409) rather than be undone."""
+    """Merge patches (object, status) that bring the ``observed`` node to the current template
+    and kubelet endpoint: keys the old template gave and the new one has not are removed; keys
+    and taints others added (controllers' taints, users' labels) stay. The object patch carries
+    the observed resourceVersion, so a change made meanwhile makes it fail (409) rather than be
+    undone."""
     shape = node_shape(cluster, pool, spec, index)
     metadata = observed.get("metadata") or {}
     try:
@@ -312,7 +333,9 @@ def reshape_patches(
                         **shape["annotations"]}},
         "spec": {"taints": others + shape["taints"]}}
     capacity = {**removed("capacity", shape["capacity"]), **shape["capacity"]}
-    status = {"status": {"capacity": capacity, "allocatable": capacity}}
+    kubelet = kubelet_status(slot, kubelet_port)
+    kubelet["addresses"].append({"type": "Hostname", "address": node_name(pool, index)})
+    status = {"status": {"capacity": capacity, "allocatable": capacity, **kubelet}}
     return meta, status
 
 
@@ -340,6 +363,9 @@ class NodeFacts:
     unschedulable: bool = False
     capacity: Mapping[str, str] = dataclasses.field(default_factory=dict)
     allocatable: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    created: str = ""  # metadata.creationTimestamp
+    #: Where its kubelet is reached, as its status says: InternalIP and daemon endpoint port.
+    kubelet: tuple[str, int] = ("", 0)
 
     @property
     def faults(self) -> str:
@@ -383,7 +409,16 @@ def observe(node: Mapping[str, Any], cluster: str) -> NodeFacts | None:
         resource_version=metadata.get("resourceVersion", ""), conditions=conditions,
         taints=tuple(spec.get("taints") or ()), unschedulable=bool(spec.get("unschedulable")),
         capacity=status.get("capacity") or {}, allocatable=status.get("allocatable") or {},
+        created=metadata.get("creationTimestamp", ""), kubelet=_kubelet(status),
     )
+
+
+def _kubelet(status: Mapping[str, Any]) -> tuple[str, int]:
+    address = next((a.get("address", "") for a in status.get("addresses") or ()
+                    if a.get("type") == "InternalIP"), "")
+    endpoint = ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {})
+    port = endpoint.get("Port", 0)
+    return address, port if isinstance(port, int) else 0
 
 
 def _slot(cidr: str | None) -> int | None:
@@ -422,12 +457,15 @@ Action = Create | Reshape | Delete
 
 
 def plan(desired: Mapping[str, FakeNodePoolSpec], observed: Iterable[NodeFacts],
-         held: Mapping[str, AbstractSet[str]] | None = None) -> list[Action]:
+         held: Mapping[str, AbstractSet[str]] | None = None, *,
+         kubelet_port: int = KUBELET_PORT) -> list[Action]:
     """What to do so the nodes match the pools: deletions first (they free pod CIDRs), then
     reshapes, then creations, each in a stable order. Foreign nodes are never touched, and
     their names never created; the engine's own nodes without a usable pod CIDR are replaced.
     ``held``: per pool, the names a Delete fault holds (:func:`~operators.api.injections.
-    read_held`): deleted if present, not created while held, as if scaled down."""
+    read_held`): deleted if present, not created while held, as if scaled down. A node whose
+    template changed, or whose kubelet endpoint is not where the engine serves it (another
+    port, or the addresses of an older engine), is reshaped."""
     held = held or {}
     deletions: list[Action] = []
     reshapes: list[Action] = []
@@ -445,7 +483,8 @@ def plan(desired: Mapping[str, FakeNodePoolSpec], observed: Iterable[NodeFacts],
             deletions.append(Delete(node.name))
             continue
         present[node.pool].add(index)
-        if node.template_hash != hashes[node.pool]:
+        if node.template_hash != hashes[node.pool] or \
+                node.kubelet != (node_ip(node.slot), kubelet_port):
             reshapes.append(Reshape(node.pool, index))
     creations: list[Action] = [
         Create(pool, index)

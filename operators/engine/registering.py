@@ -48,6 +48,8 @@ class Registrar:
         self._clock = clock
         self._gate = asyncio.Semaphore(concurrency)
         self.kubelet_version = ""
+        #: The port the engine serves its nodes' kubelet endpoints on (their daemonEndpoints).
+        self.kubelet_port = nodes.KUBELET_PORT
         self.problems: dict[str, str] = {}
         self._found: dict[str, str] = {}  # this round's, while it runs
         self.busy = False  # a burst of node writes is under way
@@ -58,7 +60,8 @@ class Registrar:
         ``held``: per pool, the node names a Delete fault keeps deleted."""
         self._book.lease_seconds = {pool: spec.leaseDurationSeconds
                                     for pool, spec in desired.items()}
-        actions = nodes.plan(desired, list(self._book.facts.values()), held)
+        actions = nodes.plan(desired, list(self._book.facts.values()), held,
+                             kubelet_port=self.kubelet_port)
         # Problems found in this round replace the last round's only when it is over, so the
         # pool status never sees a problem vanish for the length of a round.
         self._found = self._name_conflicts(desired)
@@ -107,7 +110,8 @@ class Registrar:
         now = self._clock.now()
         life = nodes.healthy_life(rfc3339(now))
         body = nodes.render_node(self.cluster, pool, spec, index, slot, life=life,
-                                 kubelet_version=self.kubelet_version)
+                                 kubelet_version=self.kubelet_version,
+                                 kubelet_port=self.kubelet_port)
         try:
             created = await self.client.create(NODES, body)
         except Conflict as error:
@@ -148,9 +152,14 @@ class Registrar:
 
     async def _reshape(self, pool: str, spec: FakeNodePoolSpec, index: int) -> bool:
         name = nodes.node_name(pool, index)
+        record = self._book.records.get(name)
+        if record is None:
+            return True  # not played (gone meanwhile): nothing to reshape
         try:
             observed = await self.client.get(f"{NODES}/{name}")
-            meta, status = nodes.reshape_patches(self.cluster, pool, spec, index, observed)
+            meta, status = nodes.reshape_patches(self.cluster, pool, spec, index, observed,
+                                                 slot=record.slot,
+                                                 kubelet_port=self.kubelet_port)
             await self.client.patch(f"{NODES}/{name}", meta)
             await self.client.patch(f"{NODES}/{name}/status", status)
         except NotFound:
@@ -161,11 +170,11 @@ class Registrar:
         facts = self._book.facts.get(name)
         if facts is not None:  # committed: the next plan must not reshape it again
             self._book.facts[name] = dataclasses.replace(
-                facts, template_hash=nodes.template_hash(spec))
-        record = self._book.records.get(name)
-        if record is not None:  # its next Lease renewal carries the new duration
-            record.lease_duration = spec.leaseDurationSeconds
-            record.leased = False
+                facts, template_hash=nodes.template_hash(spec),
+                kubelet=(nodes.node_ip(record.slot), self.kubelet_port))
+        # Its next Lease renewal carries the new duration.
+        record.lease_duration = spec.leaseDurationSeconds
+        record.leased = False
         return True
 
     async def _delete(self, name: str) -> bool:
