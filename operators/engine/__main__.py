@@ -11,6 +11,9 @@ Alone, it simulates the pools of its command line in any cluster (what the bench
         --pool gpu=8:H100-SXM5-80GB
 
 ``--stages FILE`` replaces the default lifecycles of pods and nodes (``kind: Lifecycle``).
+Every node's kubelet endpoints (``/metrics/resource`` at the node's loopback InternalIP) and the
+cluster's DCGM metrics (``http://127.0.0.1:PORT/metrics``) are served on ``--kubelet-port``
+(default: a free port, which the log names); ``--no-metrics`` serves and measures nothing.
 SIGTERM or SIGINT stop it; whatever it made stays in the cluster for the next one to adopt.
 
 Traces: the OpenTelemetry SDK is configured here, once (service ``fakefleet-engine``, resource
@@ -36,6 +39,7 @@ from operators.api.nodepools import FakeNodePoolSpec
 from operators.api.stages import StageError, load_lifecycle
 from operators.engine.pooling import ClusterRef
 from operators.engine.running import ClusterEngine, EngineSettings
+from operators.engine.serving import ServingError
 from operators.engine.stages import Rules, compile_lifecycle, default_rules
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
@@ -59,6 +63,13 @@ def parse_pool(text: str, grace_cap: str) -> tuple[str, FakeNodePoolSpec]:
     return name, FakeNodePoolSpec.model_validate(spec)
 
 
+def parse_port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"--kubelet-port {text!r}: expected a port from 0 "
+                                         f"(any free one) to 65535")
+    return int(text)
+
+
 def parse_cluster(text: str) -> ClusterRef:
     namespace, _, name = text.rpartition("/")
     if not name:
@@ -75,7 +86,8 @@ def cluster_name(args: argparse.Namespace) -> str:
 
 async def serve(args: argparse.Namespace, rules: Rules,
                 pools: list[tuple[str, FakeNodePoolSpec]], *, tracer: trace.Tracer) -> None:
-    settings = EngineSettings(concurrency=args.concurrency, pod_concurrency=args.concurrency)
+    settings = EngineSettings(concurrency=args.concurrency, pod_concurrency=args.concurrency,
+                              kubelet_port=None if args.no_metrics else args.kubelet_port)
     member = load_kubeconfig_file(args.kubeconfig)
     # Requests in flight plus the long watches (nodes, pods) and the events.
     # Writes go through SlowWrites, which an APIServerSlow fault on the FakeCluster slows.
@@ -136,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="longest a deleted pod waits before it is finalised")
     parser.add_argument("--concurrency", type=int, default=64,
                         help="requests in flight at once (one connection each)")
+    parser.add_argument("--kubelet-port", type=parse_port, default=0, metavar="PORT",
+                        help="port of the nodes' kubelet endpoints and of the DCGM endpoint "
+                             "(default: a free one)")
+    parser.add_argument("--no-metrics", action="store_true",
+                        help="measure no usage and serve no kubelet or DCGM endpoint")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -154,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     provider = setup.configure("fakefleet-engine", cluster=cluster_name(args))
     try:
         asyncio.run(serve(args, rules, pools, tracer=provider.get_tracer("operators.engine")))
-    except (K8sError, StageError) as error:
+    except (K8sError, StageError, ServingError) as error:
         logger.error("%s", error)
         return 1
     finally:

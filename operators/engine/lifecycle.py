@@ -44,6 +44,7 @@ from operators.engine.queues import DelayQueue
 from operators.engine.recording import EventRecorder
 from operators.engine.stages import PodRule, Rulebook, Timing
 from operators.engine.tracing import FaultBatches
+from operators.engine.usage import UsageBook
 from operators.k8s import requests
 from operators.k8s.client import Client
 from operators.k8s.clock import Clock
@@ -101,7 +102,10 @@ class PodLifecycle:
         batch: int = 512,
         throttle: Callable[[], bool] | None = None,
         traces: FaultBatches,
+        usage: UsageBook | None = None,
     ) -> None:
+        """``usage``: told of every pod's annotations and life, for the usage metrics (None:
+        the engine serves none)."""
         self.cluster = cluster
         self.client = client
         self._traces = traces
@@ -116,6 +120,7 @@ class PodLifecycle:
                                       batch=batch, name=f"engine {cluster}: pods",
                                       throttle=throttle)
         self.addresses = PodAddresses()
+        self._usage = usage
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -151,7 +156,10 @@ class PodLifecycle:
         known = self._pods.get(uid)
         if known is not None:
             ready_before = known.facts.gates_ready()
-            if known.facts.observe(obj):
+            changed = known.facts.observe(obj)
+            if self._usage is not None:
+                self._warn(known.facts, self._usage.annotated(uid, self._clock.now()))
+            if changed:
                 self._plan(known)
                 if known.life.phase == podlife.RUNNING and \
                         known.facts.gates_ready() != ready_before:
@@ -169,12 +177,18 @@ class PodLifecycle:
             self.addresses.claim(life.ip)
         pod = _Pod(facts, life)
         self._pods[uid] = pod
-        if facts.problems and life.phase == podlife.PENDING and not life.start_time:
-            for problem in facts.problems:  # new to us: warn once
-                self._recorder.emit(kind="Pod", namespace=facts.namespace, name=facts.name,
-                                    uid=uid, event_type="Warning", reason="InvalidAnnotation",
-                                    message=problem, host=facts.node)
+        problems = facts.problems
+        if self._usage is not None:
+            problems += self._usage.seen(facts, life, self._clock.now())
+        if life.phase == podlife.PENDING and not life.start_time:
+            self._warn(facts, problems)  # new to us: warn once
         self._plan(pod)
+
+    def _warn(self, facts: PodFacts, problems: Sequence[str]) -> None:
+        for problem in problems:
+            self._recorder.emit(kind="Pod", namespace=facts.namespace, name=facts.name,
+                                uid=facts.uid, event_type="Warning", reason="InvalidAnnotation",
+                                message=problem, host=facts.node)
 
     # -- planning -------------------------------------------------------------------------------
 
@@ -205,6 +219,8 @@ class PodLifecycle:
         self._dispatcher.wake()
 
     def _forget(self, uid: str) -> None:
+        if self._usage is not None:
+            self._usage.gone(uid, self._clock.now())
         pod = self._pods.pop(uid, None)
         self._timers.cancel(uid)
         self._refresh.discard(uid)
@@ -287,6 +303,8 @@ class PodLifecycle:
             facts.recorded(written["metadata"])  # its fault entry done, with what else changed
         if after is not before:
             pod.life = after  # committed: the status says so now
+            if self._usage is not None:
+                self._usage.lived(facts.uid, after, self._clock.now())
             for done in applied:
                 for event in done.stage.effect.events:
                     self._recorder.emit(kind="Pod", namespace=facts.namespace, name=facts.name,

@@ -15,6 +15,10 @@ Annotations a pod can carry to shape its life:
     fakefleet.dev/exit-code: "3"    exit with this code (non-zero: restartPolicy decides)
     fakefleet.dev/start-delay: 2s   time from binding to Running
     fakefleet.dev/seed: anything    seed of this pod's random draws (jitter)
+
+and its simulated usage (:mod:`operators.engine.usage`): ``fakefleet.dev/usage-cpu``,
+``fakefleet.dev/usage-memory``, ``fakefleet.dev/usage-gpu-util``,
+``fakefleet.dev/usage-gpu-memory``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 
 from operators.api.durations import parse_duration
 from operators.api.injections import FAULTS
+from operators.api.usage import quantity
 from operators.k8s.times import parse
 
 logger = logging.getLogger(__name__)
@@ -107,8 +112,8 @@ class PodFacts:
         "annotations", "containers", "created", "deleting", "deletion_asked", "exit_code",
         "faults", "finalizers", "gates", "grace", "host_ip", "init_containers", "job", "labels",
         "name", "namespace", "node", "owner_kind", "problems", "readiness_gates",
-        "resource_version", "restart_policy", "run_time", "scheduled_at", "seed", "start_delay",
-        "uid",
+        "resource_version", "resources", "restart_policy", "run_time", "scheduled_at", "seed",
+        "start_delay", "uid",
     )
 
     def __init__(self, pod: Mapping[str, Any]) -> None:
@@ -124,6 +129,7 @@ class PodFacts:
         self.annotations: Mapping[str, str] = annotations
         self.created: str = metadata.get("creationTimestamp", "")
         self.containers = tuple((c["name"], c.get("image", "")) for c in spec["containers"])
+        self.resources = tuple(_requests(c) for c in spec["containers"])
         self.init_containers = tuple(
             (c["name"], c.get("image", ""), c.get("restartPolicy") == "Always")
             for c in spec.get("initContainers") or ())
@@ -187,6 +193,34 @@ class PodFacts:
 
     def gates_ready(self) -> bool:
         return all(self.gates.get(gate) == "True" for gate in self.readiness_gates)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Requests:
+    """What one container asks for: CPU in cores, memory in bytes, whole GPUs."""
+
+    cpu: float = 0.0
+    memory: float = 0.0
+    gpus: int = 0
+
+
+def _requests(container: Mapping[str, Any]) -> Requests:
+    """A container's requests; a resource with only a limit requests the limit (as the API
+    server defaults it); an amount that is not a quantity counts as none."""
+    resources = container.get("resources") or {}
+    asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    if not asked:
+        return _NOTHING
+
+    def amount(name: str) -> float:
+        try:
+            return quantity(str(asked.get(name, "0")))
+        except ValueError:
+            return 0.0
+    return Requests(amount("cpu"), amount("memory"), int(amount("nvidia.com/gpu")))
+
+
+_NOTHING = Requests()
 
 
 def backoff(restarts: int) -> float:

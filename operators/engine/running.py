@@ -37,13 +37,16 @@ from operators.engine.nodes import NodeFacts
 from operators.engine.pooling import ClusterRef, Pools
 from operators.engine.recording import EventRecorder
 from operators.engine.registering import Registrar
+from operators.engine.serving import KubeletServer
 from operators.engine.stages import Rulebook, Rules, Timing, default_rules
 from operators.engine.tracing import FaultBatches
+from operators.engine.usage import UsageBook
 from operators.k8s.client import Client
 from operators.k8s.clock import SYSTEM_CLOCK, Clock
 from operators.k8s.errors import K8sError
 from operators.k8s.retrying import Backoff
 from operators.k8s.watching import list_and_watch
+from operators.metrics import dcgm, kubelet
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +76,9 @@ class EngineSettings:
     #: controller's 50 s grace (node-monitor-grace-period).
     heartbeat_slack: float = 5.0
     status_interval: float = 1.0
+    #: The port of the nodes' kubelet endpoints and the DCGM endpoint (0: any free one);
+    #: None: no usage is measured and nothing is served.
+    kubelet_port: int | None = None
 
 
 class ClusterEngine:
@@ -122,9 +128,14 @@ class ClusterEngine:
                            problem=lambda pool: self.registrar.problems.get(pool, ""),
                            on_change=self._changed, host=host, cluster=serves, fixed=pools,
                            interval=settings.status_interval, on_latency=on_latency)
+        serving = settings.kubelet_port is not None
+        self.usage = UsageBook(pool_of=self._pool_of, created=self._created) \
+            if serving else None
+        self.server = KubeletServer(self, port=settings.kubelet_port or 0) if serving else None
         self.pods = PodLifecycle(cluster, client, self, self.recorder, clock=clock,
                                  rules=rulebook, concurrency=settings.pod_concurrency,
-                                 throttle=self.heartbeats.behind, traces=self.traces)
+                                 throttle=self.heartbeats.behind, traces=self.traces,
+                                 usage=self.usage)
         self._timings: dict[str, tuple[FakeNodePoolSpec, Timing]] = {}
         self._warned: set[str] = set()
         self._listed = asyncio.Event()
@@ -141,6 +152,17 @@ class ClusterEngine:
 
     async def run(self) -> None:
         await self._connect()
+        if self.server is None:
+            await self._run()
+            return
+        # Before any node is made: each advertises the port as its kubelet's.
+        self.registrar.kubelet_port = await self.server.start()
+        try:
+            await self._run()
+        finally:
+            await self.server.close()
+
+    async def _run(self) -> None:
         async with asyncio.TaskGroup() as group:
             group.create_task(self.recorder.run(), name=f"engine:{self.cluster}:events")
             group.create_task(self.traces.run(), name=f"engine:{self.cluster}:traces")
@@ -234,6 +256,35 @@ class ClusterEngine:
     def node_ip(self, node: str) -> str:
         record = self.book.records.get(node)
         return nodes.node_ip(record.slot) if record is not None else ""
+
+    # -- what the endpoints show (serving.Source) --------------------------------------------
+
+    def node_at(self, address: str) -> str | None:
+        slot = nodes.slot_of(address)
+        return self.book.by_slot.get(slot) if slot is not None else None
+
+    def resource_metrics(self, node: str) -> str:
+        assert self.usage is not None, "served only when usage is measured"
+        return kubelet.render(self.usage.node_sample(node, self._clock.now()))
+
+    def dcgm_metrics(self) -> str:
+        assert self.usage is not None, "served only when usage is measured"
+        now = self._clock.now()
+        samples: list[dcgm.GPUSample] = []
+        for name in sorted(self.book.records):
+            record = self.book.records[name]
+            spec = self.pools.spec(record.pool)
+            if spec is not None and spec.gpu is not None:
+                samples += self.usage.gpu_samples(self.cluster, name, spec, record.life, now)
+        return dcgm.render(samples)
+
+    def _pool_of(self, node: str) -> FakeNodePoolSpec | None:
+        record = self.book.records.get(node)
+        return self.pools.spec(record.pool) if record is not None else None
+
+    def _created(self, node: str) -> str:
+        facts = self.book.facts.get(node)
+        return facts.created if facts is not None else ""
 
     def pod_timing(self, node: str) -> tuple[Timing, int]:
         record = self.book.records.get(node)

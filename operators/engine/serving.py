@@ -1,0 +1,137 @@
+"""The engine's HTTP endpoints: every fake node's kubelet (``/metrics/resource``) and the
+cluster's DCGM exporter (``/metrics``), on one listening socket.
+
+Every node has a loopback address of its own (its InternalIP, :func:`~operators.engine.nodes.
+node_ip`) and advertises the engine's port as its kubelet port (``status.daemonEndpoints``), so
+a client that scrapes kubelets by node address, as metrics-server and Prometheus do, reaches
+``http://<node address>:<port>/metrics/resource``. One socket serves all of them: it is bound
+to the wildcard address *of the loopback interface only* (``SO_BINDTODEVICE lo``, allowed
+without privileges since Linux 5.7), so it accepts connections to any 127.x.y.z and none from
+another host, and each connection tells which node it is for by the local address it arrived
+on. Thousands of nodes cost no more sockets than one. ``http://127.0.0.1:<port>/metrics`` is
+the DCGM endpoint of the whole cluster.
+
+Plain HTTP, no TLS: a TLS connection in asyncio holds a 256 KiB buffer and costs a handshake,
+which for 5000 nodes scraped every 15 s is a gigabyte or a core; these endpoints carry simulated
+numbers only, to this host only. metrics-server reads them with
+``--deprecated-kubelet-completely-insecure`` (its flag for a kubelet without TLS). Idle
+connections are closed after a few seconds, so a scrape round's connections do not linger
+until the next.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Protocol
+
+from aiohttp import web
+
+from operators.metrics.text import CONTENT_TYPE
+
+logger = logging.getLogger(__name__)
+
+#: Seconds an idle connection stays open (a scrape round takes up to 4 s).
+KEEPALIVE = 5.0
+BACKLOG = 4096
+DEVICE = b"lo"
+
+
+class ServingError(RuntimeError):
+    """The endpoints cannot be served here; the message says why and what to do."""
+
+
+class Source(Protocol):
+    """What the endpoints show: the engine's nodes and their usage, rendered on demand."""
+
+    def node_at(self, address: str) -> str | None:
+        """The played node whose InternalIP is ``address`` (None: no such node)."""
+
+    def resource_metrics(self, node: str) -> str:
+        """The node's ``/metrics/resource`` text."""
+
+    def dcgm_metrics(self) -> str:
+        """The cluster's DCGM text."""
+
+
+def listen(port: int) -> socket.socket:
+    """A listening socket for every loopback address on ``port`` (0: a free one)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, DEVICE)
+        except (AttributeError, OSError) as error:
+            raise ServingError(
+                f"cannot restrict the kubelet endpoints to the loopback interface ({error}): "
+                f"they need Linux 5.7 or newer (SO_BINDTODEVICE without privileges); start "
+                f"the engine with --no-metrics to run without them") from error
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError as error:
+            raise ServingError(f"cannot serve the kubelet endpoints on port {port} of the "
+                               f"loopback addresses: {error}") from error
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class KubeletServer:
+    """Serves a :class:`Source` until :meth:`close`."""
+
+    def __init__(self, source: Source, *, port: int = 0) -> None:
+        self._source = source
+        self._port = port
+        self._runner: web.AppRunner | None = None
+        self.port = 0  # the port it listens on, once started
+
+    async def start(self) -> int:
+        app = web.Application()
+        app.router.add_get("/metrics/resource", self._resource)
+        app.router.add_get("/metrics", self._dcgm)
+        app.router.add_get("/healthz", self._healthz)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                               keepalive_timeout=KEEPALIVE)
+        await runner.setup()
+        sock = listen(self._port)
+        try:
+            await web.SockSite(runner, sock).start()
+        except BaseException:
+            sock.close()
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = sock.getsockname()[1]
+        logger.info("serving the kubelet endpoints of the nodes (http://<node InternalIP>:%d"
+                    "/metrics/resource) and DCGM metrics (http://127.0.0.1:%d/metrics)",
+                    self.port, self.port)
+        return self.port
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def _local(self, request: web.Request) -> str:
+        transport = request.transport
+        sockname = transport.get_extra_info("sockname") if transport is not None else None
+        return str(sockname[0]) if sockname else ""
+
+    async def _resource(self, request: web.Request) -> web.Response:
+        address = self._local(request)
+        node = self._source.node_at(address)
+        if node is None:
+            raise web.HTTPNotFound(text=f"no fake node has the address {address}: a node's "
+                                        f"kubelet is at its InternalIP\n")
+        return web.Response(body=self._source.resource_metrics(node).encode(),
+                            headers={"Content-Type": CONTENT_TYPE})
+
+    async def _dcgm(self, request: web.Request) -> web.Response:
+        return web.Response(body=self._source.dcgm_metrics().encode(),
+                            headers={"Content-Type": CONTENT_TYPE})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
