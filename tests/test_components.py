@@ -7,7 +7,7 @@ from pathlib import Path
 
 from operators.controlplane import components
 from operators.controlplane.components import ClusterPorts, EtcdPorts, Profile
-from operators.controlplane.pki import ClusterPKI, EtcdPKI
+from operators.controlplane.pki import ClusterPKI, EtcdPKI, FrontProxyPKI
 
 PKI = ClusterPKI(Path("/state/clusters/a/pki"))
 ETCD_PKI = EtcdPKI(Path("/state/etcd/pki"))
@@ -92,3 +92,19 @@ def test_apiserver_reaches_etcd_with_its_own_client_certificate() -> None:
 def test_cluster_ports_are_plain_data() -> None:
     ports = ClusterPorts(apiserver=1, scheduler=2, controller_manager=3)
     assert ports.apiserver == 1
+
+
+def test_member_api_servers_run_the_aggregation_layer(tmp_path: Path) -> None:
+    proxy = FrontProxyPKI(tmp_path / "front-proxy")
+    argv = components.apiserver_argv(
+        Path("kube-apiserver"), cluster="c", etcd_url="https://127.0.0.1:1",
+        etcd_pki=EtcdPKI(tmp_path / "etcd"), port=6443, pki=ClusterPKI(tmp_path / "pki"),
+        profile=components.Profile.DEFAULT, front_proxy=proxy)
+    assert f"--requestheader-client-ca-file={proxy.ca_cert}" in argv
+    assert "--requestheader-allowed-names=front-proxy-client" in argv
+    assert f"--proxy-client-cert-file={proxy.client_cert}" in argv
+    assert "--requestheader-username-headers=X-Remote-User" in argv
+    manager = components.controller_manager_argv(
+        Path("kcm"), kubeconfig=Path("k"), port=1, pki=ClusterPKI(tmp_path / "pki"),
+        profile=components.Profile.DEFAULT)
+    assert "--horizontal-pod-autoscaler-sync-period=5s" in manager

@@ -160,3 +160,31 @@ def test_etcd_pki_is_reused_when_complete_and_rebuilt_when_not(tmp_path: Path) -
     again = ensure_etcd_pki(tmp_path / "etcd")
     assert again.fakefleet_client_key.exists()
     assert again.ca_cert.read_bytes() != ca
+
+
+def test_the_front_proxy_has_a_ca_of_its_own_beside_the_cluster_s(tmp_path: Path) -> None:
+    cluster = ensure_pki(tmp_path / "pki", "west")
+    proxy = pki_module.ensure_front_proxy_pki(tmp_path / "front-proxy")
+    client = _cert(proxy.client_cert)
+    assert client.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == \
+        pki_module.FRONT_PROXY_CLIENT
+    client.verify_directly_issued_by(_cert(proxy.ca_cert))
+    assert _cert(proxy.ca_cert).subject != _cert(cluster.ca_cert).subject
+    usage = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    again = pki_module.ensure_front_proxy_pki(tmp_path / "front-proxy")
+    assert again.ca_cert.read_bytes() == proxy.ca_cert.read_bytes(), "reused"
+
+
+def test_an_add_on_serves_the_names_it_is_given_and_acts_as_its_user(tmp_path: Path) -> None:
+    cluster = ensure_pki(tmp_path / "pki", "west")
+    addon = pki_module.ensure_addon_pki(
+        tmp_path / "ms", cluster, "fakefleet:metrics-server", ca_name="ms-ca",
+        serving_name="metrics-server.kube-system.svc",
+        hosts=("metrics-server.kube-system.svc", "127.0.0.1"))
+    names = _cert(addon.serving_cert).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["metrics-server.kube-system.svc"]
+    assert names.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
+    _cert(addon.serving_cert).verify_directly_issued_by(_cert(addon.ca_cert))
+    _cert(addon.client_cert).verify_directly_issued_by(_cert(cluster.ca_cert))

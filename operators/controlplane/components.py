@@ -4,7 +4,8 @@ Everything listens on 127.0.0.1 only, and etcd speaks TLS alone, to clients and 
 client certificates required from its own CA. The ``load`` profile lifts request limits the way
 KWOK's ``--disable-qps-limits`` does: the apiserver's in-flight limits and API Priority and
 Fairness are off, and the scheduler and controller-manager may send thousands of requests per
-second.
+second. Every member's API server runs the aggregation layer (front-proxy PKI, requestheader
+flags), so an APIService such as metrics-server's ``v1beta1.metrics.k8s.io`` can be served.
 
 Tracing: when spans are exported (``OTEL_EXPORTER_OTLP_ENDPOINT``, the embedded collector's
 under ``fakefleet up``), the kube-apiservers get ``--tracing-config-file`` and etcd its
@@ -28,7 +29,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from federation.telemetry.setup import exporting
-from operators.controlplane.pki import SERVICE_CLUSTER_IP_RANGE, ClusterPKI, EtcdPKI
+from operators.controlplane.pki import (
+    FRONT_PROXY_CLIENT,
+    SERVICE_CLUSTER_IP_RANGE,
+    ClusterPKI,
+    EtcdPKI,
+    FrontProxyPKI,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +43,9 @@ logger = logging.getLogger(__name__)
 OTLP_GRPC_PORT = 4317
 #: The TracingConfiguration's version at the pinned Kubernetes (GA since 1.34).
 TRACING_API_VERSION = "apiserver.config.k8s.io/v1"
+#: How often HorizontalPodAutoscalers are evaluated (upstream: 15s): a simulation's usage
+#: changes are seen within a few seconds, at the price of a few cheap reads per HPA.
+HPA_SYNC_PERIOD = "5s"
 
 
 class Profile(enum.StrEnum):
@@ -154,8 +164,10 @@ def apiserver_argv(
     pki: ClusterPKI,
     profile: Profile,
     tracing_config: Path | None = None,
+    front_proxy: FrontProxyPKI | None = None,
 ) -> list[str]:
-    """``tracing_config``: a file of :func:`tracing_configuration` (None: no tracing)."""
+    """``tracing_config``: a file of :func:`tracing_configuration` (None: no tracing);
+    ``front_proxy``: the aggregation layer's PKI (None: no aggregated API servers)."""
     argv = [
         str(binary),
         f"--etcd-servers={etcd_url}",
@@ -185,7 +197,25 @@ def apiserver_argv(
         ]
     if tracing_config is not None:
         argv.append(f"--tracing-config-file={tracing_config}")
+    if front_proxy is not None:
+        argv += aggregation_argv(front_proxy)
     return argv
+
+
+def aggregation_argv(pki: FrontProxyPKI) -> list[str]:
+    """The aggregation layer: the API server proxies an APIService's group (metrics.k8s.io)
+    to its server, authenticated by the front-proxy client certificate, and passes on who asked
+    in these headers, which the aggregated server trusts from that certificate alone (it reads
+    them from kube-system/extension-apiserver-authentication, which the API server fills)."""
+    return [
+        f"--requestheader-client-ca-file={pki.ca_cert}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki.client_cert}",
+        f"--proxy-client-key-file={pki.client_key}",
+    ]
 
 
 def _component_common(kubeconfig: Path, port: int, profile: Profile) -> list[str]:
@@ -218,4 +248,5 @@ def controller_manager_argv(
         f"--cluster-signing-cert-file={pki.ca_cert}",
         f"--cluster-signing-key-file={pki.ca_key}",
         "--controllers=*",
+        f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",
     ]

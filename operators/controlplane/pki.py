@@ -186,10 +186,11 @@ class HubPKI:
 
 
 @dataclasses.dataclass(frozen=True)
-class KueuePKI:
-    """A member's Kueue: its webhook serving certificate for 127.0.0.1 under a CA of its own
-    (the ``caBundle`` of the webhooks; ``tls.crt``/``tls.key``, the names Kueue's webhook
-    server reads from its certDir), and its client identity, issued by the member's CA."""
+class AddonPKI:
+    """A member's add-on (Kueue, metrics-server): its serving certificate under a CA of its own
+    (the ``caBundle`` the member's API server verifies it with; ``tls.crt``/``tls.key``, the
+    names Kueue's webhook server reads from its certDir), and its client identity, issued by
+    the member's CA."""
 
     directory: Path
 
@@ -220,6 +221,39 @@ class KueuePKI:
     def files(self) -> Iterator[Path]:
         yield from (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key,
                     self.client_cert, self.client_key)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontProxyPKI:
+    """A member's aggregation layer: the front-proxy CA its API server trusts for the
+    requestheader identities it forwards, and the client certificate it forwards them with to
+    aggregated API servers (metrics-server)."""
+
+    directory: Path
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.directory / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.directory / "ca.key"
+
+    @property
+    def client_cert(self) -> Path:
+        return self.directory / "front-proxy-client.crt"
+
+    @property
+    def client_key(self) -> Path:
+        return self.directory / "front-proxy-client.key"
+
+    def files(self) -> Iterator[Path]:
+        yield from (self.ca_cert, self.ca_key, self.client_cert, self.client_key)
+
+
+#: The name aggregated API servers accept forwarded identities from (the front-proxy client's
+#: common name, ``--requestheader-allowed-names``).
+FRONT_PROXY_CLIENT = "front-proxy-client"
 
 
 def common_name(name: str, suffix: str = "") -> str:
@@ -253,15 +287,32 @@ def ensure_hub_pki(directory: Path) -> HubPKI:
     return HubPKI(directory)
 
 
-def ensure_kueue_pki(directory: Path, cluster: ClusterPKI, user: str) -> KueuePKI:
-    """A member's Kueue PKI: reused if complete and its client certificate was issued by the
-    member's current CA (a member whose PKI was made anew gets a new one), else generated."""
-    pki = KueuePKI(directory)
+def ensure_kueue_pki(directory: Path, cluster: ClusterPKI, user: str) -> AddonPKI:
+    """A member's Kueue PKI: its webhooks' serving certificate for 127.0.0.1."""
+    return ensure_addon_pki(directory, cluster, user, ca_name="fakefleet-kueue-webhook-ca",
+                            serving_name="kueue-webhook", hosts=("localhost", "127.0.0.1"))
+
+
+def ensure_addon_pki(directory: Path, cluster: ClusterPKI, user: str, *, ca_name: str,
+                     serving_name: str, hosts: tuple[str, ...]) -> AddonPKI:
+    """A member's add-on PKI, serving ``hosts`` (DNS names and IP addresses): reused if complete
+    and its client certificate was issued by the member's current CA (a member whose PKI was
+    made anew gets a new one), else generated."""
+    pki = AddonPKI(directory)
     if not _issued_by(pki.client_cert, cluster.ca_cert):
         shutil.rmtree(directory, ignore_errors=True)
-    _ensure(directory, lambda at: KueuePKI(at).files(),
-            lambda staging: _generate_kueue(KueuePKI(staging), cluster, user))
+    _ensure(directory, lambda at: AddonPKI(at).files(),
+            lambda staging: _generate_addon(AddonPKI(staging), cluster, user, ca_name,
+                                            serving_name, hosts))
     return pki
+
+
+def ensure_front_proxy_pki(directory: Path) -> FrontProxyPKI:
+    """A member's front-proxy PKI in ``directory``: reused if complete, else generated anew
+    (apart from the cluster's PKI, so an older cluster gains one without a new CA)."""
+    _ensure(directory, lambda at: FrontProxyPKI(at).files(),
+            lambda staging: _generate_front_proxy(FrontProxyPKI(staging)))
+    return FrontProxyPKI(directory)
 
 
 def ensure_serving_pair(cert_path: Path, key_path: Path, name: str) -> None:
@@ -363,13 +414,26 @@ def _generate_hub(pki: HubPKI) -> None:
            usages=(ExtendedKeyUsageOID.SERVER_AUTH,), sans=sans)
 
 
-def _generate_kueue(pki: KueuePKI, cluster: ClusterPKI, user: str) -> None:
+def _generate_front_proxy(pki: FrontProxyPKI) -> None:
     now = _now()
-    ca_cert, ca_key = _new_ca(pki.ca_cert, pki.ca_key, "fakefleet-kueue-webhook-ca", now)
-    sans: list[x509.GeneralName] = [x509.DNSName("localhost"),
-                                    x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-    _issue(pki.serving_cert, pki.serving_key, "kueue-webhook", (), ca_cert, ca_key, now,
-           usages=(ExtendedKeyUsageOID.SERVER_AUTH,), sans=sans)
+    ca_cert, ca_key = _new_ca(pki.ca_cert, pki.ca_key, "fakefleet-front-proxy-ca", now)
+    _issue(pki.client_cert, pki.client_key, FRONT_PROXY_CLIENT, (), ca_cert, ca_key, now,
+           usages=(ExtendedKeyUsageOID.CLIENT_AUTH,), sans=[])
+
+
+def _host(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
+def _generate_addon(pki: AddonPKI, cluster: ClusterPKI, user: str, ca_name: str,
+                    serving_name: str, hosts: tuple[str, ...]) -> None:
+    now = _now()
+    ca_cert, ca_key = _new_ca(pki.ca_cert, pki.ca_key, ca_name, now)
+    _issue(pki.serving_cert, pki.serving_key, serving_name, (), ca_cert, ca_key, now,
+           usages=(ExtendedKeyUsageOID.SERVER_AUTH,), sans=[_host(host) for host in hosts])
     member_ca = x509.load_pem_x509_certificate(cluster.ca_cert.read_bytes())
     member_key = serialization.load_pem_private_key(cluster.ca_key.read_bytes(), password=None)
     assert isinstance(member_key, ec.EllipticCurvePrivateKey), "our CAs are ECDSA"

@@ -14,6 +14,7 @@
                                         cluster's)
     <state>/clusters/<key>/kueue/       a member's Kueue add-on (KueueFiles): config.yaml,
                                         kubeconfig, ports.json, pki/, kueue.log
+    <state>/clusters/<key>/front-proxy/ the aggregation layer's PKI (FrontProxyPKI)
 
 ``host`` is the key of the daemon's host cluster; members are keyed ``<namespace>.<name>``.
 Every reader and writer of these files imports this module; the JSON files are written
@@ -114,6 +115,9 @@ class StateDir:
     def kueue(self, key: str) -> KueueFiles:
         """The files of a member's Kueue add-on."""
         return KueueFiles(self.cluster(key) / "kueue")
+
+    def front_proxy_pki(self, key: str) -> Path:
+        return self.cluster(key) / "front-proxy"
 
     @property
     def host_kubeconfig(self) -> Path:

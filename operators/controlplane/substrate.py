@@ -43,7 +43,13 @@ from operators.controlplane.etcd import (
     write_ports,
 )
 from operators.controlplane.files import private_directory, write_private
-from operators.controlplane.pki import CLIENTS, ClusterPKI, ensure_etcd_pki, ensure_pki
+from operators.controlplane.pki import (
+    CLIENTS,
+    ClusterPKI,
+    ensure_etcd_pki,
+    ensure_front_proxy_pki,
+    ensure_pki,
+)
 from operators.controlplane.state import ComponentState, StateDir
 from operators.controlplane.supervising import Supervised
 
@@ -234,6 +240,7 @@ class Substrate:
         directory.mkdir(parents=True, exist_ok=True)
         ports = self._cluster_ports(state, name, options)
         pki = ensure_pki(state.pki(name), name)
+        front_proxy = ensure_front_proxy_pki(state.front_proxy_pki(name))
         cluster = LocalCluster(name, state, ports, options, pki, processes={})
         write_kubeconfigs(cluster)
 
@@ -243,7 +250,7 @@ class Substrate:
             components.apiserver_argv(
                 binaries.kube_apiserver, cluster=name, etcd_url=self.etcd.url,
                 etcd_pki=self.etcd.pki, port=ports.apiserver, pki=pki, profile=options.profile,
-                tracing_config=self._tracing_config(state, name),
+                tracing_config=self._tracing_config(state, name), front_proxy=front_proxy,
             ),
             f"{cluster.endpoint}/readyz",
             cluster.admin_tls(),
