@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml
 ## setup: create .venv, install fakefleet with its tools (kubectl included), build the binaries
 setup: $(STAMP) binaries
 
-## binaries: build etcd, the Kubernetes binaries and Kueue into the per-user cache (cached after once)
+## binaries: build etcd, the Kubernetes binaries, Kueue and metrics-server into the per-user
+## cache (cached after once)
 binaries: $(STAMP)
 	$(BIN)/fakefleet binaries --kubernetes-version $(KUBERNETES_VERSION)
 

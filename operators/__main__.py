@@ -30,7 +30,7 @@ from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.controlplane.etcd import shared_etcd
 from operators.controlplane.state import ComponentState, OperatorState, StateDir, publish
 from operators.controlplane.substrate import Substrate
-from operators.handlers import kueue, registry
+from operators.handlers import kueue, metricsserver, registry
 from operators.handlers.runtime import Runtime
 from operators.k8s.applying import install_crds
 from operators.k8s.client import Client
@@ -95,12 +95,18 @@ async def _publish(runtime: Runtime, ready_flag: asyncio.Event) -> None:
     await ready_flag.wait()
     path = StateDir(runtime.state_dir).operator_file
     while True:
-        engines = [ComponentState(cluster=key, name="engine", pid=engine.pid,
-                                  log=str(engine.log_path), restarts=engine.restarts)
-                   for key, engine in runtime.engines.items()]
+        engines = []
+        for key, engine in runtime.engines.items():
+            endpoint = runtime.engine_endpoint(key)
+            engines.append(ComponentState(
+                cluster=key, name="engine", pid=engine.pid, log=str(engine.log_path),
+                restarts=engine.restarts, port=endpoint.kubeletPort if endpoint else None,
+                healthUrl=f"http://127.0.0.1:{endpoint.kubeletPort}/healthz" if endpoint
+                else None))
         try:
             publish(path, OperatorState(pid=os.getpid(), ready=True, components=[
-                *runtime.substrate.components(), *engines, *kueue.components(runtime)]))
+                *runtime.substrate.components(), *engines, *kueue.components(runtime),
+                *metricsserver.components(runtime)]))
         except OSError as error:  # a full disk, say: `fakefleet status` goes stale, not dark
             logger.warning("cannot write %s: %s", path, error)
         await asyncio.sleep(PUBLISH_INTERVAL)

@@ -51,6 +51,8 @@ from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.controlplane.etcd import shared_etcd
 from operators.controlplane.kueue import KUEUE_VERSION
 from operators.controlplane.kueue import building as kueue_building
+from operators.controlplane.metricsserver import METRICS_SERVER_VERSION
+from operators.controlplane.metricsserver import building as metrics_server_building
 from operators.controlplane.pki import ClusterPKI
 from operators.controlplane.state import (
     ComponentState,
@@ -104,14 +106,18 @@ def _resolve_binaries(version: str) -> binaries_.Binaries:
 @main.command()
 @version_option
 @click.option("--no-kueue", is_flag=True, help="Do not build Kueue (the FakeCluster add-on).")
-def binaries(kubernetes_version: str, no_kueue: bool) -> None:
-    """Build (or find in the cache) etcd, the Kubernetes binaries and Kueue; print their
-    paths."""
+@click.option("--no-metrics-server", is_flag=True,
+              help="Do not build metrics-server (the FakeCluster add-on).")
+def binaries(kubernetes_version: str, no_kueue: bool, no_metrics_server: bool) -> None:
+    """Build (or find in the cache) etcd, the Kubernetes binaries, Kueue and metrics-server;
+    print their paths."""
     found = _resolve_binaries(kubernetes_version)
     for name in binaries_.OVERRIDES:
         click.echo(f"{name}\t{found.path(name)}")
     if not no_kueue:
         click.echo(f"kueue\t{_resolve_kueue()}")
+    if not no_metrics_server:
+        click.echo(f"metrics-server\t{_resolve_metrics_server()}")
 
 
 def _resolve_kueue() -> Path:
@@ -122,6 +128,16 @@ def _resolve_kueue() -> Path:
             console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {step}", highlight=False)
 
         return kueue_building.ensure(progress=progress)
+
+
+def _resolve_metrics_server() -> Path:
+    """metrics-server from the cache, or built with a progress line at least every 15 s."""
+    with console.status(f"looking for metrics-server {METRICS_SERVER_VERSION}") as status:
+        def progress(step: str) -> None:
+            status.update(step)
+            console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {step}", highlight=False)
+
+        return metrics_server_building.ensure(progress=progress)
 
 
 @main.command()

@@ -44,6 +44,15 @@ KUEUE_LOCAL_RULE = rule(
     "remove spec.addons.kueue, or set kueue.enabled: false",
     field_path=".spec.addons.kueue",
 )
+METRICS_SERVER_LOCAL_RULE = rule(
+    "!(has(self.spec.addons) && has(self.spec.addons.metricsServer) && "
+    "self.spec.addons.metricsServer.enabled) || !has(self.spec.controlPlane) || "
+    "self.spec.controlPlane.backend == 'local'",
+    "spec.addons.metricsServer needs controlPlane.backend 'local': metrics-server listens on "
+    "this host's loopback, which the aggregation layer of an adopted (external) cluster cannot "
+    "reach; remove spec.addons.metricsServer, or set metricsServer.enabled: false",
+    field_path=".spec.addons.metricsServer",
+)
 KUEUE_NOT_OWN_WORKER_RULE = rule(
     f"!({_KUEUE_ON}) || !has(self.spec.addons.kueue.multiKueue) || "
     "!(self.metadata.name in self.spec.addons.kueue.multiKueue.workers)",
@@ -175,12 +184,36 @@ class KueueSpec(Model):
     """Make this cluster a MultiKueue manager of the listed worker clusters."""
 
 
+#: metrics-server refuses to scrape more often than this.
+MIN_METRIC_RESOLUTION = "10s"
+
+
+class MetricsServerSpec(Model):
+    """The real metrics-server against this cluster: it scrapes the engine's fake kubelets and
+    serves metrics.k8s.io through the API server's aggregation layer, for kubectl top and
+    HorizontalPodAutoscalers. On by default for backend 'local'."""
+
+    enabled: bool = True
+    """false: metrics-server stops and its APIService is removed."""
+    resolution: str = Field(default="15s", pattern=DURATION_PATTERN, max_length=32,
+                            json_schema_extra=validations(rule(
+                                f"duration(self) >= duration('{MIN_METRIC_RESOLUTION}')",
+                                f"metrics-server scrapes at most every "
+                                f"{MIN_METRIC_RESOLUTION}: give a resolution of "
+                                f"{MIN_METRIC_RESOLUTION} or more, e.g. 15s")))
+    """How often it scrapes every node (its --metric-resolution), at least 10s; kubectl top and
+    HPAs see a change of usage within one or two of these."""
+
+
 class AddonsSpec(Model):
     """Real upstream controllers the operator runs for this cluster, supervised like its control
     plane: started, restarted when they crash, stopped with the cluster."""
 
     kueue: KueueSpec | None = None
     """Kueue (sigs.k8s.io/kueue v0.17.0), built from the Go module proxy on first use."""
+    metricsServer: MetricsServerSpec | None = None
+    """metrics-server (sigs.k8s.io/metrics-server v0.8.0); absent: on, as {enabled: true},
+    for backend 'local'."""
 
 
 class FakeClusterSpec(Model):
@@ -211,13 +244,23 @@ class FakeClusterSpec(Model):
     'fakefleet up' started on this host, if there is one."""
 
     addons: AddonsSpec | None = None
-    """Add-ons the operator runs against this cluster (backend 'local' only): kueue."""
+    """Add-ons the operator runs against this cluster (backend 'local' only): kueue,
+    metricsServer (on unless disabled)."""
 
     @property
     def kueue(self) -> KueueSpec | None:
         """spec.addons.kueue when it is enabled, else None."""
         kueue = self.addons.kueue if self.addons else None
         return kueue if kueue is not None and kueue.enabled else None
+
+    @property
+    def metrics_server(self) -> MetricsServerSpec | None:
+        """spec.addons.metricsServer as it applies (absent: enabled, for backend 'local'), or
+        None when it is off."""
+        if self.controlPlane.backend != "local":
+            return None
+        found = (self.addons.metricsServer if self.addons else None) or MetricsServerSpec()
+        return found if found.enabled else None
 
     @property
     def effective_federation(self) -> FederationSpec:
@@ -236,6 +279,10 @@ class FakeClusterStatus(Model):
     """Version the API server reports."""
     kubeconfigSecret: str = ""
     """Name of the Secret (key 'kubeconfig') with an admin kubeconfig of the cluster."""
+    dcgmEndpoint: str = ""
+    """URL of the cluster's DCGM GPU metrics (dcgm-exporter's names and labels, every node's
+    GPUs), served by its engine on this host's loopback; its nodes' kubelet metrics are at
+    http://<node InternalIP>:<the same port>/metrics/resource."""
     nodes: int = 0
     """Fake nodes in the cluster."""
     readyNodes: int = 0
@@ -261,7 +308,8 @@ class FakeCluster(CustomResource):
             PrinterColumn("Endpoint", ".status.endpoint"),
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
-        rules=(NAME_RULE, KUEUE_LOCAL_RULE, KUEUE_NOT_OWN_WORKER_RULE),
+        rules=(NAME_RULE, KUEUE_LOCAL_RULE, KUEUE_NOT_OWN_WORKER_RULE,
+               METRICS_SERVER_LOCAL_RULE),
     )
     kind: str = "FakeCluster"
     spec: FakeClusterSpec = Field(default_factory=FakeClusterSpec)

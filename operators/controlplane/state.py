@@ -15,6 +15,10 @@
     <state>/clusters/<key>/kueue/       a member's Kueue add-on (KueueFiles): config.yaml,
                                         kubeconfig, ports.json, pki/, kueue.log
     <state>/clusters/<key>/front-proxy/ the aggregation layer's PKI (FrontProxyPKI)
+    <state>/clusters/<key>/engine.json  the engine's kubelet port (EngineEndpoint), kept so its
+                                        nodes' daemonEndpoints stay right across restarts
+    <state>/clusters/<key>/metrics-server/  a member's metrics-server (MetricsServerFiles):
+                                        kubeconfig, port, pki/, metrics-server.log
 
 ``host`` is the key of the daemon's host cluster; members are keyed ``<namespace>.<name>``.
 Every reader and writer of these files imports this module; the JSON files are written
@@ -119,6 +123,13 @@ class StateDir:
     def front_proxy_pki(self, key: str) -> Path:
         return self.cluster(key) / "front-proxy"
 
+    def engine_file(self, key: str) -> Path:
+        return self.cluster(key) / "engine.json"
+
+    def metrics_server(self, key: str) -> MetricsServerFiles:
+        """The files of a member's metrics-server add-on."""
+        return MetricsServerFiles(self.cluster(key) / "metrics-server")
+
     @property
     def host_kubeconfig(self) -> Path:
         return self.kubeconfig(HOST_CLUSTER)
@@ -155,6 +166,29 @@ class KueueFiles:
         return self.directory / "kueue.log"
 
 
+@dataclasses.dataclass(frozen=True)
+class MetricsServerFiles:
+    """A member's metrics-server: its directory exists while it is set up there."""
+
+    directory: Path
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    @property
+    def port(self) -> Path:
+        return self.directory / "port"
+
+    @property
+    def pki(self) -> Path:
+        return self.directory / "pki"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "metrics-server.log"
+
+
 class _Published(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -169,6 +203,21 @@ class ComponentState(_Published):
     healthUrl: str | None = None
     log: str
     restarts: int = 0
+
+
+class EngineEndpoint(_Published):
+    """Where a member's engine serves its nodes' kubelets and its DCGM metrics
+    (``engine.json``): chosen once, kept across restarts."""
+
+    kubeletPort: int
+
+    @property
+    def dcgm_url(self) -> str:
+        return f"http://127.0.0.1:{self.kubeletPort}/metrics"
+
+
+def read_engine_endpoint(state: StateDir, key: str) -> EngineEndpoint | None:
+    return _read(state.engine_file(key), EngineEndpoint)
 
 
 class HostState(_Published):

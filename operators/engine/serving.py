@@ -21,6 +21,8 @@ until the next.
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import logging
 import socket
 from typing import Protocol
@@ -35,6 +37,8 @@ logger = logging.getLogger(__name__)
 KEEPALIVE = 5.0
 BACKLOG = 4096
 DEVICE = b"lo"
+#: How long a port in use is tried again (s), and how often.
+BIND_PATIENCE, BIND_RETRY = 15.0, 0.5
 
 
 class ServingError(RuntimeError):
@@ -96,7 +100,7 @@ class KubeletServer:
         runner = web.AppRunner(app, access_log=None, handle_signals=False,
                                keepalive_timeout=KEEPALIVE)
         await runner.setup()
-        sock = listen(self._port)
+        sock = await self._listen()
         try:
             await web.SockSite(runner, sock).start()
         except BaseException:
@@ -109,6 +113,20 @@ class KubeletServer:
                     "/metrics/resource) and DCGM metrics (http://127.0.0.1:%d/metrics)",
                     self.port, self.port)
         return self.port
+
+    async def _listen(self) -> socket.socket:
+        """The socket; a port still held (by the engine this one replaces, as it exits) is
+        tried again for a while."""
+        waited = 0.0
+        while True:
+            try:
+                return listen(self._port)
+            except ServingError as error:
+                if not self._port or not isinstance(error.__cause__, OSError) or \
+                        error.__cause__.errno != errno.EADDRINUSE or waited >= BIND_PATIENCE:
+                    raise
+            await asyncio.sleep(BIND_RETRY)
+            waited += BIND_RETRY
 
     async def close(self) -> None:
         if self._runner is not None:

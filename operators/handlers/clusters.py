@@ -30,7 +30,7 @@ from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.state import StateDir
 from operators.controlplane.substrate import ClusterOptions
 from operators.engine.registering import remove_all
-from operators.handlers import kueue
+from operators.handlers import kueue, metricsserver
 from operators.handlers.provisioning import TEARDOWN, Provisioning
 from operators.handlers.runtime import Member, Runtime, wait_until_none
 from operators.k8s.applying import apply
@@ -40,6 +40,7 @@ from operators.k8s.errors import ConfigError, K8sError, NotFound
 from operators.k8s.times import parse, rfc3339
 from operators.reconciling import clusters as planning
 from operators.reconciling.kueue import KueueState
+from operators.reconciling.metricsserver import MetricsServerState
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,8 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 # Say what is missing before mending it: a restart shows as not Ready. (A cluster
                 # not Ready keeps its last message, say why it failed, until there is news.)
                 reported = await report(runtime, cluster, planning.Observed(**{
-                    **observed.__dict__, "kueue": _last_kueue(reported)}), reported)
+                    **observed.__dict__, "kueue": _last_kueue(reported),
+                    "metrics_server": _last_metrics_server(reported)}), reported)
             for action in actions:
                 try:
                     await execute(runtime, cluster, key, action)
@@ -109,7 +111,9 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
             observed = planning.Observed(**{**observed.__dict__, "error": error,
                                             "stalled": stalled}) if error else observed
             observed = planning.Observed(**{**observed.__dict__, "kueue": await _kueue(
-                runtime, cluster, key, observed.control_plane_running)})
+                runtime, cluster, key, observed.control_plane_running),
+                "metrics_server": await _metrics_server(
+                    runtime, cluster, key, observed.control_plane_running)})
             await report(runtime, cluster, observed, reported)
     if error and not stalled:
         raise kopf.TemporaryError(error, delay=delay)
@@ -119,6 +123,23 @@ def _last_kueue(status: FakeClusterStatus) -> KueueState | None:
     """KueueReady as the status says it, for a report made before Kueue is looked at."""
     found = next((c for c in status.conditions if c.type == "KueueReady"), None)
     return KueueState(found.status == "True", found.reason, found.message) if found else None
+
+
+def _last_metrics_server(status: FakeClusterStatus) -> MetricsServerState | None:
+    found = next((c for c in status.conditions if c.type == "MetricsServerReady"), None)
+    return MetricsServerState(found.status == "True", found.reason, found.message) \
+        if found else None
+
+
+async def _metrics_server(runtime: Runtime, cluster: FakeCluster, key: str,
+                          control_plane_running: bool) -> MetricsServerState | None:
+    """The metrics-server add-on's reconcile; a failure to look is reported, not raised."""
+    try:
+        return await metricsserver.reconcile(runtime, cluster, key,
+                                             control_plane_running=control_plane_running)
+    except (ControlPlaneError, K8sError) as failure:
+        logger.warning("cluster %s: metrics-server: %s", key, failure)
+        return MetricsServerState(False, "SetupFailed", str(failure))
 
 
 async def _kueue(runtime: Runtime, cluster: FakeCluster, key: str,
@@ -146,6 +167,7 @@ async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                           name_of_span=TEARDOWN) as teardown:
             teardown.open([type(action).__name__ for action in actions])
             await kueue.remove(runtime, key)
+            await metricsserver.remove(runtime, key)
             for action in actions:
                 await execute(runtime, cluster, key, action)
         await _tell_pools(runtime, cluster, f"FakeCluster {cluster.metadata['name']} is gone: "
@@ -198,7 +220,9 @@ async def observe(runtime: Runtime, cluster: FakeCluster, key: str) -> planning.
     # an adopted one that stops answering is not Ready, and the status says why.
     version, problem = await _version(runtime, cluster, key) if running else ("", "")
     nodes, ready = await _node_counts(runtime, cluster)
+    endpoint_file = runtime.engine_endpoint(key)
     return planning.Observed(
+        dcgm_endpoint=endpoint_file.dcgm_url if endpoint_file else "",
         control_plane_running=running and bool(version),
         secret_current=local is not None and await _secret_current(runtime, cluster, local),
         engine_running=runtime.engine_running(key),

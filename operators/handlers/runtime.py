@@ -13,9 +13,16 @@ from pathlib import Path
 from opentelemetry import trace
 
 from operators.controlplane.binaries import Binaries
+from operators.controlplane.files import private_directory
 from operators.controlplane.kueue.source import Manifests
-from operators.controlplane.state import StateDir
-from operators.controlplane.substrate import Substrate
+from operators.controlplane.metricsserver import rendering as metricsserver_rendering
+from operators.controlplane.state import (
+    EngineEndpoint,
+    StateDir,
+    publish,
+    read_engine_endpoint,
+)
+from operators.controlplane.substrate import Substrate, free_port
 from operators.controlplane.supervising import Supervised
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess
@@ -53,6 +60,9 @@ class Runtime:
     hub_links: dict[str, HubState] = dataclasses.field(default_factory=dict)
     #: The members' Kueue add-ons and the one background build of its binary.
     kueue: KueueAddons = dataclasses.field(default_factory=lambda: KueueAddons())
+    #: The members' metrics-servers and the one background build of its binary.
+    metrics_servers: MetricsServerAddons = dataclasses.field(
+        default_factory=lambda: MetricsServerAddons())
     #: Makes the handlers' spans: the entry point passes its configured provider's; the
     #: default is the API's global one (no spans until an SDK is configured).
     tracer: trace.Tracer = dataclasses.field(
@@ -73,16 +83,33 @@ class Runtime:
         engine = self.engines.get(key)
         if engine is not None:
             return engine
+        endpoint = self.engine_endpoint(key, choose=True)
+        assert endpoint is not None
         engine = Supervised(
             f"{key}/engine",
             [sys.executable, "-m", "operators.engine", "--kubeconfig", str(member_kubeconfig),
-             "--host-kubeconfig", str(self.host_kubeconfig), "--cluster", f"{namespace}/{name}"],
+             "--host-kubeconfig", str(self.host_kubeconfig), "--cluster", f"{namespace}/{name}",
+             "--kubelet-port", str(endpoint.kubeletPort)],
             log_path=StateDir(self.state_dir).engine_log(key),
             stable_after=ENGINE_STABLE_AFTER, death_signal=signal.SIGTERM,
         )
         await engine.start()
         self.engines[key] = engine
         return engine
+
+    def engine_endpoint(self, key: str, *, choose: bool = False) -> EngineEndpoint | None:
+        """Where the member's engine serves its nodes' kubelets and DCGM metrics: the port it
+        had, which its nodes advertise (an engine of the previous operator may still hold it
+        for a moment: the new one waits for it), or with ``choose`` a free one if there is none
+        yet."""
+        state = StateDir(self.state_dir)
+        found = read_engine_endpoint(state, key)
+        if not choose or found is not None:
+            return found
+        endpoint = EngineEndpoint(kubeletPort=free_port())
+        private_directory(state.cluster(key))
+        publish(state.engine_file(key), endpoint)
+        return endpoint
 
     async def stop_engine(self, key: str) -> None:
         engine = self.engines.pop(key, None)
@@ -95,6 +122,9 @@ class Runtime:
         for process in self.kueue.processes.values():
             await process.stop()
         self.kueue.processes.clear()
+        for process in self.metrics_servers.processes.values():
+            await process.stop()
+        self.metrics_servers.processes.clear()
 
 
 @dataclasses.dataclass
@@ -113,6 +143,24 @@ class KueueAddons:
     build_failed_at: float = 0.0
     #: Kueue's manifests from its module source, read once.
     manifests: Manifests | None = None
+
+
+@dataclasses.dataclass
+class MetricsServerAddons:
+    """What the operator holds in memory of the metrics-servers; all of it is observed again
+    (or redone, idempotently) after a restart."""
+
+    processes: dict[str, Supervised] = dataclasses.field(default_factory=dict)
+    #: Members whose Service and APIService were applied since their metrics-server started.
+    hooked: set[str] = dataclasses.field(default_factory=set)
+    #: The resolution each running metrics-server was started with.
+    resolutions: dict[str, str] = dataclasses.field(default_factory=dict)
+    build: asyncio.Future[Path] | None = None
+    build_started: float = 0.0
+    build_error: str = ""
+    build_failed_at: float = 0.0
+    #: Its RBAC and APIService from its module source, read once.
+    manifests: metricsserver_rendering.Manifests | None = None
 
 
 async def wait_until_none(count: Callable[[], Awaitable[int]], timeout: float) -> int:

@@ -15,6 +15,7 @@ from typing import Literal
 from operators.api.clusters import FakeCluster, FakeClusterStatus
 from operators.api.status import condition
 from operators.reconciling.kueue import KueueState
+from operators.reconciling.metricsserver import MetricsServerState
 
 Phase = Literal["Pending", "Provisioning", "Ready", "Failed", "Terminating"]
 
@@ -53,6 +54,11 @@ class Observed:
     hub: HubState | None = None
     #: KueueReady, when spec.addons.kueue asks for Kueue: the cluster is Ready only with it.
     kueue: KueueState | None = None
+    #: MetricsServerReady, when metrics-server is wanted (not part of Ready: kubectl top
+    #: waits for its scrapes, nothing else does).
+    metrics_server: MetricsServerState | None = None
+    #: The engine's DCGM endpoint ("" before it has one).
+    dcgm_endpoint: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,6 +174,11 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
         conditions.append(condition(
             "KueueReady", observed.kueue.ready, reason=observed.kueue.reason,
             message=observed.kueue.message, generation=generation, now=now, previous=earlier))
+    if observed.metrics_server is not None:
+        conditions.append(condition(
+            "MetricsServerReady", observed.metrics_server.ready,
+            reason=observed.metrics_server.reason, message=observed.metrics_server.message,
+            generation=generation, now=now, previous=earlier))
     local = cluster.spec.controlPlane.backend == "local"
     ref = cluster.spec.controlPlane.kubeconfigSecretRef
     return FakeClusterStatus(
@@ -176,6 +187,7 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
         kubernetesVersion=observed.version,
         kubeconfigSecret=(kubeconfig_secret_name(_name(cluster)) if local
                           else ref.name if ref else ""),
+        dcgmEndpoint=observed.dcgm_endpoint,
         nodes=observed.nodes,
         readyNodes=observed.ready_nodes,
         observedGeneration=generation,
