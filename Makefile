@@ -59,8 +59,9 @@ verify: $(STAMP)
 ## with KWOK v0.8.0 and a raw ceiling at KWOK's benchmark size (5000 nodes, 10000 pods),
 ## four member clusters with an engine process each at once, FaultPlan latency at 1000 nodes,
 ## the federation hub with 1000 simulated members (fan-out, heartbeats, restarts), and the
-## trace collector's ingest rate and disk per 10k spans, and 1000 GPU Jobs placed by the hub
-## and by Kueue MultiKueue over 3 clusters of 100 H100 nodes
+## trace collector's ingest rate and disk per 10k spans, 1000 GPU Jobs placed by the hub
+## and by Kueue MultiKueue over 3 clusters of 100 H100 nodes, and the engine with usage
+## metrics on (metrics-server scraping) against off at 5000 nodes, 10000 pods, 1000 GPU nodes
 bench: setup
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
@@ -70,6 +71,7 @@ bench: setup
 	$(BIN)/python -m bench.hub
 	$(BIN)/python -m bench.collector
 	$(BIN)/python -m bench.workloads
+	$(BIN)/python -m bench.usage
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
