@@ -278,9 +278,10 @@ class ClusterEngine:
                 samples += self.usage.gpu_samples(self.cluster, name, spec, record.life, now)
         return dcgm.render(samples)
 
-    def _pool_of(self, node: str) -> FakeNodePoolSpec | None:
+    def _pool_of(self, node: str) -> tuple[str, FakeNodePoolSpec] | None:
         record = self.book.records.get(node)
-        return self.pools.spec(record.pool) if record is not None else None
+        spec = self.pools.spec(record.pool) if record is not None else None
+        return (record.pool, spec) if record is not None and spec is not None else None
 
     def _created(self, node: str) -> str:
         facts = self.book.facts.get(node)

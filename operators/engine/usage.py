@@ -121,9 +121,9 @@ def _started(life: PodLife) -> float | None:
 class UsageBook:
     """Usage of every pod the engine runs, and of its nodes, computed at scrape time."""
 
-    def __init__(self, *, pool_of: Callable[[str], FakeNodePoolSpec | None],
+    def __init__(self, *, pool_of: Callable[[str], tuple[str, FakeNodePoolSpec] | None],
                  created: Callable[[str], str]) -> None:
-        """``pool_of``: the pool spec of a node (None: none); ``created``: a node's
+        """``pool_of``: the pool of a node and its spec (None: none); ``created``: a node's
         creationTimestamp."""
         self._pool_of = pool_of
         self._created = created
@@ -131,7 +131,8 @@ class UsageBook:
         self._by_node: dict[str, dict[str, Meter]] = {}
         #: Core-seconds of containers that stopped, per node.
         self._retired: dict[str, float] = {}
-        self._defaults: dict[int, tuple[FakeNodePoolSpec, Defaults]] = {}
+        #: Per pool, the spec its defaults were parsed from, and them.
+        self._defaults: dict[str, tuple[FakeNodePoolSpec, Defaults]] = {}
 
     def __len__(self) -> int:
         return len(self._meters)
@@ -207,13 +208,14 @@ class UsageBook:
         return tuple(problems)
 
     def defaults(self, node: str) -> Defaults:
-        spec = self._pool_of(node)
-        if spec is None:
+        found = self._pool_of(node)
+        if found is None:
             return IDLE
-        cached = self._defaults.get(id(spec))
+        pool, spec = found
+        cached = self._defaults.get(pool)
         if cached is None or cached[0] is not spec:
             cached = (spec, Defaults.of(spec))
-            self._defaults[id(spec)] = cached
+            self._defaults[pool] = cached
         return cached[1]
 
     # -- what a scrape asks -------------------------------------------------------------------
