@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: a host control plane with the operator, a fleet of two
 # simulated clusters applied with kubectl, their fake nodes Ready and joined to the federation
-# hub, a FaultPlan with a verdict, a fleet-wide plan through the hub with its verdict, a
-# workload of GPU Jobs spread by the hub with its report, then everything torn down.
+# hub, kubectl top on them, a FaultPlan with a verdict, a fleet-wide plan through the hub with
+# its verdict, a workload of GPU Jobs spread by the hub with its report, then everything torn
+# down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 state_dir=$(mktemp -d -t fakefleet-demo.XXXXXX)
@@ -36,8 +37,15 @@ kubectl --kubeconfig "$west" version | grep Server
 kubectl --kubeconfig "$west" get nodes \
   -L topology.kubernetes.io/zone,fakefleet.dev/rack,nvidia.com/gpu.product,nvidia.com/gpu.count
 
-step "fakefleet status: each cluster's control plane and its engine process"
+step "fakefleet status: each cluster's control plane, its engine and its metrics-server"
 fakefleet status
+
+step "kubectl top nodes in west: the real metrics-server scraping the fake kubelets"
+for _ in $(seq 60); do  # its first figures come after two scrapes (15 s apart)
+  kubectl --kubeconfig "$west" top nodes >/dev/null 2>&1 && break
+  sleep 2
+done
+kubectl --kubeconfig "$west" top nodes
 
 step "node behaviour is stages: annotate a node NotReady, and heal it"
 kubectl --kubeconfig "$west" annotate node west-cpu-0 fakefleet.dev/state=NotReady
