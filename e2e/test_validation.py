@@ -254,6 +254,28 @@ INVALID = {
         fault_plan(step("a", timing="at: 0s, repeat: {every: 1s, times: 150}"),
                    step("b", timing="at: 0s, repeat: {every: 1s, times: 51}")),
         ["spec.steps", "more than 200 occurrences"]),
+    "pool: a usage that is no amount": (
+        pool("  usage: {pod: {cpu: lots}}\n"),
+        ["spec.usage.pod.cpu", "usage.pod.cpu must be CPU in cores such as 250m or 2"]),
+    "pool: a sine without a period": (
+        pool("  usage: {node: {memory: 'sine(1Gi, 2Gi, 0s)'}}\n"),
+        ["spec.usage.node.memory", "sine(FROM, TO, PERIOD)"]),
+    "pool: a GPU busier than 100 %": (
+        pool("  usage: {gpu: {utilization: '150'}}\n"),
+        ["spec.usage.gpu.utilization", "a percentage from 0 to 100"]),
+    "cluster: metrics-server scraping too often": (
+        cluster("  addons: {metricsServer: {resolution: 5s}}\n"),
+        ["spec.addons.metricsServer.resolution", "give a resolution of 10s or more"]),
+    "cluster: metrics-server for an adopted cluster": (
+        cluster("  controlPlane: {backend: external, kubeconfigSecretRef: {name: k}}\n"
+                "  addons: {metricsServer: {}}\n"),
+        ["spec.addons.metricsServer", "needs controlPlane.backend 'local'"]),
+    "plan: a GPU reading on a fault that has none": (
+        fault_plan(step(fault="{type: NotReady, gpu: {temperature: 90}}")),
+        ["spec.steps[0].fault.gpu", "for fault type Condition only"]),
+    "plan: a GPU reading without a reading": (
+        fault_plan(step(fault="{type: Condition, condition: {type: Hot}, gpu: {}}")),
+        ["spec.steps[0].fault.gpu", "needs temperature or smClock"]),
     "plan: duration on a one-shot fault": (
         fault_plan(step(target="{pods: {}}", fault="{type: OOMKilled}",
                         extra=", duration: 10s")),
@@ -295,6 +317,14 @@ VALID = {
              fault="{type: HubLatency, latency: 500ms}", timing="after: [cut], duration: 1m"),
         spec="  startAt: '2030-01-02T15:04:05.5+02:00'\n  clusters: [west]\n"),
     "as many nodes as pod CIDRs": pool("  replicas: 32768\n"),
+    "pool with usage profiles": pool(
+        "  usage:\n"
+        "    node: {cpu: 'sine(100m, 300m, 10m)', memory: 2Gi}\n"
+        "    pod: {cpu: 'ramp(2, 100m, 0s)', memory: '1.5e9'}\n"
+        "    gpu: {utilization: 'sine(40, 100, 90s)', memory: '0'}\n"),
+    "a thermal slowdown of two GPUs": fault_plan(step(
+        fault="{type: Condition, condition: {type: GPUThermalSlowdown}, gpus: 2, "
+              "gpu: {temperature: 92, smClock: 1005}}")),
     "zero capacity, prefixed keys": pool(
         "  template:\n"
         "    capacity: {cpu: 0, memory: '0', example.com/widget: '+2', pods: '1e3'}\n"
