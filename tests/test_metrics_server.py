@@ -17,6 +17,8 @@ import yaml
 from operators.api.clusters import METRICS_SERVER_LOCAL_RULE, FakeCluster
 from operators.controlplane.errors import BuildError
 from operators.controlplane.metricsserver import building, rendering
+from operators.controlplane.state import EngineEndpoint, StateDir, publish
+from operators.handlers import runtime as runtime_module
 from operators.reconciling import clusters as cluster_planning
 from operators.reconciling import metricsserver as planning
 from operators.reconciling.metricsserver import (
@@ -240,3 +242,21 @@ def test_the_cluster_status_names_its_dcgm_endpoint_and_metrics_server() -> None
     assert status.dcgmEndpoint == "http://127.0.0.1:41000/metrics"
     conditions = {c.type: c for c in status.conditions}
     assert conditions["MetricsServerReady"].reason == "Starting"
+
+
+def test_an_engine_s_port_is_chosen_once_and_never_another_member_s(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = StateDir(tmp_path)
+    (state.cluster("default.east")).mkdir(parents=True)
+    publish(state.engine_file("default.east"), EngineEndpoint(kubeletPort=41001))
+    offered = iter([41001, 41002])
+    monkeypatch.setattr(runtime_module, "free_port", lambda: next(offered))
+    runtime = runtime_module.Runtime(state_dir=tmp_path, host=None,  # type: ignore[arg-type]
+                                     host_kubeconfig=tmp_path / "k",
+                                     substrate=None,  # type: ignore[arg-type]
+                                     resolve_binaries=lambda version: None)  # type: ignore
+    assert runtime.engine_endpoint("default.west") is None
+    chosen = runtime.engine_endpoint("default.west", choose=True)
+    assert chosen == EngineEndpoint(kubeletPort=41002)
+    assert runtime.engine_endpoint("default.west", choose=True) == chosen, "kept"
+    assert chosen.dcgm_url == "http://127.0.0.1:41002/metrics"

@@ -106,7 +106,13 @@ class Runtime:
         found = read_engine_endpoint(state, key)
         if not choose or found is not None:
             return found
-        endpoint = EngineEndpoint(kubeletPort=free_port())
+        # Not a port another member's engine has (it may not be listening right now).
+        taken = {endpoint.kubeletPort for other in state.clusters.glob("*")
+                 if (endpoint := read_engine_endpoint(state, other.name)) is not None}
+        port = free_port()
+        while port in taken:
+            port = free_port()
+        endpoint = EngineEndpoint(kubeletPort=port)
         private_directory(state.cluster(key))
         publish(state.engine_file(key), endpoint)
         return endpoint
