@@ -63,10 +63,13 @@ def test_cluster_and_pools_become_ready(fleet: Fleet, alpha: Path) -> None:
     assert status["kubeconfigSecret"] == "alpha-kubeconfig"
     assert status["observedGeneration"] == cluster["metadata"]["generation"]
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
-    # HubConnected too, once its hub link reported (e2e/test_federation.py tests it).
+    # HubConnected too, once its hub link reported (e2e/test_federation.py tests it), and
+    # MetricsServerReady (e2e/test_metrics.py).
     assert {kind: conditions[kind] for kind in ("Ready", "Reconciling", "Stalled")} == {
         "Ready": "True", "Reconciling": "False", "Stalled": "False"}
-    assert set(conditions) <= {"Ready", "Reconciling", "Stalled", "HubConnected"}
+    assert set(conditions) <= {"Ready", "Reconciling", "Stalled", "HubConnected",
+                               "MetricsServerReady"}
+    assert status["dcgmEndpoint"].startswith("http://127.0.0.1:")
     eventually(lambda: fleet.get("fc", "alpha")["status"].get("readyNodes") == 5,
                what="node counts in the FakeCluster status")
 
