@@ -65,8 +65,10 @@ verify: $(STAMP)
 ## with KWOK v0.8.0 and a raw ceiling at KWOK's benchmark size (5000 nodes, 10000 pods),
 ## four member clusters with an engine process each at once, FaultPlan latency at 1000 nodes,
 ## the federation hub with 1000 simulated members (fan-out, heartbeats, restarts), and the
-## trace collector's ingest rate and disk per 10k spans, and 1000 GPU Jobs placed by the hub
-## and by Kueue MultiKueue over 3 clusters of 100 H100 nodes
+## trace collector's ingest rate and disk per 10k spans, 1000 GPU Jobs placed by the hub
+## and by Kueue MultiKueue over 3 clusters of 100 H100 nodes, what a member, 1000 nodes and
+## 1000 pods cost (RSS, CPU, etcd bytes: docs/scale-out.md), and the chart's install to a Ready
+## operator
 bench: setup
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
@@ -76,6 +78,8 @@ bench: setup
 	$(BIN)/python -m bench.hub
 	$(BIN)/python -m bench.collector
 	$(BIN)/python -m bench.workloads
+	$(BIN)/python -m bench.sizing
+	$(BIN)/python -m bench.chart
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -12,7 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-helm="$(python -c 'from operators.controlplane import helm; print(helm.ensure(progress=print))' | tail -n 1)"
+# Build progress goes to stderr, the binary's path to stdout.
+helm="$(python -c 'import sys; from operators.controlplane import helm
+print(helm.ensure(progress=lambda line: print(line, file=sys.stderr, flush=True)))')"
 work="$(mktemp -d -t fakefleet-chart.XXXXXX)"
 state=""
 cleanup() {
