@@ -37,7 +37,9 @@ COPY --from=binaries /opt/fakefleet/cache /opt/fakefleet/cache
 ENV FAKEFLEET_CACHE_DIR=/opt/fakefleet/cache \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
-# The chart runs it as this user, with the state directory on a volume and /tmp an emptyDir.
+# The chart runs it as this user, with the state directory on a volume and /tmp an emptyDir;
+# without a volume the directory is the image's own, writable by that user.
+RUN mkdir -p /var/lib/fakefleet && chown 65532:65532 /var/lib/fakefleet
 USER 65532:65532
 WORKDIR /var/lib/fakefleet
 ENTRYPOINT ["python", "-m", "operators"]

@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ import yaml
 
 from e2e.conftest import eventually, kubectl, kubectl_json
 from operators.controlplane import helm
-from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
+from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate, free_port
 
 ROOT = Path(__file__).parent.parent
 CHART = ROOT / "charts" / "fakefleet"
@@ -373,7 +374,12 @@ def test_the_operator_runs_in_a_pod_with_the_charts_cluster_role(
     pod = {"KUBERNETES_SERVICE_HOST": "127.0.0.1",
            "KUBERNETES_SERVICE_PORT": str(host.ports.apiserver)}
     watcher = Watcher(admin, elsewhere)
-    with operator(tmp_path / "in-pod", "--service-account-dir", str(secrets), env=pod):
+    health = free_port()
+    with operator(tmp_path / "in-pod", "--service-account-dir", str(secrets),
+                  f"--liveness=127.0.0.1:{health}", env=pod):
+        # What the chart's probes ask.
+        with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=10) as probe:
+            assert probe.status == 200
         assert apply(admin, CLUSTER.format(name="beta", namespace=elsewhere,
                                            replicas=1)).returncode == 0
         watcher.until("fc", "beta", "Current")

@@ -25,6 +25,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from opentelemetry import trace
@@ -155,6 +156,16 @@ async def _publish(runtime: Runtime, ready_flag: asyncio.Event) -> None:
         await asyncio.sleep(PUBLISH_INTERVAL)
 
 
+def choose_host(kubeconfig: Path | None, service_account_dir: Path, state: StateDir,
+                environ: Mapping[str, str] | None = None) -> HostConfig:
+    """``--kubeconfig``; else, in a pod, its service account; else the state dir's host."""
+    if kubeconfig is not None:
+        return HostConfig(kubeconfig=kubeconfig.resolve())
+    if in_cluster(environ):
+        return HostConfig(service_account_dir=service_account_dir.resolve())
+    return HostConfig(kubeconfig=state.host_kubeconfig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m operators", description=__doc__)
     parser.add_argument("--state-dir", type=Path, required=True)
@@ -191,12 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     state_dir: Path = args.state_dir.resolve()
     state = StateDir(state_dir).create()
-    if args.kubeconfig is not None:
-        host = HostConfig(kubeconfig=args.kubeconfig.resolve())
-    elif in_cluster():
-        host = HostConfig(service_account_dir=args.service_account_dir.resolve())
-    else:
-        host = HostConfig(kubeconfig=state.host_kubeconfig)
+    host = choose_host(args.kubeconfig, args.service_account_dir, state)
     options = Options(state_dir=state_dir, host=host, install=args.install_crds,
                       fsync=not args.unsafe_no_fsync, namespaces=tuple(args.namespaces),
                       hub=args.hub, default_profile=Profile(args.default_profile),

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from operators.__main__ import choose_host
+from operators.controlplane.state import StateDir
 from operators.handlers.runtime import engine_host_arguments
 from operators.k8s import config
 from operators.k8s.client import Client
@@ -172,3 +174,13 @@ async def test_a_refused_token_is_read_again_from_the_file(
         with pytest.raises(Unauthorized):
             await client.get("/version")
         assert seen[3:] == ["Bearer rotated", "Bearer rotated"]
+
+
+def test_the_operator_picks_its_host_kubeconfig_then_pod_then_state_dir(
+        account: Path, tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "state")
+    given = tmp_path / "host.kubeconfig"
+    assert choose_host(given, account, state, ENV) == HostConfig(kubeconfig=given)
+    assert choose_host(None, account, state, ENV) == HostConfig(service_account_dir=account)
+    assert choose_host(None, account, state, {}) == HostConfig(
+        kubeconfig=state.host_kubeconfig)
