@@ -308,7 +308,20 @@ def test_the_operator_runs_a_fleet_with_the_charts_role_and_a_token(
         _a_plan_runs_once_per_object(admin, watcher)
 
         kubectl(admin, "-n", NAMESPACE, "delete", "fnp", "alpha-cpu", "--timeout=60s")
-        kubectl(admin, "-n", NAMESPACE, "delete", "fc", "alpha", "--timeout=60s")
+        kubectl(admin, "-n", NAMESPACE, "delete", "fc", "alpha", "--wait=false")
+
+        def gone() -> bool:
+            found = kubectl(admin, "-n", NAMESPACE, "get", "fc", "alpha", "-o", "json",
+                            check=False)
+            if found.returncode != 0:
+                return "NotFound" in found.stderr
+            history = watcher.seen.setdefault("fc/alpha", [])
+            if history[-1] != (state := kstatus(json.loads(found.stdout))):
+                history.append(state)
+            return False
+
+        eventually(gone, timeout=60, what="FakeCluster alpha deleted")
+        assert watcher.seen["fc/alpha"][-1] == "Terminating", watcher.seen
         eventually(lambda: not (tmp_path / "namespaced" / "clusters" /
                                 f"{NAMESPACE}.alpha").exists(), timeout=30,
                    what="the member's state to be purged")
