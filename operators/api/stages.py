@@ -228,6 +228,21 @@ class NodeTaint(Model):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
+class GPUHealth(Model):
+    """GPUs of the node that fail or recover, by index (gpu-0 is index 0). A node that offers
+    its GPUs through DRA (a pool with gpu.allocation dra or both) taints their devices out of
+    service in its ResourceSlice, or lifts the taint; a node that does not has nothing to
+    change. The extended resource is the ``allocatable`` effect's."""
+
+    indices: list[Annotated[int, Field(ge=0, le=15)]] = Field(min_length=1, max_length=16)
+    """The GPUs, e.g. [0, 1]; an index the node has no GPU for is ignored."""
+    healthy: bool
+    """False: out of service; True: back in service."""
+    reason: str = Field(default="Unhealthy", max_length=63,
+                        pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+    """Why, e.g. Xid79: the device taint's value (a label value)."""
+
+
 class NodeEffect(Model):
     """What a node stage does."""
 
@@ -249,6 +264,8 @@ class NodeEffect(Model):
     allocatable: dict[str, str | None] = Field(default_factory=dict)
     """Resources whose allocatable changes, e.g. {"nvidia.com/gpu": "7"}; None: back to the
     node's capacity."""
+    gpuHealth: GPUHealth | None = None
+    """GPUs out of service, or back in it, as DRA devices (written before the status)."""
     hold: bool = False
     """Nothing happens while this stage matches, and no later stage applies (a fault keeps the
     node as it made it). Takes no other field."""
@@ -260,13 +277,14 @@ class NodeEffect(Model):
     def _does_something(self) -> NodeEffect:
         acts = (self.conditions or self.heartbeat is not None or self.reportStatus
                 or self.events or self.taints or self.removeTaints
-                or self.unschedulable is not None or self.allocatable or self.endFault)
+                or self.unschedulable is not None or self.allocatable
+                or self.gpuHealth is not None or self.endFault)
         if self.hold and acts:
             raise ValueError("hold does nothing by definition: it takes no other field")
         if not (acts or self.hold):
             raise ValueError("the effect does nothing: set conditions, heartbeat, reportStatus, "
-                             "events, taints, removeTaints, unschedulable, allocatable, hold or "
-                             "endFault")
+                             "events, taints, removeTaints, unschedulable, allocatable, "
+                             "gpuHealth, hold or endFault")
         return self
 
 
