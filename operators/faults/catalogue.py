@@ -15,6 +15,7 @@ it done: the plan removes it when the fault ends.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -65,9 +66,31 @@ HOLD_NODE = _node("fault-hold", {"hold": True})
 END_NODE = _node("fault-end", {"endFault": True})
 
 
-def node_entry(entry_id: str, fault: Fault, *, gpus: int = 0) -> FaultEntry:
-    """The entry for a node fault (not Delete: the pool holds a deleted node). ``gpus``: the
-    node's nvidia.com/gpu capacity, for a GPUXid that takes GPUs out of service."""
+def node_gpus(node: Mapping[str, Any]) -> tuple[int, bool]:
+    """How many GPUs a Node has, and whether it offers them as the nvidia.com/gpu resource:
+    its capacity says so for the device plugin's resource; a node that offers them only as DRA
+    devices counts them in its GPU Feature Discovery label nvidia.com/gpu.count."""
+    capacity = (node.get("status") or {}).get("capacity") or {}
+    if "nvidia.com/gpu" in capacity:
+        return _count(capacity["nvidia.com/gpu"]), True
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return _count(labels.get("nvidia.com/gpu.count", "0")), False
+
+
+def _count(value: Any) -> int:
+    text = str(value)
+    return int(text) if text.isdigit() else 0
+
+
+def node_entry(entry_id: str, fault: Fault, *, gpus: int = 0, extended: bool = True
+               ) -> FaultEntry:
+    """The entry for a node fault (not Delete: the pool holds a deleted node). ``gpus``: how
+    many GPUs the node has, for a GPUXid that takes GPUs out of service; ``extended``: whether
+    it offers them as the nvidia.com/gpu resource (else only as DRA devices).
+
+    A GPUXid that needs a reset takes the node's first GPUs out, by index (gpu-0 first, as
+    many as the fault's ``gpus``): allocatable nvidia.com/gpu drops by that many, and their
+    DRA devices, if the node publishes any, are tainted out of service."""
     kind = fault.type
     if kind == "NotReady":
         condition = {"type": "Ready", "status": "False",
@@ -104,15 +127,22 @@ def node_entry(entry_id: str, fault: Fault, *, gpus: int = 0) -> FaultEntry:
                                      "reason": f"Xid{xid.code}", "message": message}]
             effect["taints"] = [{"key": XID_TAINT, "value": str(xid.code),
                                  "effect": "NoExecute"}]
-            if gpus:
-                effect["allocatable"] = {"nvidia.com/gpu": str(gpus - failed)}
-            stages = _stages(_node("fault-xid", effect,
-                                   _is_not(f"conditions[{GPU_CONDITION}]", "False")))
-            recovery = _stages(_node("fault-recover", {
+            recovered: dict[str, Any] = {
                 "conditions": [{"type": GPU_CONDITION, "status": "True", "reason": "GPUReset",
                                 "message": "the GPUs were reset and pass health checks"}],
-                "removeTaints": [XID_TAINT], "allocatable": {"nvidia.com/gpu": None},
-                "endFault": True}))
+                "removeTaints": [XID_TAINT], "endFault": True}
+            if gpus and extended:
+                effect["allocatable"] = {"nvidia.com/gpu": str(gpus - failed)}
+                recovered["allocatable"] = {"nvidia.com/gpu": None}
+            if failed:
+                hit = list(range(failed))
+                effect["gpuHealth"] = {"indices": hit, "healthy": False,
+                                       "reason": f"Xid{xid.code}"}
+                recovered["gpuHealth"] = {"indices": hit, "healthy": True,
+                                          "reason": f"Xid{xid.code}"}
+            stages = _stages(_node("fault-xid", effect,
+                                   _is_not(f"conditions[{GPU_CONDITION}]", "False")))
+            recovery = _stages(_node("fault-recover", recovered))
         else:
             # Signals only: an Event, once; nothing to undo.
             effect["endFault"] = True

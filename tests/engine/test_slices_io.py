@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.engine.devices import DEVICE_CLASSES, SLICES, UNHEALTHY
+from operators.api.faultplans import Fault
+from operators.api.injections import FAULTS
+from operators.engine.devices import DEVICE_CLASSES, DIGEST, SLICES, UNHEALTHY
 from operators.engine.publishing import NOT_SERVED
+from operators.faults import catalogue
 from operators.k8s.client import Client
-from tests.engine.harness import NODES, POOLS, Fleet, pool
+from tests.engine.harness import NODES, POOLS, Fleet, faults, pool
 
 H100 = {"preset": "H100-SXM5-80GB", "allocation": "dra", "count": 4}
 
@@ -243,3 +246,28 @@ async def test_a_node_without_devices_has_no_gpus_to_take_out() -> None:
         await engine.publisher.set_gpu_health("h100-0", [0], healthy=False, reason="Xid79")
         assert writes(fleet) == []
 
+
+async def test_a_fatal_xid_on_a_dra_node_takes_its_first_gpus_out_until_it_recovers() -> None:
+    fleet = Fleet()
+    fleet.host.put(POOLS, gpu_pool(replicas=1))
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(2)
+        node = fleet.nodes()["h100-0"]
+        gpus, extended = catalogue.node_gpus(node)
+        assert (gpus, extended) == (4, False)
+        entry = catalogue.node_entry("plan/xid/0", Fault(type="GPUXid", xid=79, gpus=2),
+                                     gpus=gpus, extended=extended).model_dump(
+            mode="json", exclude_none=True)
+        fleet.member.fail("PATCH", f"{SLICES}/.*", status=503)  # the stage is retried
+        await fleet.member_client_patch(f"{NODES}/h100-0", {"metadata": {"annotations": {
+            FAULTS: faults(entry)}}}, bypass_faults=True)
+        await fleet.clock.advance(5)
+        assert sorted(taints(slices(fleet)["h100-0"])) == ["gpu-0", "gpu-1"]
+        status = fleet.nodes()["h100-0"]["status"]
+        assert "nvidia.com/gpu" not in status["allocatable"], "no extended resource to lower"
+        assert {c["type"]: c["status"] for c in status["conditions"]}["GPUHealthy"] == "False"
+        await fleet.member_client_patch(f"{NODES}/h100-0", {"metadata": {"annotations": {
+            FAULTS: faults({**entry, "state": "recover"})}}}, bypass_faults=True)
+        await fleet.clock.advance(3)
+        assert taints(slices(fleet)["h100-0"]) == {}
+        assert slices(fleet)["h100-0"]["metadata"]["annotations"][DIGEST]
