@@ -3,6 +3,8 @@ planned (pure); what gpu.allocation does to a node's capacity."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from typing import Any
 
@@ -137,6 +139,35 @@ def test_the_device_class_selects_the_driver_s_devices() -> None:
     assert body["metadata"]["name"] == "gpu.fakefleet.dev"
     assert body["spec"]["selectors"] == [
         {"cel": {"expression": 'device.driver == "gpu.fakefleet.dev"'}}]
+
+
+def test_what_a_slice_is_made_of_is_pinned_to_its_format() -> None:
+    """Digests come from what a slice is made of, not from the slice: a change of what
+    render_slice writes must bump devices.FORMAT, so that every slice is written once again
+    by the new engine, and then this pin."""
+    body = rendered(want(), {1: devices.unhealthy_taint("Xid79")})
+    pin = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    assert (devices.FORMAT, pin) == (
+        1, "269dcf8379747a7140e0db9d5e7b9927d9cc259e0275459654a52f7da6594de0")
+
+
+def test_the_digest_follows_every_input_of_the_slice() -> None:
+    base = want()
+    taint = devices.unhealthy_taint("Xid79")
+    seen = {devices.digest(CLUSTER, base, {}),
+            devices.digest("default.east", base, {}),
+            devices.digest(CLUSTER, want(uid="uid-2"), {}),
+            devices.digest(CLUSTER, want("h100-1"), {}),
+            devices.digest(CLUSTER, want(count=4), {}),
+            devices.digest(CLUSTER, want(preset="B200"), {}),
+            devices.digest(CLUSTER, want(driverVersion="580.65.6"), {}),
+            devices.digest(CLUSTER, base, {0: taint}),
+            devices.digest(CLUSTER, base, {0: {**taint, "value": "Xid48"}})}
+    assert len(seen) == 9
+    # Not what the API server adds, nor GPUs the node does not have.
+    assert devices.digest(CLUSTER, base, {0: {**taint, "timeAdded": "2026-01-01T00:00:00Z"}}) \
+        == devices.digest(CLUSTER, base, {0: taint})
+    assert devices.digest(CLUSTER, base, {12: taint}) == devices.digest(CLUSTER, base, {})
 
 
 # -- read back ---------------------------------------------------------------------------------
