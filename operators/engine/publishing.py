@@ -28,6 +28,7 @@ from operators.api.nodepools import FakeNodePoolSpec
 from operators.engine import devices
 from operators.engine.devices import SLICES, SliceFacts, Wanted
 from operators.engine.inventory import NodeBook
+from operators.engine.recording import EventRecorder
 from operators.k8s import requests
 from operators.k8s.client import Client
 from operators.k8s.clock import Clock
@@ -44,6 +45,9 @@ ATTEMPTS = 4
 NOT_SERVED = ("the member API server does not serve resource.k8s.io/v1 (DRA, Kubernetes 1.34 "
               "or later), so its nodes cannot publish GPUs as devices: use gpu.allocation "
               "extended in this cluster")
+TAINTS_DROPPED = ("the member API server dropped the device taints that take GPUs out of "
+                  "service: it does not serve them (feature gate DRADeviceTaints, on by "
+                  "default from Kubernetes 1.36), so those GPUs stay allocatable to new claims")
 LISTING = ("waiting to list the member cluster's ResourceSlices (resource.k8s.io/v1) before "
            "publishing the nodes' GPUs as devices")
 
@@ -60,10 +64,13 @@ class Publisher:
     """ResourceSlices and the DeviceClass of one cluster's DRA nodes."""
 
     def __init__(self, cluster: str, client: Client, book: NodeBook, *, clock: Clock,
-                 concurrency: int, on_change: Callable[[], None] = lambda: None) -> None:
+                 concurrency: int, on_change: Callable[[], None] = lambda: None,
+                 recorder: EventRecorder | None = None) -> None:
         self.cluster = cluster
         self.client = client
         self._book = book
+        self._recorder = recorder
+        self._warned: set[str] = set()  # nodes told that their API server drops device taints
         self._clock = clock
         self._gate = asyncio.Semaphore(concurrency)
         self._on_change = on_change
@@ -254,8 +261,24 @@ class Publisher:
                 self.slices.pop(name, None)
                 continue
             self._record(written)
+            stored = self.slices.get(name)
+            if stored is not None and set(out) - set(stored.out):
+                self._taints_dropped(want)
             return
         raise Conflict(409, "Conflict", f"slice {name} changed {ATTEMPTS} times while written")
+
+    def _taints_dropped(self, want: Wanted) -> None:
+        """The API server stored the slice without the taints it was sent: device taints are
+        off there (feature gate DRADeviceTaints, alpha and off before Kubernetes 1.36), so a
+        GPU out of service stays allocatable. Said once per node, in its Events."""
+        if want.node in self._warned:
+            return
+        self._warned.add(want.node)
+        logger.warning("engine %s: %s", self.cluster, TAINTS_DROPPED)
+        if self._recorder is not None:
+            self._recorder.emit(kind="Node", name=want.node, uid=want.uid,
+                                event_type="Warning", reason="DeviceTaintsDropped",
+                                message=TAINTS_DROPPED, host=want.node)
 
     async def _reread(self, name: str) -> None:
         try:

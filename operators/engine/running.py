@@ -113,7 +113,8 @@ class ClusterEngine:
                                    tracer=tracer)
         self.book = NodeBook(cluster, self)
         self.publisher = Publisher(cluster, client, self.book, clock=clock,
-                                   concurrency=settings.concurrency, on_change=self._changed)
+                                   concurrency=settings.concurrency, on_change=self._changed,
+                                   recorder=self.recorder)
         self.heartbeats = Heartbeats(cluster, self.heartbeat_client, self.book, rulebook,
                                      self.recorder, clock=clock, rng=rng,
                                      connections=settings.heartbeat_connections,

@@ -4,14 +4,19 @@ with their nodes; GPUs taken out of service and back."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from typing import Any
 
 from operators.api.faultplans import Fault
 from operators.api.injections import FAULTS
 from operators.engine.devices import DEVICE_CLASSES, DIGEST, SLICES, UNHEALTHY
-from operators.engine.publishing import NOT_SERVED
+from operators.engine.publishing import NOT_SERVED, TAINTS_DROPPED
 from operators.faults import catalogue
 from operators.k8s.client import Client
+from operators.k8s.memory import MemoryTransport
+from operators.k8s.requests import Request, encode
+from operators.k8s.transport import Response, StreamResponse
 from tests.engine.harness import NODES, POOLS, Fleet, faults, pool
 
 H100 = {"preset": "H100-SXM5-80GB", "allocation": "dra", "count": 4}
@@ -236,6 +241,47 @@ async def test_gpus_go_out_of_service_and_back_and_stay_out_across_a_restart() -
             "2026-01-01T00:00:00Z"] * 2
         await engine.publisher.set_gpu_health("h100-0", [0, 1], healthy=True, reason="Xid79")
         assert taints(slices(fleet)["h100-0"]) == {}
+
+
+class DropsDeviceTaints:
+    """An API server without DRADeviceTaints (before 1.36): taints in slices are dropped."""
+
+    def __init__(self, inner: MemoryTransport) -> None:
+        self.inner = inner
+
+    async def send(self, request: Request) -> Response:
+        if request.path.startswith(SLICES) and request.method in ("POST", "PATCH"):
+            body = request.json()
+            for device in (body.get("spec") or {}).get("devices") or ():
+                device.pop("taints", None)
+            request = dataclasses.replace(request, body=encode(body))
+        return await self.inner.send(request)
+
+    def stream(self, request: Request) -> contextlib.AbstractAsyncContextManager[
+            StreamResponse]:
+        return self.inner.stream(request)
+
+    def refresh_credentials(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_an_api_server_that_drops_device_taints_is_reported_on_the_node() -> None:
+    fleet = Fleet()
+    fleet.host.put(POOLS, gpu_pool(replicas=1))
+    engine = fleet.engine()
+    engine.publisher.client = Client(DropsDeviceTaints(fleet.member), clock=fleet.clock)
+    async with fleet.running(engine):
+        await fleet.clock.advance(2)
+        await engine.publisher.set_gpu_health("h100-0", [0], healthy=False, reason="Xid79")
+        await engine.publisher.set_gpu_health("h100-0", [1], healthy=False, reason="Xid79")
+        await fleet.clock.advance(1)
+    events = [e for e in fleet.member.objects("/api/v1/namespaces/default/events")
+              if e["reason"] == "DeviceTaintsDropped"]
+    assert [(e["involvedObject"]["name"], e["message"]) for e in events] == [
+        ("h100-0", TAINTS_DROPPED)], "said once"
 
 
 async def test_a_node_without_devices_has_no_gpus_to_take_out() -> None:
