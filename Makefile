@@ -67,8 +67,8 @@ verify: $(STAMP)
 ## the federation hub with 1000 simulated members (fan-out, heartbeats, restarts), and the
 ## trace collector's ingest rate and disk per 10k spans, 1000 GPU Jobs placed by the hub
 ## and by Kueue MultiKueue over 3 clusters of 100 H100 nodes, what a member, 1000 nodes and
-## 1000 pods cost (RSS, CPU, etcd bytes: docs/scale-out.md), and the chart's install to a Ready
-## operator
+## 1000 pods cost (RSS, CPU, etcd bytes: docs/scale-out.md), the chart's install to a Ready
+## operator, and DRA at 5000 nodes (slices published, 2000 claims allocated by the real scheduler)
 bench: setup
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
@@ -80,6 +80,7 @@ bench: setup
 	$(BIN)/python -m bench.workloads
 	$(BIN)/python -m bench.sizing
 	$(BIN)/python -m bench.chart
+	$(BIN)/python -m bench.dra
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -246,3 +246,16 @@ def test_slices_of_nodes_gone_or_no_longer_publishing_are_withdrawn_first() -> N
                 "stray": facts_of(kept, name="stray", uid="s-2")}
     assert devices.plan(CLUSTER, [kept], observed) == [
         Withdraw("h100-1-gpu.fakefleet.dev", "s-1"), Withdraw("stray", "s-2"), Publish("h100-0")]
+
+
+def test_an_engine_alone_takes_a_dra_pool_on_its_command_line() -> None:
+    import argparse
+
+    from operators.engine.__main__ import parse_pool
+    name, pool = parse_pool("h100=3:H100-SXM5-80GB:dra", "1s")
+    assert (name, pool.replicas, pool.publishes_devices) == ("h100", 3, True)
+    assert not parse_pool("h100=3:H100-SXM5-80GB", "1s")[1].publishes_devices
+    for bad, fragment in (("h=1::dra", "NAME=REPLICAS:GPU_PRESET:ALLOCATION"),
+                          ("h=1:H100-SXM5-80GB:mig", "gpu.allocation")):
+        with pytest.raises(argparse.ArgumentTypeError, match=fragment):
+            parse_pool(bad, "1s")

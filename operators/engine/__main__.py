@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 
 from opentelemetry import trace
+from pydantic import ValidationError
 
 from federation.telemetry import setup
 from operators.api.nodepools import FakeNodePoolSpec
@@ -50,17 +51,22 @@ logger = logging.getLogger("operators.engine")
 
 
 def parse_pool(text: str, grace_cap: str) -> tuple[str, FakeNodePoolSpec]:
-    """``NAME=REPLICAS[:GPU_PRESET]`` → a pool spec (validated like the CRD)."""
+    """``NAME=REPLICAS[:GPU_PRESET[:ALLOCATION]]`` → a pool spec (validated like the CRD)."""
     name, _, rest = text.partition("=")
-    replicas, _, preset = rest.partition(":")
-    if not name or not replicas.isdigit():
+    replicas, _, gpu = rest.partition(":")
+    preset, _, allocation = gpu.partition(":")
+    if not name or not replicas.isdigit() or (allocation and not preset):
         raise argparse.ArgumentTypeError(
-            f"--pool {text!r}: expected NAME=REPLICAS or NAME=REPLICAS:GPU_PRESET, e.g. cpu=100")
+            f"--pool {text!r}: expected NAME=REPLICAS, NAME=REPLICAS:GPU_PRESET or "
+            f"NAME=REPLICAS:GPU_PRESET:ALLOCATION, e.g. cpu=100 or h100=10:H100-SXM5-80GB:dra")
     spec: dict[str, object] = {"clusterRef": "-", "replicas": int(replicas),
                                "pods": {"terminationGracePeriodCap": grace_cap}}
     if preset:
-        spec["gpu"] = {"preset": preset}
-    return name, FakeNodePoolSpec.model_validate(spec)
+        spec["gpu"] = {"preset": preset, **({"allocation": allocation} if allocation else {})}
+    try:
+        return name, FakeNodePoolSpec.model_validate(spec)
+    except ValidationError as error:
+        raise argparse.ArgumentTypeError(f"--pool {text!r}: {error}") from error
 
 
 def parse_cluster(text: str) -> ClusterRef:
@@ -148,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="",
                         help="the engine's name in node providerIDs (alone; default: the "
                              "kubeconfig's file name)")
-    parser.add_argument("--pool", action="append", default=[], metavar="NAME=REPLICAS[:GPU]")
+    parser.add_argument("--pool", action="append", default=[],
+                        metavar="NAME=REPLICAS[:GPU[:ALLOCATION]]")
     parser.add_argument("--stages", type=Path, default=None,
                         help="a kind: Lifecycle YAML file replacing the default stages")
     parser.add_argument("--grace-cap", default="1s",
