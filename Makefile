@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 KUBERNETES_VERSION ?= v1.36.3
 
-.PHONY: setup binaries demo demo-multikueue test test-unit test-e2e lint generate verify bench clean
+.PHONY: setup binaries demo demo-multikueue chart test test-unit test-e2e lint generate verify bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 ## setup: create .venv, install fakefleet with its tools (kubectl included), build the binaries
 setup: $(STAMP) binaries
 
-## binaries: build etcd, the Kubernetes binaries, Kueue and metrics-server into the per-user
-## cache (cached after once)
+## binaries: build etcd, the Kubernetes binaries, Kueue, metrics-server and Helm into the
+## per-user cache (cached after once; a progress line at least every 15 s while Go builds)
 binaries: $(STAMP)
 	$(BIN)/fakefleet binaries --kubernetes-version $(KUBERNETES_VERSION)
 
@@ -30,6 +30,11 @@ demo: setup
 ## Jobs submitted to the manager run on the workers; exits 0 once every Workload is Finished
 demo-multikueue: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/demo-multikueue.sh
+
+## chart: helm lint and helm template charts/fakefleet, then server-side dry-run of what it renders
+## (and of examples/gitops) on a fresh host control plane; exits 0 when all of it passed
+chart: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH hack/chart.sh
 
 ## test: unit tests, then end-to-end tests on real control planes
 test: setup
@@ -47,7 +52,8 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## generate: regenerate committed artifacts (CRD YAML from operators/api)
+## generate: regenerate committed artifacts (CRD YAML from operators/api, also the chart's copy;
+## the chart's RBAC rules from operators/handlers/permissions.py; protobuf stubs)
 generate: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/update-generated.sh
 
@@ -60,8 +66,11 @@ verify: $(STAMP)
 ## four member clusters with an engine process each at once, FaultPlan latency at 1000 nodes,
 ## the federation hub with 1000 simulated members (fan-out, heartbeats, restarts), and the
 ## trace collector's ingest rate and disk per 10k spans, 1000 GPU Jobs placed by the hub
-## and by Kueue MultiKueue over 3 clusters of 100 H100 nodes, and the engine with usage
-## metrics on (metrics-server scraping) against off at 5000 nodes, 10000 pods, 1000 GPU nodes
+## and by Kueue MultiKueue over 3 clusters of 100 H100 nodes, what a member, 1000 nodes and
+## 1000 pods cost (RSS, CPU, etcd bytes: docs/scale-out.md), the chart's install to a Ready
+## operator, DRA at 5000 nodes (slices published, 2000 claims allocated by the real scheduler),
+## and the engine with usage metrics on (metrics-server scraping) against off at 5000 nodes,
+## 10000 pods, 1000 GPU nodes
 bench: setup
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
@@ -71,6 +80,9 @@ bench: setup
 	$(BIN)/python -m bench.hub
 	$(BIN)/python -m bench.collector
 	$(BIN)/python -m bench.workloads
+	$(BIN)/python -m bench.sizing
+	$(BIN)/python -m bench.chart
+	$(BIN)/python -m bench.dra
 	$(BIN)/python -m bench.usage
 
 clean:

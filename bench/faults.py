@@ -1,6 +1,6 @@
 """How fast a FaultPlan's faults reach a member API, and how fast they are undone:
 
-    python -m bench.faults [--nodes 1000] [--pods 1000]
+    python -m bench.faults [--nodes 1000] [--pods 1000] [--tracing off,on]
 
 The whole product runs as a user runs it: ``fakefleet up`` (host control plane and operator),
 a FakeCluster with one pool of ``--nodes`` nodes and ``--pods`` pods bound to them, then two
@@ -17,6 +17,15 @@ timer, its writes of the fault entries, the engine's reaction and the API server
 Pod recovery includes the kubelet's crash-loop back-off (10 s after the last crash), as a real
 kubelet's would.
 
+Tracing off against on (``--tracing off,on``, the default, runs the whole measurement once
+each, on fresh state): ``off`` is ``fakefleet up`` with no collector and no OTLP endpoint, so
+no process exports anything; ``on`` is ``fakefleet up`` as a user runs it, the embedded
+collector receiving every process's spans. Faults are the work that is traced (the operator's
+step spans, one engine span per batch of writes, and the member kube-apiserver's and etcd's
+spans of every write the engine makes for the plan), so this is where tracing costs the most.
+Besides the latencies, each row gives the engine's CPU seconds from the plan's creation to the
+last victim's recovery, and with tracing on the spans the collector stored for the plan's trace.
+
 Results also go to ``bench/results/faults-<time>.json`` (git-ignored).
 """
 
@@ -27,6 +36,7 @@ import asyncio
 import contextlib
 import json
 import os
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -39,8 +49,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.engines import RESULTS, bounded
-from operators.controlplane.state import StateDir
+from bench.engines import RESULTS, bounded, untraced_environment
+from bench.fleet import usage
+from federation.telemetry.files import CollectorFiles
+from operators.controlplane.state import StateDir, read_operator
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig, load_kubeconfig_file
 from operators.k8s.errors import NotFound
@@ -50,6 +62,8 @@ from operators.k8s.watching import list_and_watch
 NAMESPACE = "default"
 BASE = "/apis/fakefleet.dev/v1alpha1/namespaces/default"
 AT, DURATION = 5.0, 20.0
+#: Seconds for the last spans to reach the collector (the SDK exports every 5 s by default).
+SPAN_SETTLE = 8.0
 TIMEOUT = 300.0
 FAKEFLEET = Path(sys.executable).parent / "fakefleet"
 
@@ -102,9 +116,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def fakefleet(*args: str) -> str:
+def fakefleet(*args: str, env: dict[str, str] | None = None) -> str:
     return subprocess.run([str(FAKEFLEET), *args], check=True, capture_output=True,
-                          text=True, timeout=600).stdout
+                          text=True, timeout=600, env=env).stdout
 
 
 def plan_body(name: str, target: dict[str, Any], fault: dict[str, Any]) -> dict[str, Any]:
@@ -123,8 +137,30 @@ async def until(predicate: Callable[[], bool], timeout: float, what: str) -> Non
         await asyncio.sleep(0.5)
 
 
-async def measure(host: Client, member: Client, name: str, path: str, body: dict[str, Any],
-                  stamps: Stamps, count: int) -> dict[str, Any]:
+def engine_cpu(state: Path) -> float:
+    """CPU seconds the bench cluster's engine process has used so far."""
+    operator = read_operator(StateDir(state))
+    assert operator is not None, "the operator has not published its components"
+    [engine] = [c for c in operator.components
+                if c.name == "engine" and (c.cluster or "").endswith("bench") and c.pid]
+    assert engine.pid is not None
+    return usage("engine", engine.pid).cpu_seconds
+
+
+def spans_of(state: Path, trace_id: str) -> int:
+    """Spans of ``trace_id`` the embedded collector stored (0 without a collector)."""
+    database = CollectorFiles.of(state).database
+    if not trace_id or not database.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+        count: int = db.execute("SELECT count(*) FROM spans WHERE trace_id = ?",
+                                (trace_id,)).fetchone()[0]
+        return count
+
+
+async def measure(state: Path, host: Client, member: Client, name: str, path: str,
+                  body: dict[str, Any], stamps: Stamps, count: int) -> dict[str, Any]:
+    cpu_before = engine_cpu(state)
     watch = asyncio.create_task(list_and_watch(
         member, path, {}, on_list=lambda items: [stamps.see("ADDED", i) for i in items],
         on_event=stamps.see))
@@ -143,6 +179,7 @@ async def measure(host: Client, member: Client, name: str, path: str, body: dict
             raise SystemExit(f"plan {name} did not finish: {status}")
         await finished()
         await until(lambda: len(stamps.back) >= count, 120, f"{name}: every victim back")
+        cpu = engine_cpu(state) - cpu_before
     finally:
         watch.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -161,6 +198,7 @@ async def measure(host: Client, member: Client, name: str, path: str, body: dict
         "recoverAll": round(max(recovered), 2),
         "recoverP50": round(percentile(recovered, 0.5), 2),
         "injectedAt": injection["injectedAt"], "recoveredAt": injection["recoveredAt"],
+        "engineCpuSeconds": round(cpu, 1), "traceId": status.get("traceId") or "",
     }
 
 
@@ -217,11 +255,11 @@ async def run(state: Path, nodes: int, pods: int, console: Console) -> list[dict
             await until(lambda: len(running.hit) >= pods, 120, "pods Running")
             watch.cancel()
             console.print("node fault ...")
-            results = [await measure(host, member, "nodes", "/api/v1/nodes", plan_body(
+            results = [await measure(state, host, member, "nodes", "/api/v1/nodes", plan_body(
                 "nodes", {"nodes": {}}, {"type": "NotReady"}),
                 Stamps(node_not_ready, node_ready), nodes)]
             console.print("pod fault ...")
-            results.append(await measure(host, member, "pods", "/api/v1/pods", plan_body(
+            results.append(await measure(state, host, member, "pods", "/api/v1/pods", plan_body(
                 "pods", {"pods": {"namespace": NAMESPACE}}, {"type": "CrashLoop",
                                                                "exitCode": 7}),
                 Stamps(pod_crashed, pod_running), pods))
@@ -229,38 +267,66 @@ async def run(state: Path, nodes: int, pods: int, console: Console) -> list[dict
             await member.close()
     finally:
         await host.close()
+    if CollectorFiles.of(state).database.exists():
+        # Spans reach the collector in batches (every few seconds): count them once all came.
+        await asyncio.sleep(SPAN_SETTLE)
+    for result in results:
+        result["spans"] = spans_of(state, result["traceId"])
     return results
 
 
 def report(results: list[dict[str, Any]], console: Console, nodes: int, pods: int) -> None:
     table = Table(title=f"FaultPlan: {nodes} nodes NotReady, {pods} pods CrashLoop "
                         f"({os.cpu_count()} CPUs); seconds from the scheduled moment")
-    for column in ("fault", "victims", "entries written", "visible", "p50", "p99", "max",
-                   "all recovered after recoverAt", "recovery p50"):
+    for column in ("tracing", "fault", "victims", "entries written", "visible", "p50", "p99",
+                   "max", "all recovered after recoverAt", "recovery p50", "engine CPU (s)",
+                   "spans stored"):
         table.add_column(column, justify="right")
     for result in results:
-        table.add_row(result["plan"], str(result["victims"]), f"{result['entriesWritten']:.2f}",
-                      str(result["visible"]),
+        table.add_row(result["tracing"], result["plan"], str(result["victims"]),
+                      f"{result['entriesWritten']:.2f}", str(result["visible"]),
                       f"{result['p50']:.2f}", f"{result['p99']:.2f}", f"{result['max']:.2f}",
-                      f"{result['recoverAll']:.2f}", f"{result['recoverP50']:.2f}")
+                      f"{result['recoverAll']:.2f}", f"{result['recoverP50']:.2f}",
+                      f"{result['engineCpuSeconds']:.1f}", str(result["spans"]))
     console.print(table)
+
+
+def environment(tracing: str) -> dict[str, str]:
+    """``fakefleet up``'s environment: no collector and no endpoint, or the embedded one."""
+    environ = untraced_environment()
+    if tracing == "off":
+        environ["FAKEFLEET_COLLECTOR"] = "off"
+    return environ
+
+
+def measure_once(tracing: str, nodes: int, pods: int, console: Console) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="fakefleet-bench-faults-") as workdir:
+        state = Path(workdir) / "state"
+        console.print(f"tracing {tracing}: fakefleet up ...")
+        fakefleet("up", "--state-dir", str(state), "--unsafe-no-fsync",
+                  env=environment(tracing))
+        try:
+            results = asyncio.run(run(state, nodes, pods, console))
+        finally:
+            subprocess.run([str(FAKEFLEET), "down", "--state-dir", str(state)],
+                           capture_output=True, timeout=300, check=False)
+    return [{"tracing": tracing, **result} for result in results]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--tracing", default="off,on",
+                        help="comma-separated: off (no collector, no endpoint), on (embedded "
+                             "collector); each a whole run on fresh state")
     args = parser.parse_args()
+    settings = [setting.strip() for setting in args.tracing.split(",") if setting.strip()]
+    if not settings or set(settings) - {"off", "on"}:
+        parser.error(f"--tracing {args.tracing!r}: give off, on or off,on")
     console = Console() if sys.stdout.isatty() else Console(width=200)
-    with tempfile.TemporaryDirectory(prefix="fakefleet-bench-faults-") as workdir:
-        state = Path(workdir) / "state"
-        console.print("fakefleet up ...")
-        fakefleet("up", "--state-dir", str(state), "--unsafe-no-fsync")
-        try:
-            results = asyncio.run(run(state, args.nodes, args.pods, console))
-        finally:
-            subprocess.run([str(FAKEFLEET), "down", "--state-dir", str(state)],
-                           capture_output=True, timeout=300, check=False)
+    results = [result for setting in settings
+               for result in measure_once(setting, args.nodes, args.pods, console)]
     report(results, console, args.nodes, args.pods)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"faults-{time.strftime('%Y%m%dT%H%M%S')}.json"

@@ -1,7 +1,8 @@
-"""The engine benchmark at toy size, both engines, so its harness cannot rot.
+"""The engine and DRA benchmarks at toy size, so their harnesses cannot rot.
 
-It asserts that every phase completed (every node Ready, every pod Running, every pod gone) for
-fakefleet and for KWOK; it does not judge speed: figures come from `make bench`.
+They assert that every phase completed (every node Ready, every pod Running, every pod gone;
+for DRA every slice published and every claim allocated), for fakefleet and for KWOK; they do
+not judge speed: figures come from `make bench`.
 """
 
 from __future__ import annotations
@@ -31,3 +32,22 @@ def test_benchmark_harness_runs_both_engines(tmp_path: Path) -> None:
             assert phase["seconds"] is not None, f"{engine}: {phase['name']} did not complete"
         assert run["peak_rss_mib"] > 0
     assert "fakefleet/kwok" in result.stdout
+
+
+def test_dra_benchmark_harness_publishes_allocates_and_cleans_up(tmp_path: Path) -> None:
+    out = tmp_path / "dra.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.dra", "--nodes", "3", "--pods", "4", "--gpus-per-claim",
+         "2", "--output", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = json.loads(out.read_text())["run"]
+    assert [phase["name"] for phase in run["phases"]] == [
+        "nodes Ready, slices published", "claims allocated, pods Running",
+        "pods and claims deleted"]
+    assert all(phase["seconds"] is not None for phase in run["phases"])
+    assert run["phases"][0]["writes"]["POST resourceslices"] == 3, "one slice per node, once"
+    assert run["slice_bytes"] > 0
+    assert run["engine_peak_rss_mib"] > 0

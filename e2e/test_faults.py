@@ -468,3 +468,49 @@ def test_a_slow_api_server_delays_the_engines_writes(fleet: Fleet, delta: Path) 
     assert slowly >= 3.0, outcomes
     assert promptly < 3.0, outcomes
     delete_plan(fleet, "slow")
+
+
+def test_a_plan_s_trace_holds_the_operator_the_engine_and_the_member_apiserver(
+        fleet: Fleet, delta: Path) -> None:
+    """The embedded collector gets one trace per plan: the operator's step spans, the engine's
+    batch carrying the fault out under them, and delta's kube-apiserver handling its writes
+    (service "apiserver", as it names itself) under the engine's."""
+    from e2e.test_tracing import trace_cli
+
+    steps = [{"name": "xid", "target": nodes("gpu-1"), "at": "0s", "duration": "4s",
+              "fault": {"type": "GPUXid", "xid": 79},
+              "expectations": [expect("tainted", "20s", VICTIM_NODES,
+                                      taint={"key": XID_TAINT, "effect": "NoExecute"})]}]
+    found = run(fleet, plan("traced", steps), "traced", timeout=90)
+    assert found["status"]["verdict"] == "Passed", found["status"]
+    trace_id = found["status"]["traceId"]
+    assert len(trace_id) == 32, found["status"]
+
+    def spans() -> list[dict[str, Any]] | None:
+        shown = json.loads(trace_cli(fleet.state, "show", trace_id, "-o", "json"))
+        services = {span["service"] for span in shown["spans"]}
+        wanted = {"fakefleet-operator", "fakefleet-engine", "apiserver"}
+        return shown["spans"] if wanted <= services else None
+    found_spans: list[dict[str, Any]] = eventually(
+        spans, timeout=60, what="operator, engine and apiserver spans in the plan's trace")
+    by_id = {span["spanId"]: span for span in found_spans}
+    names = {span["name"] for span in found_spans}
+    assert {"faultplan.start", "faultplan.inject", "faultplan.expectation",
+            "engine.fault_batch"} <= names, sorted(names)
+    batches = [s for s in found_spans if s["name"] == "engine.fault_batch"]
+    assert all(by_id[b["parentSpanId"]]["name"] in ("faultplan.inject", "faultplan.recover")
+               for b in batches if b["parentSpanId"] in by_id), batches
+    assert any(b["cluster"] == "delta" for b in batches), batches
+    # The API server's spans hang under the engine's batch (directly or through its own).
+    engine_ids = {b["spanId"] for b in batches}
+
+    def under_engine(span: dict[str, Any]) -> bool:
+        while span["parentSpanId"] in by_id:
+            if span["parentSpanId"] in engine_ids:
+                return True
+            span = by_id[span["parentSpanId"]]
+        return False
+    assert any(under_engine(s) for s in found_spans if s["service"] == "apiserver")
+    listed = json.loads(trace_cli(fleet.state, "ls", "-o", "json"))
+    assert trace_id in [t["traceId"] for t in listed]
+    delete_plan(fleet, "traced")

@@ -60,7 +60,10 @@ def _kubectl(fleet: Fleet) -> list[str]:
 
 
 def hub(fleet: Fleet, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return fakefleet("fleet", *args, "--state-dir", str(fleet.state), check=check)
+    """``fakefleet fleet ARGS``; with ``check``, a failure shows what the command said."""
+    done = fakefleet("fleet", *args, "--state-dir", str(fleet.state), check=False)
+    assert not check or done.returncode == 0, (done.args, done.stdout, done.stderr)
+    return done
 
 
 def listed(fleet: Fleet) -> dict[str, dict[str, Any]]:
@@ -70,6 +73,16 @@ def listed(fleet: Fleet) -> dict[str, dict[str, Any]]:
 
 def states(fleet: Fleet) -> dict[str, str]:
     return {name: member.get("state", "") for name, member in listed(fleet).items()}
+
+
+def ready_with_gpus(fleet: Fleet) -> bool:
+    """Both members Ready, and the hub knows their GPUs (inventory comes every few seconds
+    after a member joins): placement sees every member's room."""
+    found = listed(fleet)
+    return set(found) == set(MEMBERS) and all(
+        member.get("state") == "MEMBER_STATE_READY"
+        and member.get("inventory", {}).get("allocatable", {}).get("nvidia.com/gpu") == "16"
+        for member in found.values())
 
 
 def hub_connected(fleet: Fleet, cluster: str) -> str:
@@ -230,7 +243,7 @@ def test_kill_9_of_the_hub_mid_run_loses_and_repeats_nothing(members: Fleet) -> 
 
 def test_a_workload_spread_by_the_hub_completes_and_matches_the_members_jobs(
         members: Fleet) -> None:
-    eventually(lambda: set(states(members).values()) == {"MEMBER_STATE_READY"}, timeout=60)
+    eventually(lambda: ready_with_gpus(members), timeout=60, what="both members' GPUs known")
     spec = {"jobs": 50, "pods_per_job": 2, "resources": {"cpu": "1", "nvidia.com/gpu": "2"},
             "run_time": {"distribution": "uniform", "low": 2, "high": 4},
             "arrivals": {"process": "poisson", "rate": 10}, "seed": 5, "namespace": "train",
@@ -268,3 +281,45 @@ def test_a_workload_spread_by_the_hub_completes_and_matches_the_members_jobs(
     assert 0 < report["gpuUtilisationPeak"] <= 1
     full = json.loads(report_file.read_text())
     assert len(full["jobs"]) == 50
+
+
+def test_a_job_a_fault_plan_fails_is_dispatched_again_and_the_report_says_how_fast(
+        members: Fleet) -> None:
+    """A FaultPlan makes one running pod of fed-a exit 1: its Job fails (backoffLimit 0), the
+    hub sends it again (max_attempts 2), and the report counts the re-dispatch and the time
+    from the failure to the new attempt running."""
+    eventually(lambda: ready_with_gpus(members), timeout=60, what="both members' GPUs known")
+    spec = {"jobs": 4, "pods_per_job": 1, "resources": {"nvidia.com/gpu": "1"},
+            "run_time": {"distribution": "fixed", "seconds": 12},
+            "arrivals": {"process": "times", "times": [0, 0, 0, 0]}, "seed": 9,
+            "namespace": "redispatch", "max_attempts": 2,
+            "target": {"placement": "spread", "clusters": {"match_labels": {"fleet": "fed"}}}}
+    path = members.state / "redispatch.yaml"
+    path.write_text(json.dumps({"apiVersion": "fakefleet.dev/v1alpha1", "kind": "Workload",
+                                "metadata": {"name": "e2e-redispatch"}, "spec": spec}))
+    submitted = json.loads(hub(members, "submit", str(path), "--start-delay", "1",
+                               "-o", "json").stdout)
+    members.apply(json.dumps({
+        "apiVersion": "fakefleet.dev/v1alpha1", "kind": "FaultPlan",
+        "metadata": {"name": "fail-one-job", "namespace": NAMESPACE},
+        "spec": {"seed": 4, "steps": [{
+            "name": "exit", "at": "6s", "fault": {"type": "ContainerExit", "exitCode": 1},
+            "target": {"clusters": {"names": ["fed-a"]}, "mode": "one",
+                       "pods": {"namespace": "redispatch", "ownerKind": "Job"}}}]}}))
+    done = hub(members, "workload", submitted["id"], "--watch", "--timeout", "120", "-o",
+               "json", check=False)
+    workload = json.loads(done.stdout)
+    assert done.returncode == 0, workload
+    report = workload["report"]
+    plan = members.get("-n", NAMESPACE, "fp", "fail-one-job")
+    assert report["counts"]["succeeded"] == 4, report
+    assert report.get("redispatched") == 1, (report, plan["status"])
+    assert report["recovery"]["count"] == 1, report
+    assert 0 < report["recovery"]["p50"] < 30, report
+    jobs = json.loads(hub(members, "workload", submitted["id"], "--jobs", "-o",
+                          "json").stdout)["jobs"]
+    assert sorted(job.get("attempt", 1) for job in jobs) == [1, 1, 1, 2], jobs
+    [injection] = plan["status"]["injections"]
+    assert len(injection["targets"]) == 1, injection
+    subprocess.run([*_kubectl(members), "-n", NAMESPACE, "delete", "fp", "fail-one-job"],
+                   capture_output=True, timeout=120, check=True)

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -24,18 +23,11 @@ from e2e.conftest import FAKEFLEET, Fleet, eventually, fakefleet
 from federation.telemetry.files import CollectorFiles, CollectorInfo
 from operators.controlplane.state import ComponentState, StateDir, read_host
 
-#: ``fakefleet trace``, or, until the group is registered in ``fakefleet``, the same click
-#: group run by Python: the same code either way.
-TRACE_GROUP = "import sys; from operators.tracecli import trace; sys.exit(trace())"
-
 
 def trace_cli(state: Path, *args: str) -> str:
-    from operators.cli import main
-
-    argv = [str(FAKEFLEET), "trace"] if "trace" in main.commands else \
-        [sys.executable, "-c", TRACE_GROUP]
-    done = subprocess.run([*argv, *args, "--state-dir", str(state)], capture_output=True,
-                          text=True, timeout=60)
+    """``fakefleet trace ARGS`` on the collector of ``state``; its standard output."""
+    done = subprocess.run([str(FAKEFLEET), "trace", *args, "--state-dir", str(state)],
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

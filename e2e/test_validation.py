@@ -197,6 +197,20 @@ INVALID = {
     "plan: neither at nor after": (
         fault_plan(step(timing="delay: 1s")),
         ["spec.steps[0]", "give exactly one of at"]),
+    "gpu: an unknown allocation": (
+        pool("  gpu: {preset: H100-SXM5-80GB, allocation: mig}\n"),
+        ["spec.gpu.allocation", 'Unsupported value: "mig"', '"extended"', '"dra"', '"both"']),
+    "gpu: dra without a preset": (
+        pool("  gpu: {allocation: dra}\n"),
+        ["spec.gpu.preset", "Required value"]),
+    "gpu: dra and nvidia.com/gpu in the template": (
+        pool("  template: {capacity: {cpu: 8, nvidia.com/gpu: 8}}\n"
+             "  gpu: {preset: H100-SXM5-80GB, allocation: dra}\n"),
+        ["spec.gpu.allocation", "offers the GPUs through DRA only",
+         "remove nvidia.com/gpu from template.capacity"]),
+    "gpu: a driver version too long for its labels": (
+        pool(f"  gpu: {{preset: B200, driverVersion: '{'1' * 31}.0'}}\n"),
+        ["spec.gpu.driverVersion", "may not be more than 32 bytes"]),
     "plan: after an unknown step": (
         fault_plan(step("a"), step("b", timing="after: [nope]")),
         ["spec.steps", "after names a step that does not exist"]),
@@ -307,6 +321,11 @@ VALID = {
     "longest pool name, in the cluster with the longest name": pool(
         "  replicas: 0\n", name=LONGEST_POOL_NAME, cluster_ref=LONGEST_CLUSTER_NAME),
     "gpu pool": pool("  replicas: 0\n  gpu: {preset: GB200}\n"),
+    "dra gpu pool": pool("  replicas: 0\n  gpu: {preset: H100-SXM5-80GB, allocation: dra, "
+                         "driverVersion: 535.104.05}\n"),
+    "gpus both ways, with the resource in the template": pool(
+        "  replicas: 0\n  template: {capacity: {cpu: 8, nvidia.com/gpu: 8}}\n"
+        "  gpu: {preset: H100-SXM5-80GB, allocation: both}\n"),
     "cluster joining a remote hub": cluster(
         "  federation: {address: 'hub.example.com:7443', credentialsSecret: hub-member}\n"),
     "cluster joining no hub": cluster("  federation: {enabled: false}\n"),

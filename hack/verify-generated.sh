@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hack/update-generated.sh
-if ! git diff --exit-code -- crds federation/api || [ -n "$(git status --porcelain -- crds federation/api)" ]; then
+generated=(crds charts/fakefleet/files charts/fakefleet/crds federation/api)
+if ! git diff --exit-code -- "${generated[@]}" || [ -n "$(git status --porcelain -- "${generated[@]}")" ]; then
   echo "generated artifacts are out of date: run 'make generate' and commit the result" >&2
   exit 1
 fi

@@ -5,6 +5,13 @@ the shared etcd of ``--state-dir`` (or on an etcd of its own when there is none,
 host is a real cluster), and one engine per member. One operator per state directory: a second
 one refuses to start. Member processes die with the operator and are restarted, on the same
 ports and data, by the next one.
+
+The host cluster: ``--kubeconfig``; without it, in a pod (``KUBERNETES_SERVICE_HOST`` set),
+the pod's service account; else the host cluster of ``--state-dir``. Before it starts it asks
+the host whether it may do all it needs (:mod:`operators.handlers.permissions`) and refuses to
+run, naming what it lacks, if not. ``--namespace`` (repeatable) narrows it to those namespaces
+(a Role in each is enough); ``--hub`` runs a federation hub beside it when no ``fakefleet up``
+daemon provides one (the chart's way).
 """
 
 from __future__ import annotations
@@ -12,11 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from opentelemetry import trace
@@ -25,49 +34,88 @@ from federation.telemetry import setup
 from operators.api import RESOURCES
 from operators.api.crdgen import crd
 from operators.controlplane import binaries as binaries_
-from operators.controlplane.daemon import daemon_alive
+from operators.controlplane.components import Profile
+from operators.controlplane.daemon import daemon_alive, start_hub
 from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.controlplane.etcd import shared_etcd
 from operators.controlplane.state import ComponentState, OperatorState, StateDir, publish
 from operators.controlplane.substrate import Substrate
-from operators.handlers import kueue, metricsserver, registry
+from operators.controlplane.supervising import Supervised
+from operators.handlers import kueue, metricsserver, permissions, registry
 from operators.handlers.runtime import Runtime
 from operators.k8s.applying import install_crds
 from operators.k8s.client import Client
-from operators.k8s.config import load_kubeconfig_file
-from operators.k8s.errors import K8sError
+from operators.k8s.config import SERVICE_ACCOUNT_DIR, HostConfig, in_cluster
+from operators.k8s.errors import ApiError, K8sError
 
 logger = logging.getLogger("operators")
 
 SERVICE_NAME = "fakefleet-operator"
 SHUTDOWN_GRACE = 10.0
 PUBLISH_INTERVAL = 1.0
+HUB_STARTUP_TIMEOUT = 30.0
 
 
-async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool, fsync: bool,
-                tracer: trace.Tracer) -> None:
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What the command line asks of the operator."""
+
+    state_dir: Path
+    host: HostConfig
+    install: bool = False
+    fsync: bool = True
+    namespaces: tuple[str, ...] = ()
+    hub: bool = False
+    default_profile: Profile = Profile.DEFAULT
+    #: host:port of kopf's health endpoint (/healthz), for a pod's probes; None: none.
+    liveness: str | None = None
+
+
+async def check_access(host: Client, options: Options) -> None:
+    """Refuse to start without the access the operator needs (it would fail halfway)."""
+    wanted = permissions.accesses(namespaces=options.namespaces, install_crds=options.install)
+    try:
+        lacking = await permissions.missing(host, wanted)
+    except ApiError as error:  # an API server that cannot say: the handlers will find out
+        logger.warning("cannot check the operator's permissions (%s); starting anyway", error)
+        return
+    if lacking:
+        raise StateError(permissions.refusal(lacking, options.host.describe()))
+    logger.info("the host cluster allows all %d actions the operator needs (%s)", len(wanted),
+                options.host.describe())
+
+
+async def serve(options: Options, *, tracer: trace.Tracer) -> None:
+    state_dir = options.state_dir
     binaries = binaries_.resolve(allow_build=False)
     # The daemon's etcd while a daemon runs (`fakefleet up`); else (a real host cluster) the
     # operator runs its own, also when an earlier operator's etcd left its files behind.
-    etcd = shared_etcd(state_dir) if daemon_alive(state_dir) else None
-    substrate = Substrate(state_dir, binaries, etcd=etcd, fsync=fsync)
-    host = Client.connect(load_kubeconfig_file(kubeconfig_path))
+    alive = daemon_alive(state_dir)
+    etcd = shared_etcd(state_dir) if alive else None
+    substrate = Substrate(state_dir, binaries, etcd=etcd, fsync=options.fsync)
+    host = Client.connect(options.host.load())
     stop_flag, ready_flag = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop_flag.set)
+    hub: Supervised | None = None
     try:
+        await check_access(host, options)
         await substrate.start()
-        if install:
+        if options.hub and not alive:
+            hub = await start_hub(state_dir, HUB_STARTUP_TIMEOUT, options.fsync, os.environ)
+        if options.install:
             await install_crds(host, [crd(model) for model in RESOURCES])
         runtime = Runtime(
-            state_dir=state_dir, host=host, host_kubeconfig=kubeconfig_path.resolve(),
+            state_dir=state_dir, host=host, host_config=options.host,
             substrate=substrate, resolve_binaries=lambda version: binaries_.resolve(version),
-            tracer=tracer,
+            tracer=tracer, default_profile=options.default_profile,
         )
         announce = asyncio.create_task(_publish(runtime, ready_flag))
         operator = asyncio.create_task(registry.run(
-            runtime=runtime, stop_flag=stop_flag, ready_flag=ready_flag))
+            runtime=runtime, stop_flag=stop_flag, ready_flag=ready_flag,
+            namespaces=options.namespaces,
+            liveness_endpoint=f"http://{options.liveness}/healthz" if options.liveness else None))
         stopping = asyncio.create_task(stop_flag.wait())
         await asyncio.wait({operator, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
@@ -85,6 +133,8 @@ async def serve(state_dir: Path, kubeconfig_path: Path, *, install: bool, fsync:
         operator.result()
     finally:
         StateDir(state_dir).operator_file.unlink(missing_ok=True)
+        if hub is not None:
+            await hub.stop()
         await substrate.stop()
         await host.close()
 
@@ -112,11 +162,37 @@ async def _publish(runtime: Runtime, ready_flag: asyncio.Event) -> None:
         await asyncio.sleep(PUBLISH_INTERVAL)
 
 
+def choose_host(kubeconfig: Path | None, service_account_dir: Path, state: StateDir,
+                environ: Mapping[str, str] | None = None) -> HostConfig:
+    """``--kubeconfig``; else, in a pod, its service account; else the state dir's host."""
+    if kubeconfig is not None:
+        return HostConfig(kubeconfig=kubeconfig.resolve())
+    if in_cluster(environ):
+        return HostConfig(service_account_dir=service_account_dir.resolve())
+    return HostConfig(kubeconfig=state.host_kubeconfig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m operators", description=__doc__)
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--kubeconfig", type=Path, default=None,
-                        help="host cluster kubeconfig (default: the state dir's host cluster)")
+                        help="host cluster kubeconfig (default: in a pod, its service "
+                             "account; else the state dir's host cluster)")
+    parser.add_argument("--service-account-dir", type=Path, default=SERVICE_ACCOUNT_DIR,
+                        help="in a pod: where its service account's token, ca.crt and "
+                             f"namespace are (default {SERVICE_ACCOUNT_DIR})")
+    parser.add_argument("--namespace", action="append", default=[], dest="namespaces",
+                        help="watch only this namespace (repeatable; default: all)")
+    parser.add_argument("--hub", action="store_true",
+                        help="run a federation hub beside the operator (on loopback, TLS "
+                             "from a PKI in the state dir) unless a fakefleet up daemon runs one")
+    parser.add_argument("--default-profile", choices=[p.value for p in Profile],
+                        default=Profile.DEFAULT.value,
+                        help="control-plane profile of FakeClusters whose "
+                             "spec.controlPlane.profile is not set")
+    parser.add_argument("--liveness", metavar="HOST:PORT", default=None,
+                        help="serve kopf's health endpoint (/healthz) there, for a pod's "
+                             "probes (default: none)")
     parser.add_argument("--install-crds", action="store_true",
                         help="apply the CRDs to the host cluster before starting")
     parser.add_argument("--unsafe-no-fsync", action="store_true",
@@ -132,7 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     state_dir: Path = args.state_dir.resolve()
     state = StateDir(state_dir).create()
-    kubeconfig = args.kubeconfig or state.host_kubeconfig
+    host = choose_host(args.kubeconfig, args.service_account_dir, state)
+    options = Options(state_dir=state_dir, host=host, install=args.install_crds,
+                      fsync=not args.unsafe_no_fsync, namespaces=tuple(args.namespaces),
+                      hub=args.hub, default_profile=Profile(args.default_profile),
+                      liveness=args.liveness)
     with state.operator_lock.open("a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -144,9 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         provider = setup.configure(SERVICE_NAME)
         try:
             with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(serve(state_dir, kubeconfig, install=args.install_crds,
-                                  fsync=not args.unsafe_no_fsync,
-                                  tracer=provider.get_tracer("operators")))
+                asyncio.run(serve(options, tracer=provider.get_tracer("operators")))
         except (ControlPlaneError, K8sError, StateError) as error:
             logger.error("%s", error)
             return 1

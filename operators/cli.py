@@ -45,10 +45,11 @@ from operators.api.base import API_VERSION
 from operators.api.clusters import KUBECONFIG_KEY
 from operators.api.faultplans import FaultPlan, FaultPlanSpec
 from operators.controlplane import binaries as binaries_
-from operators.controlplane import daemon, health
+from operators.controlplane import daemon, health, helm
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.controlplane.etcd import shared_etcd
+from operators.controlplane.helm import HELM_VERSION
 from operators.controlplane.kueue import KUEUE_VERSION
 from operators.controlplane.kueue import building as kueue_building
 from operators.controlplane.metricsserver import METRICS_SERVER_VERSION
@@ -108,36 +109,33 @@ def _resolve_binaries(version: str) -> binaries_.Binaries:
 @click.option("--no-kueue", is_flag=True, help="Do not build Kueue (the FakeCluster add-on).")
 @click.option("--no-metrics-server", is_flag=True,
               help="Do not build metrics-server (the FakeCluster add-on).")
-def binaries(kubernetes_version: str, no_kueue: bool, no_metrics_server: bool) -> None:
-    """Build (or find in the cache) etcd, the Kubernetes binaries, Kueue and metrics-server;
-    print their paths."""
+@click.option("--no-helm", is_flag=True,
+              help="Do not build Helm (what 'make chart' and the chart's tests run).")
+def binaries(kubernetes_version: str, no_kueue: bool, no_metrics_server: bool,
+             no_helm: bool) -> None:
+    """Build (or find in the cache) etcd, the Kubernetes binaries, Kueue, metrics-server and
+    Helm; print their paths."""
     found = _resolve_binaries(kubernetes_version)
     for name in binaries_.OVERRIDES:
         click.echo(f"{name}\t{found.path(name)}")
     if not no_kueue:
-        click.echo(f"kueue\t{_resolve_kueue()}")
+        click.echo(f"kueue\t{_resolve_tool(f'Kueue {KUEUE_VERSION}', kueue_building.ensure)}")
     if not no_metrics_server:
-        click.echo(f"metrics-server\t{_resolve_metrics_server()}")
+        click.echo("metrics-server\t" + str(_resolve_tool(
+            f"metrics-server {METRICS_SERVER_VERSION}", metrics_server_building.ensure)))
+    if not no_helm:
+        click.echo(f"helm\t{_resolve_tool(f'Helm {HELM_VERSION}', helm.ensure)}")
 
 
-def _resolve_kueue() -> Path:
-    """Kueue from the cache, or built with a progress line at least every 15 s."""
-    with console.status(f"looking for Kueue {KUEUE_VERSION}") as status:
+def _resolve_tool(title: str, ensure: Callable[..., Path]) -> Path:
+    """A tool from the cache, or built with a progress line at least every 15 s."""
+    with console.status(f"looking for {title}") as status:
         def progress(step: str) -> None:
             status.update(step)
             console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {step}", highlight=False)
 
-        return kueue_building.ensure(progress=progress)
-
-
-def _resolve_metrics_server() -> Path:
-    """metrics-server from the cache, or built with a progress line at least every 15 s."""
-    with console.status(f"looking for metrics-server {METRICS_SERVER_VERSION}") as status:
-        def progress(step: str) -> None:
-            status.update(step)
-            console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {step}", highlight=False)
-
-        return metrics_server_building.ensure(progress=progress)
+        path: Path = ensure(progress=progress)
+        return path
 
 
 @main.command()

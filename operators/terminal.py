@@ -9,7 +9,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-console = Console(stderr=True)
+# Messages to a file, a pipe or a test are not wrapped: an error stays one line that scripts
+# can search (rich would break it at 80 columns).
+console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
 # Tables piped to a file or a test keep their columns instead of wrapping at 80.
 stdout = Console() if sys.stdout.isatty() else Console(width=160)
 

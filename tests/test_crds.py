@@ -62,11 +62,14 @@ def test_kubectl_niceties() -> None:
     assert columns[:2] == ["Phase", "Nodes"]
 
 
-def test_status_has_no_defaults() -> None:
+def test_status_defaults_to_unobserved_and_to_nothing_else() -> None:
+    """An object no controller has looked at reads as observedGeneration 0 (kstatus:
+    InProgress, not Current); nothing the operator observes is ever defaulted."""
     for model in RESOURCES:
         status = crd(model)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
             "status"]
-        assert not any("default" in node for node in walk(status))
+        assert status["default"] == {"observedGeneration": 0}
+        assert not any("default" in node for node in walk(status["properties"]))
 
 
 def schema_of(model: type[CustomResource]) -> dict[str, Any]:

@@ -161,6 +161,37 @@ def test_a_fatal_xid_takes_gpus_out_and_taints_and_its_recovery_restores_them() 
     assert recovery.model_dump()["allocatable"] == {"nvidia.com/gpu": None}
 
 
+def test_a_fatal_xid_takes_the_first_gpus_by_index_out_of_dra_too() -> None:
+    both = catalogue.node_entry("x", Fault(type="GPUXid", xid=79, gpus=3), gpus=8)
+    hit = both.stages[0].effect.gpus  # type: ignore[union-attr]
+    assert hit is not None
+    assert (hit.indices, hit.healthy, hit.xid) == ([0, 1, 2], False, 79)
+    back = both.recovery[-1].effect.gpus  # type: ignore[union-attr]
+    assert back is not None
+    assert (back.indices, back.reset) == ([0, 1, 2], True)
+    # Offered only as devices: nothing of the extended resource to lower or restore.
+    dra = catalogue.node_entry("x", Fault(type="GPUXid", xid=79, gpus=2), gpus=4,
+                               extended=False)
+    assert not dra.stages[0].effect.model_dump()["allocatable"]
+    assert not dra.recovery[-1].effect.model_dump()["allocatable"]
+    assert dra.stages[0].effect.gpus.indices == [0, 1]  # type: ignore[union-attr]
+    # More GPUs asked for than the node has: all of them.
+    assert catalogue.node_entry("x", Fault(type="GPUXid", xid=79, gpus=9), gpus=4).stages[
+        0].effect.gpus.indices == [0, 1, 2, 3]  # type: ignore[union-attr]
+
+
+def test_a_node_s_gpus_are_counted_from_its_capacity_or_its_labels() -> None:
+    extended = {"status": {"capacity": {"nvidia.com/gpu": "8"}},
+                "metadata": {"labels": {"nvidia.com/gpu.count": "8"}}}
+    dra = {"status": {"capacity": {"cpu": "32"}},
+           "metadata": {"labels": {"nvidia.com/gpu.count": "4"}}}
+    assert catalogue.node_gpus(extended) == (8, True)
+    assert catalogue.node_gpus(dra) == (4, False)
+    assert catalogue.node_gpus({"status": {}, "metadata": {}}) == (0, False)
+    assert catalogue.node_entry("x", Fault(type="GPUXid", xid=79), gpus=0).stages[
+        0].effect.gpus is None  # type: ignore[union-attr]
+
+
 def test_a_non_fatal_xid_only_signals_once() -> None:
     entry = catalogue.node_entry("x", Fault(type="GPUXid", xid=13), gpus=8)
     effect = entry.stages[0].effect.model_dump()

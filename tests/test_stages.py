@@ -175,7 +175,8 @@ def test_every_field_a_selector_may_name_can_be_read() -> None:
 def test_the_default_lifecycle_loads_and_covers_pods_and_nodes() -> None:
     rules = stages.default_rules()
     assert [rule.name for rule in rules.pods] == [
-        "pod-delete", "pod-init", "pod-ready", "pod-complete", "pod-restart"]
+        "pod-delete", "pod-claims-pending", "pod-init", "pod-ready", "pod-complete",
+        "pod-restart"]
     assert "node-status" in [rule.name for rule in rules.nodes]
 
 

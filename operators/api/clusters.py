@@ -147,8 +147,10 @@ class ControlPlaneSpec(Model):
     """Run the real kube-scheduler (backend 'local')."""
     controllerManager: bool = True
     """Run the real kube-controller-manager (backend 'local')."""
-    profile: Literal["default", "load"] = "default"
-    """'load' lifts the API server's request limits, for load tests (backend 'local')."""
+    profile: Literal["default", "load"] | None = None
+    """'load' lifts the API server's request limits, for load tests (backend 'local'). Unset:
+    the operator's --default-profile ('default' unless the operator was started otherwise, as
+    the chart's controlPlane.profile does)."""
 
 
 #: A FakeCluster's name as ``multiKueue.workers`` lists it: a DNS label (a label value too).

@@ -60,6 +60,13 @@ def structural(node: Any, defs: dict[str, Any]) -> Any:
     return {key: structural(value, defs) for key, value in node.items()}
 
 
+#: What an object that no controller has looked at yet reads as its status. It invents no
+#: observation: it says that none was made, so kstatus (Flux, kpt, ``kubectl wait``-style
+#: tools) reads a just-applied object as InProgress ("generation 1, but latest observed
+#: generation is 0") instead of Current, which it assumes of an object without a status.
+UNOBSERVED = {"observedGeneration": 0}
+
+
 def without_defaults(node: Any) -> Any:
     """Status is written by the operator only: defaulting it would invent observations."""
     if isinstance(node, list):
@@ -81,7 +88,8 @@ def openapi_schema(model: type[CustomResource]) -> dict[str, Any]:
             "kind": {"type": "string"},
             "metadata": METADATA,
             "spec": structural(properties["spec"], defs),
-            "status": without_defaults(structural(properties["status"], defs)),
+            "status": {**without_defaults(structural(properties["status"], defs)),
+                       "default": UNOBSERVED},
         },
     }
     if model.resource.rules:

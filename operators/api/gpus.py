@@ -13,6 +13,12 @@ import hashlib
 from typing import Literal
 
 GPUPresetName = Literal["A100-SXM4-80GB", "H100-SXM5-80GB", "H200-SXM-141GB", "B200", "GB200"]
+#: How pods get a pool's GPUs: the device plugin's extended resource, DRA, or both.
+GPUAllocation = Literal["extended", "dra", "both"]
+
+#: The DRA driver fakefleet plays on GPU nodes, and the DeviceClass that selects its devices.
+DRA_DRIVER = "gpu.fakefleet.dev"
+DEVICE_CLASS = DRA_DRIVER
 
 DEFAULT_DRIVER_VERSION = "570.133.20"
 DEFAULT_CUDA_VERSION = "12.8"

@@ -18,7 +18,7 @@ from operators.api.base import (
 )
 from operators.api.clusters import MAX_CLUSTER_NAME_LENGTH
 from operators.api.durations import DURATION_PATTERN
-from operators.api.gpus import PRESETS, GPUPresetName
+from operators.api.gpus import PRESETS, GPUAllocation, GPUPresetName
 from operators.api.names import (
     LABEL_VALUE_MAX_LENGTH,
     MAX_ENTRIES,
@@ -127,6 +127,20 @@ class NodeTemplate(Model):
     extended resources in whole units. GPU presets add nvidia.com/gpu."""
 
 
+#: A driver version is in several label values (at most 63 characters) and a DRA version
+#: attribute (at most 64); real ones are far shorter.
+MAX_DRIVER_VERSION_LENGTH = 32
+#: A pool whose GPUs are only offered through DRA cannot also declare them as an extended
+#: resource: the scheduler would count them as both.
+DRA_CAPACITY_RULE = rule(
+    "!has(self.gpu) || self.gpu.allocation != 'dra' || "
+    "!('nvidia.com/gpu' in self.template.capacity)",
+    "gpu.allocation dra offers the GPUs through DRA only: remove nvidia.com/gpu from "
+    "template.capacity, or use allocation both to offer them both ways",
+    field_path=".gpu.allocation",
+)
+
+
 class GPUSpec(Model):
     """GPUs on every node of the pool, described as GPU Feature Discovery would."""
 
@@ -136,8 +150,16 @@ class GPUSpec(Model):
     """GPUs per node; default: the product's usual server (8, or 4 for GB200)."""
     taint: bool = True
     """Add the usual nvidia.com/gpu=present:NoSchedule taint."""
-    driverVersion: str = Field(default="570.133.20", pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
-    """NVIDIA driver version reported in the nvidia.com/cuda.driver-version.* labels."""
+    driverVersion: str = Field(default="570.133.20", pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$",
+                               max_length=MAX_DRIVER_VERSION_LENGTH)
+    """NVIDIA driver version reported in the nvidia.com/cuda.driver-version.* labels and the
+    DRA devices' driverVersion attribute, e.g. 570.133.20 (at most 32 characters)."""
+    allocation: GPUAllocation = "extended"
+    """How pods get the GPUs: extended (the device plugin's nvidia.com/gpu resource), dra
+    (Dynamic Resource Allocation only: a ResourceSlice per node with a device per GPU, selected
+    through DeviceClass gpu.fakefleet.dev; the node has no nvidia.com/gpu) or both (each GPU
+    offered both ways at once, as during a migration: the scheduler does not know they are the
+    same GPUs, so each can be given to two pods)."""
 
 
 class TopologySpec(Model):
@@ -235,6 +257,8 @@ class UsageSpec(Model):
 class FakeNodePoolSpec(Model):
     """Desired state of a FakeNodePool."""
 
+    model_config = Model.model_config | {"json_schema_extra": validations(DRA_CAPACITY_RULE)}
+
     clusterRef: str = Field(
         min_length=1, max_length=MAX_CLUSTER_NAME_LENGTH, json_schema_extra=validations(
             CLUSTER_REF_RULE,
@@ -272,10 +296,15 @@ class FakeNodePoolSpec(Model):
             return 0
         return self.gpu.count or PRESETS[self.gpu.preset].gpus_per_node
 
+    @property
+    def publishes_devices(self) -> bool:
+        """The nodes offer their GPUs through DRA (a ResourceSlice each)."""
+        return self.gpu is not None and self.gpu.allocation != "extended"
+
     def node_capacity(self) -> dict[str, str]:
         """What each node of the pool has (and offers: allocatable is the same)."""
         capacity = {key: str(value) for key, value in self.template.capacity.items()}
-        if self.gpu is not None:
+        if self.gpu is not None and self.gpu.allocation != "dra":
             capacity["nvidia.com/gpu"] = str(self.gpus_per_node)
         return capacity
 
@@ -308,6 +337,7 @@ class FakeNodePool(CustomResource):
             PrinterColumn("Nodes", ".status.replicas", "integer"),
             PrinterColumn("Ready", ".status.readyReplicas", "integer"),
             PrinterColumn("GPU", ".spec.gpu.preset"),
+            PrinterColumn("Allocation", ".spec.gpu.allocation", priority=1),
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
         scale=True,

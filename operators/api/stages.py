@@ -51,6 +51,9 @@ POD_FIELDS: dict[str, str] = {
     "restartPolicy": "Always, OnFailure or Never",
     "waiting": "the reason the containers wait with, as a stage set it (empty: not waiting)",
     "restarts": "how often the containers restarted (the status's restartCount)",
+    "claimsPrepared": "its ResourceClaims (DRA) are reserved for it, as the kubelet checks "
+                      "before it starts a pod: true when it uses none, unset until the engine "
+                      "has looked",
 }
 #: What a node selector may test.
 NODE_FIELDS: dict[str, str] = {

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from operators.controlplane import building
+from operators.controlplane.compiling import Progress
 from operators.controlplane.errors import BinaryError
 
 DEFAULT_KUBERNETES_VERSION = "v1.36.3"
@@ -68,7 +69,7 @@ def resolve(
     *,
     root: Path | None = None,
     allow_build: bool = True,
-    progress: building.Progress = lambda _: None,
+    progress: Progress = lambda _: None,
 ) -> Binaries:
     """Return usable binaries for ``version``, building them if nothing else provides them."""
     building.parse_version(version)
@@ -115,7 +116,7 @@ def _complete(entry: Path) -> bool:
     return (entry / "manifest.json").is_file()
 
 
-def _build_locked(version: str, entry: Path, progress: building.Progress) -> None:
+def _build_locked(version: str, entry: Path, progress: Progress) -> None:
     """Build into ``entry`` unless another process does so first (serialised by a file lock)."""
     entry.parent.mkdir(parents=True, exist_ok=True)
     with (entry.parent / f".{entry.name}.lock").open("w") as lock:

@@ -146,7 +146,8 @@ async def _start_operator(state_dir: Path, timeout: float,
     StateDir(state_dir).operator_file.unlink(missing_ok=True)
     operator = Supervised(
         "operator",
-        [sys.executable, "-m", "operators", "--state-dir", str(state_dir), "--install-crds"],
+        [sys.executable, "-m", "operators", "--state-dir", str(state_dir), "--install-crds",
+         "--kubeconfig", str(StateDir(state_dir).host_kubeconfig)],
         log_path=StateDir(state_dir).operator_log,
         death_signal=signal.SIGTERM,  # it stops its members and engines, within a bound
         env=env,
@@ -217,9 +218,10 @@ async def _start_collector(state_dir: Path, timeout: float,
     return collector, info
 
 
-async def _start_hub(state_dir: Path, timeout: float, fsync: bool,
+async def start_hub(state_dir: Path, timeout: float, fsync: bool,
                      env: Mapping[str, str]) -> Supervised:
-    """The federation hub, supervised, on loopback with TLS from its own PKI."""
+    """The federation hub, supervised, on loopback with TLS from its own PKI (the daemon's, or
+    the operator's with --hub when it runs without a daemon)."""
     state = StateDir(state_dir)
     private_directory(state.hub)
     pki = ensure_hub_pki(state.hub_pki)
@@ -279,7 +281,7 @@ async def run(
                 apiserver_port=settings.apiserver_port, profile=settings.profile,
             ))
             if settings.hub:
-                hub = await _start_hub(state_dir, settings.startup_timeout, settings.fsync,
+                hub = await start_hub(state_dir, settings.startup_timeout, settings.fsync,
                                        env)
             if settings.operator:
                 operator = await _start_operator(state_dir, settings.startup_timeout, env)

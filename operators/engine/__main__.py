@@ -5,6 +5,10 @@ Served by the operator, it takes its pools from the host cluster and writes thei
     python -m operators.engine --kubeconfig MEMBER --host-kubeconfig HOST \\
         --cluster default/west
 
+In a pod (the chart's operator), ``--host-in-cluster`` instead of ``--host-kubeconfig``: the
+host is the pod's own cluster, reached with its service account (the token read again as the
+kubelet rotates it).
+
 Alone, it simulates the pools of its command line in any cluster (what the benchmark runs)::
 
     python -m operators.engine --kubeconfig member.kubeconfig --pool cpu=100 \\
@@ -33,6 +37,7 @@ import sys
 from pathlib import Path
 
 from opentelemetry import trace
+from pydantic import ValidationError
 
 from federation.telemetry import setup
 from operators.api.nodepools import FakeNodePoolSpec
@@ -42,7 +47,7 @@ from operators.engine.running import ClusterEngine, EngineSettings
 from operators.engine.serving import ServingError
 from operators.engine.stages import Rules, compile_lifecycle, default_rules
 from operators.k8s.client import Client
-from operators.k8s.config import load_kubeconfig_file
+from operators.k8s.config import SERVICE_ACCOUNT_DIR, HostConfig, load_kubeconfig_file
 from operators.k8s.errors import K8sError
 from operators.k8s.transport import AiohttpTransport, SlowWrites
 
@@ -50,17 +55,22 @@ logger = logging.getLogger("operators.engine")
 
 
 def parse_pool(text: str, grace_cap: str) -> tuple[str, FakeNodePoolSpec]:
-    """``NAME=REPLICAS[:GPU_PRESET]`` → a pool spec (validated like the CRD)."""
+    """``NAME=REPLICAS[:GPU_PRESET[:ALLOCATION]]`` → a pool spec (validated like the CRD)."""
     name, _, rest = text.partition("=")
-    replicas, _, preset = rest.partition(":")
-    if not name or not replicas.isdigit():
+    replicas, _, gpu = rest.partition(":")
+    preset, _, allocation = gpu.partition(":")
+    if not name or not replicas.isdigit() or (allocation and not preset):
         raise argparse.ArgumentTypeError(
-            f"--pool {text!r}: expected NAME=REPLICAS or NAME=REPLICAS:GPU_PRESET, e.g. cpu=100")
+            f"--pool {text!r}: expected NAME=REPLICAS, NAME=REPLICAS:GPU_PRESET or "
+            f"NAME=REPLICAS:GPU_PRESET:ALLOCATION, e.g. cpu=100 or h100=10:H100-SXM5-80GB:dra")
     spec: dict[str, object] = {"clusterRef": "-", "replicas": int(replicas),
                                "pods": {"terminationGracePeriodCap": grace_cap}}
     if preset:
-        spec["gpu"] = {"preset": preset}
-    return name, FakeNodePoolSpec.model_validate(spec)
+        spec["gpu"] = {"preset": preset, **({"allocation": allocation} if allocation else {})}
+    try:
+        return name, FakeNodePoolSpec.model_validate(spec)
+    except ValidationError as error:
+        raise argparse.ArgumentTypeError(f"--pool {text!r}: {error}") from error
 
 
 def parse_port(text: str) -> int:
@@ -75,6 +85,15 @@ def parse_cluster(text: str) -> ClusterRef:
     if not name:
         raise argparse.ArgumentTypeError(f"--cluster {text!r}: expected NAMESPACE/NAME")
     return ClusterRef(namespace or "default", name)
+
+
+def host_of(args: argparse.Namespace) -> HostConfig | None:
+    """Where the host cluster is: a kubeconfig, the pod's service account, or none (alone)."""
+    if args.host_kubeconfig is not None:
+        return HostConfig(kubeconfig=args.host_kubeconfig)
+    if args.host_in_cluster:
+        return HostConfig(service_account_dir=args.service_account_dir)
+    return None
 
 
 def cluster_name(args: argparse.Namespace) -> str:
@@ -101,8 +120,8 @@ async def serve(args: argparse.Namespace, rules: Rules,
             logger.info("engine: every write now waits %.3fs first (APIServerSlow)", seconds)
         for transport in slowed:
             transport.delay = seconds
-    host = Client.connect(load_kubeconfig_file(args.host_kubeconfig), connections=4) \
-        if args.host_kubeconfig else None
+    host_config = host_of(args)
+    host = Client.connect(host_config.load(), connections=4) if host_config else None
     serves: ClusterRef | None = args.cluster
     name = f"{serves.namespace}.{serves.name}" if serves else args.name or args.kubeconfig.stem
     engine = ClusterEngine(name, client, heartbeat_client=heartbeats, host=host, serves=serves,
@@ -136,12 +155,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="the member cluster whose nodes and pods to simulate")
     parser.add_argument("--host-kubeconfig", type=Path, default=None,
                         help="the host cluster that holds the FakeNodePools (with --cluster)")
+    parser.add_argument("--host-in-cluster", action="store_true",
+                        help="the host cluster is the pod's own, reached with its service "
+                             "account (instead of --host-kubeconfig)")
+    parser.add_argument("--service-account-dir", type=Path, default=SERVICE_ACCOUNT_DIR,
+                        help=f"with --host-in-cluster: the token, ca.crt and namespace "
+                             f"(default {SERVICE_ACCOUNT_DIR})")
     parser.add_argument("--cluster", type=parse_cluster, default=None,
                         metavar="NAMESPACE/NAME", help="serve the pools of this FakeCluster")
     parser.add_argument("--name", default="",
                         help="the engine's name in node providerIDs (alone; default: the "
                              "kubeconfig's file name)")
-    parser.add_argument("--pool", action="append", default=[], metavar="NAME=REPLICAS[:GPU]")
+    parser.add_argument("--pool", action="append", default=[],
+                        metavar="NAME=REPLICAS[:GPU[:ALLOCATION]]")
     parser.add_argument("--stages", type=Path, default=None,
                         help="a kind: Lifecycle YAML file replacing the default stages")
     parser.add_argument("--grace-cap", default="1s",
@@ -157,8 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if (args.cluster is None) != (args.host_kubeconfig is None):
-        parser.error("--cluster and --host-kubeconfig go together")
+    if args.host_kubeconfig is not None and args.host_in_cluster:
+        parser.error("--host-kubeconfig and --host-in-cluster are two ways to one host: "
+                     "give one")
+    if (args.cluster is None) != (host_of(args) is None):
+        parser.error("--cluster and --host-kubeconfig (or --host-in-cluster) go together")
     if args.cluster is not None and args.pool:
         parser.error("--pool is for an engine without a host cluster; its pools come from "
                      "the FakeNodePools of --cluster")

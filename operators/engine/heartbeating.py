@@ -14,19 +14,21 @@ Every write is committed after it succeeded: a node's life changes only once its
 so; a failed write is retried with back-off, from the life as it was.
 
 A node's stages are those of the fault entries it carries, then the defaults
-(:class:`~operators.engine.stages.Rulebook`). A stage writes the status first (conditions,
-allocatable), then, if it has any, the Node itself: taints, spec.unschedulable and, for
-``endFault``, its entry marked done, conditional on the resourceVersion the status write
-returned and computed again after a 409 (:mod:`~operators.engine.patching`). So an entry is
-done only once everything it asked for is written; the life and facts are committed after.
+(:class:`~operators.engine.stages.Rulebook`). A stage first takes GPUs out of service or
+back (``gpus``: their DRA devices, :mod:`~operators.engine.publishing`), then writes the
+status (conditions, allocatable), then, if it has any, the Node itself: taints,
+spec.unschedulable and, for ``endFault``, its entry marked done, conditional on the
+resourceVersion the status write returned and computed again after a 409
+(:mod:`~operators.engine.patching`). So an entry is done only once everything it asked for is
+written; the life and facts are committed after.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol
 
 from operators.engine import nodes, stages
 from operators.engine.dispatching import Dispatcher
@@ -56,6 +58,13 @@ STRETCHED_SPREAD = 0.25
 RETRY_BASE = 1.0
 
 
+class GPUService(Protocol):
+    """Where a node's GPUs go out of service and back (:mod:`~operators.engine.publishing`)."""
+
+    async def set_gpu_health(self, node: str, indices: Sequence[int], *, healthy: bool,
+                             reason: str) -> None: ...
+
+
 class Heartbeats:
     """Leases and node stages of one cluster's nodes."""
 
@@ -74,8 +83,10 @@ class Heartbeats:
         slack: float,
         loaded: Callable[[], bool] = lambda: False,
         traces: FaultBatches,
+        gpus: GPUService | None = None,
     ) -> None:
         self.cluster = cluster
+        self._gpus = gpus
         self.client = client
         self._traces = traces
         self._book = book
@@ -269,7 +280,15 @@ class Heartbeats:
         status = stages.node_status(effect, facts, before, after)
         whole = stages.writes_node(effect) or bool(effect.allocatable)
         seen: NodeFacts | None = None  # the node as a write answered, when it matters
+        gpus = effect.gpus
         try:
+            if gpus is not None and (gpus.healthy is not None or gpus.reset) \
+                    and self._gpus is not None:
+                # First: a stage whose status is written is not chosen again, so what it does
+                # to the devices must be done by then (done twice, it changes nothing).
+                await self._gpus.set_gpu_health(
+                    name, gpus.indices, healthy=gpus.reset or bool(gpus.healthy),
+                    reason=f"Xid{gpus.xid}" if gpus.xid else "Unhealthy")
             if status is not None:
                 written = await self.client.patch(f"{NODES}/{name}/status", {"status": status},
                                                   content_type=STRATEGIC_PATCH, decode=whole)

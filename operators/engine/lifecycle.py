@@ -34,8 +34,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from operators.api.injections import FAULTS, mark_done
+from operators.engine import claims, stages
 from operators.engine import pods as podlife
-from operators.engine import stages
 from operators.engine.addresses import PodAddresses
 from operators.engine.dispatching import Dispatcher
 from operators.engine.patching import patch_until_current
@@ -48,7 +48,7 @@ from operators.engine.usage import UsageBook
 from operators.k8s import requests
 from operators.k8s.client import Client
 from operators.k8s.clock import Clock
-from operators.k8s.errors import Conflict, Invalid, K8sError, NotFound
+from operators.k8s.errors import Conflict, Invalid, K8sError, NotFound, transient
 from operators.k8s.times import rfc3339
 from operators.k8s.watching import list_and_watch
 
@@ -86,6 +86,18 @@ class _Pod:
         self.warned = ""  # the unreadable fault annotation it was warned of
 
 
+class _Preparing:
+    """A pod whose ResourceClaims are not prepared yet: when to look again, and what the last
+    look found (the Event says it once)."""
+
+    __slots__ = ("attempts", "due", "refused")
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.due = 0.0
+        self.refused = ""
+
+
 class PodLifecycle:
     """Runs the lifecycle of every pod bound to one cluster's fake nodes."""
 
@@ -116,6 +128,7 @@ class PodLifecycle:
         self._pods: dict[str, _Pod] = {}
         self._timers: DelayQueue[str] = DelayQueue(clock)
         self._refresh: set[str] = set()  # pods whose Ready must be re-reported (gates flipped)
+        self._preparing: dict[str, _Preparing] = {}  # by uid: pods whose claims are not ready
         self._dispatcher = Dispatcher(self._timers, self._due, clock=clock, limit=concurrency,
                                       batch=batch, name=f"engine {cluster}: pods",
                                       throttle=throttle)
@@ -156,10 +169,14 @@ class PodLifecycle:
         known = self._pods.get(uid)
         if known is not None:
             ready_before = known.facts.gates_ready()
+            claims_before = known.facts.claim_status
             changed = known.facts.observe(obj)
             if self._usage is not None:
                 self._warn(known.facts, self._usage.annotated(uid, self._clock.now()))
             if changed:
+                preparing = self._preparing.get(uid)
+                if preparing is not None and known.facts.claim_status != claims_before:
+                    preparing.due = 0.0  # the claims made for it changed: look at once
                 self._plan(known)
                 if known.life.phase == podlife.RUNNING and \
                         known.facts.gates_ready() != ready_before:
@@ -173,6 +190,8 @@ class PodLifecycle:
         facts = PodFacts(obj)
         facts.host_ip = self._nodes.node_ip(node)
         life = life_from_status(facts, obj.get("status") or {})
+        if facts.claims_prepared is None and life.phase != podlife.PENDING:
+            facts.claims_prepared = True  # it started: its claims were prepared then
         if life.ip is not None:
             self.addresses.claim(life.ip)
         pod = _Pod(facts, life)
@@ -209,7 +228,9 @@ class PodLifecycle:
             rule = None  # a fault keeps the pod as it is until something changes
         pod.stage = rule
         if rule is None:
-            if pod.facts.uid not in self._refresh:
+            if self._unprepared(pod):
+                self._prepare_at(pod)
+            elif pod.facts.uid not in self._refresh:
                 self._timers.cancel(pod.facts.uid)
             return
         timing, seed = self._nodes.pod_timing(pod.facts.node)
@@ -224,6 +245,7 @@ class PodLifecycle:
         pod = self._pods.pop(uid, None)
         self._timers.cancel(uid)
         self._refresh.discard(uid)
+        self._preparing.pop(uid, None)
         if pod is not None and pod.life.ip is not None:
             self.addresses.release(pod.life.ip)
 
@@ -235,7 +257,7 @@ class PodLifecycle:
             return None
         rule = pod.stage
         if rule is None and uid not in self._refresh:
-            return None
+            return self._prepare(pod) if self._unprepared(pod) else None
         if rule is not None and rule.traceparent and pod.due <= self._clock.now():
             return self._traced_step(pod, rule)
         return self._step(pod)
@@ -362,6 +384,70 @@ class PodLifecycle:
 
         final, metadata = await patch_until_current(self.client, path, observed, change, reread)
         return final if final is not None else {"metadata": metadata}
+
+    # -- ResourceClaims (DRA) ----------------------------------------------------------------
+
+    @staticmethod
+    def _unprepared(pod: _Pod) -> bool:
+        """The pod waits to start until its claims are known to be reserved for it."""
+        facts = pod.facts
+        return facts.claims_prepared is not True and pod.life.phase == podlife.PENDING and \
+            not facts.deleting
+
+    def _prepare_at(self, pod: _Pod) -> None:
+        """Look at the pod's claims when due: at once the first time, after a back-off once
+        refused (or the API failed), at once again when the claims made for it change."""
+        preparing = self._preparing.setdefault(pod.facts.uid, _Preparing())
+        self._timers.schedule_at(pod.facts.uid, preparing.due)
+        self._dispatcher.wake()
+
+    async def _prepare(self, pod: _Pod) -> None:
+        """Read the pod's claims, as the kubelet does before it starts a pod, and decide
+        whether it may start; a refusal is said once in an Event and looked at again after a
+        back-off, an API error only retried."""
+        facts = pod.facts
+        wanted, problem = claims.needed(facts.namespace, facts.name, facts.claims,
+                                        facts.claim_status)
+        for name, owned in wanted:
+            try:
+                claim = await self.client.get(claims.claim_path(facts.namespace, name))
+            except NotFound:
+                problem = claims.not_found(name)
+            except K8sError as error:
+                if transient(error):  # nothing learnt: look again later
+                    self._refused(pod, "", facts.claims_prepared)
+                    self._plan(pod)
+                    return
+                problem = f"fetch ResourceClaim {name}: {error}"
+            else:
+                problem = claims.refusal(facts.namespace, facts.name, facts.uid, name, claim,
+                                         owned=owned)
+            if problem:
+                break
+        if self._pods.get(facts.uid) is not pod:
+            return  # gone while its claims were read
+        if not problem:
+            self._preparing.pop(facts.uid, None)
+            facts.claims_prepared = True
+        else:
+            self._refused(pod, problem, False)
+        self._plan(pod)
+
+    def _refused(self, pod: _Pod, problem: str, prepared: bool | None) -> None:
+        facts = pod.facts
+        preparing = self._preparing.setdefault(facts.uid, _Preparing())
+        preparing.attempts += 1
+        preparing.due = self._clock.now() + min(RETRY_BASE * 2 ** (preparing.attempts - 1),
+                                                RETRY_MAX)
+        facts.claims_prepared = prepared
+        if problem and problem != preparing.refused:
+            preparing.refused = problem
+            logger.debug("engine %s: pod %s/%s waits for its claims: %s", self.cluster,
+                         facts.namespace, facts.name, problem)
+            self._recorder.emit(kind="Pod", namespace=facts.namespace, name=facts.name,
+                                uid=facts.uid, event_type="Warning",
+                                reason=claims.EVENT_REASON,
+                                message=claims.event_message(problem), host=facts.node)
 
     def _release_unwritten(self, before: PodLife, after: PodLife) -> None:
         if after.ip is not None and after.ip != before.ip:

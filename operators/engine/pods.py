@@ -32,6 +32,7 @@ from typing import Any
 from operators.api.durations import parse_duration
 from operators.api.injections import FAULTS
 from operators.api.usage import quantity
+from operators.engine.claims import claim_refs, claim_statuses
 from operators.k8s.times import parse
 
 logger = logging.getLogger(__name__)
@@ -109,11 +110,11 @@ class PodFacts:
     """What the engine reads of one pod: a few slots, never the whole object."""
 
     __slots__ = (
-        "annotations", "containers", "created", "deleting", "deletion_asked", "exit_code",
-        "faults", "finalizers", "gates", "grace", "host_ip", "init_containers", "job", "labels",
-        "name", "namespace", "node", "owner_kind", "problems", "readiness_gates",
-        "resource_version", "resources", "restart_policy", "run_time", "scheduled_at", "seed",
-        "start_delay", "uid",
+        "annotations", "claim_status", "claims", "claims_prepared", "containers", "created",
+        "deleting", "deletion_asked", "exit_code", "faults", "finalizers", "gates", "grace",
+        "host_ip", "init_containers", "job", "labels", "name", "namespace", "node",
+        "owner_kind", "problems", "readiness_gates", "resource_version", "resources",
+        "restart_policy", "run_time", "scheduled_at", "seed", "start_delay", "uid",
     )
 
     def __init__(self, pod: Mapping[str, Any]) -> None:
@@ -155,6 +156,11 @@ class PodFacts:
         self.gates: dict[str, str] = {}
         self.faults: str = annotations.get(FAULTS, "")  # its fault entries, as text
         self.resource_version = ""
+        self.claims = claim_refs(spec)  # its ResourceClaims (DRA), as the spec names them
+        self.claim_status: tuple[tuple[str, str | None], ...] = ()
+        #: Whether its claims are reserved for it (:mod:`~operators.engine.claims`): True when
+        #: it has none, None until the engine has looked.
+        self.claims_prepared: bool | None = None if self.claims else True
         self.observe(pod)
 
     @property
@@ -162,8 +168,9 @@ class PodFacts:
         return self.run_time is not None or self.job
 
     def observe(self, pod: Mapping[str, Any]) -> bool:
-        """Take in what others changed (deletion, finalizers, readiness gates, fault entries);
-        True if any of it matters for the pod's next step or its Ready condition."""
+        """Take in what others changed (deletion, finalizers, readiness gates, fault entries,
+        the claims made for it); True if any of it matters for the pod's next step or its
+        Ready condition."""
         metadata = pod["metadata"]
         deleting = metadata.get("deletionTimestamp") is not None
         grace = metadata.get("deletionGracePeriodSeconds")
@@ -177,6 +184,13 @@ class PodFacts:
         self.recorded(metadata)
         changed = (deleting, finalizers, gates, self.faults) != (
             self.deleting, self.finalizers, self.gates, faults)
+        if self.claims:
+            statuses = claim_statuses(pod.get("status") or {})
+            if statuses != self.claim_status:
+                self.claim_status = statuses
+                if not self.claims_prepared:
+                    self.claims_prepared = None  # its claims are made now: look again
+                    changed = True
         self.deleting, self.finalizers, self.gates = deleting, finalizers, gates
         self.grace = float(grace) if grace is not None else None
         if deleting:

@@ -7,8 +7,9 @@ What it runs, and in which order (observe, then act):
 2. every Lease is read once and each renewal resumes from its ``renewTime``
    (:mod:`~operators.engine.heartbeating`), so adopted nodes heartbeat before anything else;
 3. once the desired pools are known (:mod:`~operators.engine.pooling`), the reconcile loop
-   makes the nodes match them (:mod:`~operators.engine.registering`), and the pods bound to the
-   nodes live through their stages (:mod:`~operators.engine.lifecycle`).
+   makes the nodes match them (:mod:`~operators.engine.registering`), then the DRA devices of
+   their GPUs (:mod:`~operators.engine.publishing`), and the pods bound to the nodes live
+   through their stages (:mod:`~operators.engine.lifecycle`).
 
 Design for scale: node state is a small slotted record per node, all timers live in delay
 queues, requests go through bounded connection pools (heartbeats on their own), a node's status
@@ -35,6 +36,7 @@ from operators.engine.inventory import NodeBook
 from operators.engine.lifecycle import PodLifecycle
 from operators.engine.nodes import NodeFacts
 from operators.engine.pooling import ClusterRef, Pools
+from operators.engine.publishing import Publisher
 from operators.engine.recording import EventRecorder
 from operators.engine.registering import Registrar
 from operators.engine.serving import KubeletServer
@@ -116,16 +118,18 @@ class ClusterEngine:
         self.traces = FaultBatches(serves.name if serves else cluster, clock=clock,
                                    tracer=tracer)
         self.book = NodeBook(cluster, self)
+        self.publisher = Publisher(cluster, client, self.book, clock=clock,
+                                   concurrency=settings.concurrency, on_change=self._changed,
+                                   recorder=self.recorder)
         self.heartbeats = Heartbeats(cluster, self.heartbeat_client, self.book, rulebook,
                                      self.recorder, clock=clock, rng=rng,
                                      connections=settings.heartbeat_connections,
                                      batch=settings.heartbeat_batch,
                                      slack=settings.heartbeat_slack, loaded=self._loaded,
-                                     traces=self.traces)
+                                     traces=self.traces, gpus=self.publisher)
         self.registrar = Registrar(cluster, client, self.book, self.heartbeats, clock=clock,
                                    concurrency=settings.concurrency)
-        self.pools = Pools(clock=clock, counts=self.book.counts,
-                           problem=lambda pool: self.registrar.problems.get(pool, ""),
+        self.pools = Pools(clock=clock, counts=self.book.counts, problem=self._problem,
                            on_change=self._changed, host=host, cluster=serves, fixed=pools,
                            interval=settings.status_interval, on_latency=on_latency)
         serving = settings.kubelet_port is not None
@@ -167,6 +171,7 @@ class ClusterEngine:
             group.create_task(self.recorder.run(), name=f"engine:{self.cluster}:events")
             group.create_task(self.traces.run(), name=f"engine:{self.cluster}:traces")
             group.create_task(self.pools.run(), name=f"engine:{self.cluster}:pools")
+            group.create_task(self.publisher.run(), name=f"engine:{self.cluster}:slices")
             group.create_task(list_and_watch(
                 self.client, NODES, {"labelSelector": nodes.MANAGED_SELECTOR},
                 on_list=self._nodes_listed, on_event=self.book.changed, clock=self._clock),
@@ -201,9 +206,13 @@ class ClusterEngine:
         self._dirty.set()
 
     def _loaded(self) -> bool:
-        """More is due than the API server takes: pods wait for a connection, or nodes come
-        in a burst."""
-        return self.pods.busy() or self.registrar.busy
+        """More is due than the API server takes: pods wait for a connection, or nodes (or
+        their slices) come in a burst."""
+        return self.pods.busy() or self.registrar.busy or self.publisher.busy
+
+    def _problem(self, pool: str) -> str:
+        """Why the pool's nodes are not as it asks (its Stalled condition), "" if they are."""
+        return self.registrar.problems.get(pool) or self.publisher.problems.get(pool, "")
 
     async def _reconcile_loop(self) -> None:
         backoff = Backoff(base=1.0, cap=30.0)
@@ -212,6 +221,8 @@ class ClusterEngine:
             self._dirty.clear()
             desired = self.pools.desired
             done = await self.registrar.reconcile(desired, self.pools.held)
+            # The devices of the nodes just made, after them: a slice needs its owner's uid.
+            done &= await self.publisher.reconcile(desired)
             self.pools.acted(desired)
             if done:
                 backoff.reset()

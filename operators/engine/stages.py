@@ -88,6 +88,8 @@ POD_VIEWS: dict[str, PodView] = {
     "restartPolicy": lambda pod, _: pod.restart_policy,
     "waiting": lambda _, life: life.waiting[0] if life.waiting else "",
     "restarts": lambda _, life: str(life.restarts),
+    "claimsPrepared": lambda pod, _: None if pod.claims_prepared is None
+    else _flag(pod.claims_prepared),
 }
 NODE_VIEWS: dict[str, NodeView] = {
     "name": lambda node, _: node.name,

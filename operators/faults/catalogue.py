@@ -15,6 +15,7 @@ it done: the plan removes it when the fault ends.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -71,11 +72,34 @@ def gpu_indices(count: int, gpus: int) -> list[int]:
     return list(range(min(count, gpus)))
 
 
-def node_entry(entry_id: str, fault: Fault, *, gpus: int = 0) -> FaultEntry:
-    """The entry for a node fault (not Delete: the pool holds a deleted node). ``gpus``: the
-    node's nvidia.com/gpu capacity, for a GPUXid that takes GPUs out of service (the first
-    ``fault.gpus`` of them, its stage's ``gpus.indices``) and a Condition that heats or
-    throttles them (``fault.gpu``: the first ``fault.gpus``, default all)."""
+def node_gpus(node: Mapping[str, Any]) -> tuple[int, bool]:
+    """How many GPUs a Node has, and whether it offers them as the nvidia.com/gpu resource:
+    its capacity says so for the device plugin's resource; a node that offers them only as DRA
+    devices counts them in its GPU Feature Discovery label nvidia.com/gpu.count."""
+    capacity = (node.get("status") or {}).get("capacity") or {}
+    if "nvidia.com/gpu" in capacity:
+        return _count(capacity["nvidia.com/gpu"]), True
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return _count(labels.get("nvidia.com/gpu.count", "0")), False
+
+
+def _count(value: Any) -> int:
+    text = str(value)
+    return int(text) if text.isdigit() else 0
+
+
+def node_entry(entry_id: str, fault: Fault, *, gpus: int = 0, extended: bool = True
+               ) -> FaultEntry:
+    """The entry for a node fault (not Delete: the pool holds a deleted node). ``gpus``: how
+    many GPUs the node has; ``extended``: whether it offers them as the nvidia.com/gpu resource
+    (else only as DRA devices).
+
+    A GPUXid hits the node's first GPUs by index (gpu-0 first, as many as the fault's
+    ``gpus``, default 1), recorded in its stage's ``gpus.indices`` so that DCGM's series and
+    the DRA devices name the same ones. One that needs a reset takes them out of service:
+    allocatable nvidia.com/gpu drops by that many, and their DRA devices, if the node
+    publishes any, are tainted out. A Condition that heats or throttles GPUs (``fault.gpu``)
+    hits the first ``fault.gpus`` of them, default all."""
     kind = fault.type
     if kind == "NotReady":
         condition = {"type": "Ready", "status": "False",
@@ -123,15 +147,16 @@ def node_entry(entry_id: str, fault: Fault, *, gpus: int = 0) -> FaultEntry:
                                      "reason": f"Xid{xid.code}", "message": message}]
             effect["taints"] = [{"key": XID_TAINT, "value": str(xid.code),
                                  "effect": "NoExecute"}]
-            if gpus:
+            if gpus and extended:
                 effect["allocatable"] = {"nvidia.com/gpu": str(gpus - failed)}
             stages = _stages(_node("fault-xid", effect,
                                    _is_not(f"conditions[{GPU_CONDITION}]", "False")))
             reset: dict[str, Any] = {
                 "conditions": [{"type": GPU_CONDITION, "status": "True", "reason": "GPUReset",
                                 "message": "the GPUs were reset and pass health checks"}],
-                "removeTaints": [XID_TAINT], "allocatable": {"nvidia.com/gpu": None},
-                "endFault": True}
+                "removeTaints": [XID_TAINT], "endFault": True}
+            if gpus and extended:
+                reset["allocatable"] = {"nvidia.com/gpu": None}
             if hit:
                 reset["gpus"] = {"indices": hit, "reset": True}
             recovery = _stages(_node("fault-recover", reset))

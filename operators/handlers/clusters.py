@@ -244,7 +244,8 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
                                            cluster.spec.kubernetesVersion)
         await runtime.substrate.add_cluster(key, ClusterOptions(
             scheduler=spec.scheduler, controller_manager=spec.controllerManager,
-            profile=Profile(spec.profile), binaries=binaries,
+            profile=Profile(spec.profile) if spec.profile else runtime.default_profile,
+            binaries=binaries,
         ))
     elif isinstance(action, planning.ConnectExternal):
         runtime.external[key] = await _connect(runtime, namespace, key, action)

@@ -489,10 +489,9 @@ class PlanRunner:
         def add_node(entries: list[FaultEntry], node: dict[str, Any]) -> list[FaultEntry]:
             if any(e.id == entry_id for e in entries):
                 return entries
-            capacity = (node.get("status") or {}).get("capacity") or {}
-            gpus = int(str(capacity.get("nvidia.com/gpu", "0")) or 0)
-            return [*entries, _traced(catalogue.node_entry(entry_id, fault, gpus=gpus),
-                                      traceparent)]
+            gpus, extended = catalogue.node_gpus(node)
+            return [*entries, _traced(catalogue.node_entry(entry_id, fault, gpus=gpus,
+                                                           extended=extended), traceparent)]
         return await edit_entries(client, f"/api/v1/nodes/{victim.name}", add_node, str(victim),
                                   self._observed(victim), traceparent=traceparent)
 

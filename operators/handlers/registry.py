@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import kopf
@@ -16,14 +16,14 @@ import kopf
 from operators.api.base import GROUP, VERSION
 from operators.handlers import clusters, faultplans, hublinks, nodepools
 from operators.handlers.runtime import Runtime
-from operators.k8s.config import ClusterAccess, load_kubeconfig_file
+from operators.k8s.config import ClusterAccess, HostConfig
 
 FINALIZER = f"{GROUP}/finalizer"
 #: Heal members and refresh their node counts (engines write pool status themselves).
 CLUSTER_TIMER = 5.0
 
 
-def build_registry(kubeconfig: Path) -> kopf.OperatorRegistry:
+def build_registry(host: HostConfig) -> kopf.OperatorRegistry:
     """Handlers of FakeCluster, FakeNodePool and FaultPlan, and a login to the host cluster."""
     registry = kopf.OperatorRegistry()
     fc = {"group": GROUP, "version": VERSION, "plural": "fakeclusters", "registry": registry}
@@ -47,8 +47,9 @@ def build_registry(kubeconfig: Path) -> kopf.OperatorRegistry:
         hublinks.run)
 
     def login(**_: Any) -> kopf.ConnectionInfo:
-        # Read again at every login: kopf logs in anew when credentials expire.
-        return connection_info(load_kubeconfig_file(kubeconfig))
+        # Read again at every login: kopf logs in anew when credentials expire (a projected
+        # service-account token says when) or are refused.
+        return connection_info(host.load())
 
     kopf.on.login(registry=registry)(login)
     return registry
@@ -67,8 +68,11 @@ def connection_info(access: ClusterAccess) -> kopf.ConnectionInfo:
     )
 
 
-def settings() -> kopf.OperatorSettings:
+def settings(*, namespaced: bool = False) -> kopf.OperatorSettings:
     configured = kopf.OperatorSettings()
+    # Watching named namespaces, the operator needs no cluster-wide access at all: kopf then
+    # neither lists namespaces nor watches CRDs (the chart installs the CRDs first).
+    configured.scanning.disabled = namespaced
     # Progress and the last-handled spec live in annotations: our CRDs' structural schemas
     # would prune kopf's default status fields.
     configured.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
@@ -86,13 +90,18 @@ async def run(
     runtime: Runtime,
     stop_flag: asyncio.Event,
     ready_flag: asyncio.Event | None = None,
+    namespaces: Sequence[str] = (),
+    liveness_endpoint: str | None = None,
 ) -> None:
-    """Run the operator until ``stop_flag`` is set; engines stop with it."""
+    """Run the operator until ``stop_flag`` is set; engines stop with it. ``namespaces``: watch
+    only those (default: every namespace); ``liveness_endpoint``: kopf's health endpoint."""
     memo = kopf.Memo(runtime=runtime)
     try:
         await kopf.operator(
-            registry=build_registry(runtime.host_kubeconfig), settings=settings(), memo=memo,
-            clusterwide=True, standalone=True, stop_flag=stop_flag, ready_flag=ready_flag,
+            registry=build_registry(runtime.host_config),
+            settings=settings(namespaced=bool(namespaces)), memo=memo,
+            clusterwide=not namespaces, namespaces=list(namespaces), standalone=True,
+            stop_flag=stop_flag, ready_flag=ready_flag, liveness_endpoint=liveness_endpoint,
         )
     finally:
         await runtime.stop_all()

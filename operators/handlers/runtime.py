@@ -13,6 +13,7 @@ from pathlib import Path
 from opentelemetry import trace
 
 from operators.controlplane.binaries import Binaries
+from operators.controlplane.components import Profile
 from operators.controlplane.files import private_directory
 from operators.controlplane.kueue.source import Manifests
 from operators.controlplane.metricsserver import rendering as metricsserver_rendering
@@ -25,7 +26,7 @@ from operators.controlplane.state import (
 from operators.controlplane.substrate import Substrate, free_port
 from operators.controlplane.supervising import Supervised
 from operators.k8s.client import Client
-from operators.k8s.config import ClusterAccess
+from operators.k8s.config import ClusterAccess, HostConfig
 from operators.reconciling.clusters import HubState
 
 #: An engine that ran this long is healthy: its next crash restarts it after the shortest wait.
@@ -46,7 +47,8 @@ class Runtime:
 
     state_dir: Path
     host: Client
-    host_kubeconfig: Path
+    #: Where the host's credentials come from: kopf logs in with it, engines are given it.
+    host_config: HostConfig
     substrate: Substrate
     resolve_binaries: Callable[[str], Binaries]
     external: dict[str, Member] = dataclasses.field(default_factory=dict)
@@ -67,6 +69,8 @@ class Runtime:
     #: default is the API's global one (no spans until an SDK is configured).
     tracer: trace.Tracer = dataclasses.field(
         default_factory=lambda: trace.get_tracer("operators.handlers"))
+    #: The profile of FakeClusters whose spec.controlPlane.profile is not set.
+    default_profile: Profile = Profile.DEFAULT
 
     def lock(self, key: str) -> asyncio.Lock:
         """One reconciliation at a time per object (change handlers and timers overlap)."""
@@ -88,7 +92,7 @@ class Runtime:
         engine = Supervised(
             f"{key}/engine",
             [sys.executable, "-m", "operators.engine", "--kubeconfig", str(member_kubeconfig),
-             "--host-kubeconfig", str(self.host_kubeconfig), "--cluster", f"{namespace}/{name}",
+             *engine_host_arguments(self.host_config), "--cluster", f"{namespace}/{name}",
              "--kubelet-port", str(endpoint.kubeletPort)],
             log_path=StateDir(self.state_dir).engine_log(key),
             stable_after=ENGINE_STABLE_AFTER, death_signal=signal.SIGTERM,
@@ -131,6 +135,14 @@ class Runtime:
         for process in self.metrics_servers.processes.values():
             await process.stop()
         self.metrics_servers.processes.clear()
+
+
+def engine_host_arguments(host: HostConfig) -> list[str]:
+    """How an engine reaches the host cluster: as the operator does (the same kubeconfig, or
+    the same service account of the pod both run in)."""
+    if host.kubeconfig is not None:
+        return ["--host-kubeconfig", str(host.kubeconfig)]
+    return ["--host-in-cluster", "--service-account-dir", str(host.service_account_dir)]
 
 
 @dataclasses.dataclass

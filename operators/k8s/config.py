@@ -9,18 +9,29 @@ and auth providers, refreshed when they expire. The result serves both the engin
 
 A kubeconfig that arrives in a Secret comes from a tenant of the host cluster: it may not make
 the operator read local files or run commands (:func:`check_untrusted`).
+
+In a pod, :func:`load_in_cluster` reads the service account instead, as client-go's
+``rest.InClusterConfig`` does: ``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``, the
+CA in ``ca.crt``, the bearer token in ``token``. The kubelet rewrites a projected token before
+it expires, so the token file is read again once a minute (client-go's period), and the access
+says when the token it read expires (kopf logs in again by then). :class:`HostConfig` names
+either source; the processes that reach the host cluster (operator, engines) take one.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import dataclasses
 import datetime
+import json
 import os
 import shutil
 import ssl
 import tempfile
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +42,11 @@ from kubernetes.config.exec_provider import ExecProvider
 from kubernetes.config.kube_config import KubeConfigLoader
 
 from operators.k8s.errors import ConfigError
+
+#: Where the kubelet mounts a pod's service account (token, ca.crt, namespace).
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+#: How long a service-account token read from its file is used before the file is read again.
+TOKEN_REREAD = 60.0
 
 #: Kubeconfig fields that name a local file or a command, per section.
 _LOCAL_FIELDS = {
@@ -54,6 +70,8 @@ class ClusterAccess:
     """The current Authorization header value (refreshing an expired token first)."""
     expires: datetime.datetime | None = None
     """When the credentials expire (kopf logs in again then)."""
+    forget: Callable[[], None] | None = None
+    """Drop what ``credentials`` cached (after a 401): a rotated token file is read again."""
 
     def authorization(self) -> str | None:
         return self.credentials() if self.credentials is not None else None
@@ -105,6 +123,113 @@ def load_kubeconfig_file(path: Path, *, context: str | None = None) -> ClusterAc
         raise ConfigError(f"cannot read the kubeconfig {path}: {error.strerror}") from error
     return load_kubeconfig(text, base_dir=path.resolve().parent, context=context,
                            source=f"the kubeconfig {path}")
+
+
+def in_cluster(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process runs in a pod (the kubelet sets both variables in every one)."""
+    env = os.environ if environ is None else environ
+    return bool(env.get("KUBERNETES_SERVICE_HOST") and env.get("KUBERNETES_SERVICE_PORT"))
+
+
+def load_in_cluster(*, service_account_dir: Path = SERVICE_ACCOUNT_DIR,
+                    environ: Mapping[str, str] | None = None,
+                    clock: Callable[[], float] = time.monotonic) -> ClusterAccess:
+    """The API server of the pod's own cluster, as its service account reaches it."""
+    env = os.environ if environ is None else environ
+    host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise ConfigError("no in-cluster configuration: KUBERNETES_SERVICE_HOST and "
+                          "KUBERNETES_SERVICE_PORT are not set (not in a pod?); pass "
+                          "--kubeconfig instead")
+    ca_path = service_account_dir / "ca.crt"
+    try:
+        ca = ca_path.read_bytes()
+    except OSError as error:
+        raise ConfigError(f"cannot read the service account's CA {ca_path}: {error.strerror} "
+                          f"(is a service account token mounted into the pod? "
+                          f"automountServiceAccountToken must not be false)") from error
+    token = ServiceAccountToken(service_account_dir / "token", clock=clock)
+    first = token.read()
+    server_host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return ClusterAccess(server=f"https://{server_host}:{port}", ca=ca, credentials=token,
+                         expires=token_expiry(first), forget=token.forget)
+
+
+def in_cluster_namespace(service_account_dir: Path = SERVICE_ACCOUNT_DIR) -> str | None:
+    """The pod's namespace, as the kubelet wrote it beside the token (None: not there)."""
+    try:
+        return (service_account_dir / "namespace").read_text().strip() or None
+    except OSError:
+        return None
+
+
+class ServiceAccountToken:
+    """The Authorization header of a token file, read again once it is TOKEN_REREAD old; a
+    rotation that leaves the file briefly unreadable keeps the token read last."""
+
+    def __init__(self, path: Path, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self._clock = clock
+        self._token = ""
+        self._read_at = 0.0
+
+    def read(self) -> str:
+        try:
+            token = self.path.read_text().strip()
+        except OSError as error:
+            if self._token:
+                return self._token
+            raise ConfigError(f"cannot read the service account token {self.path}: "
+                              f"{error.strerror}") from error
+        if not token:
+            if self._token:
+                return self._token
+            raise ConfigError(f"the service account token {self.path} is empty")
+        self._token, self._read_at = token, self._clock()
+        return token
+
+    def __call__(self) -> str:
+        if not self._token or self._clock() - self._read_at >= TOKEN_REREAD:
+            self.read()
+        return f"Bearer {self._token}"
+
+    def forget(self) -> None:
+        """The API server refused the token: read the file at the next request (as client-go
+        resets its cached token on a 401)."""
+        self._read_at = -TOKEN_REREAD
+
+
+def token_expiry(token: str) -> datetime.datetime | None:
+    """When a JWT says it expires (its ``exp`` claim; unverified: the API server verifies it),
+    or None for a token that is not a JWT or does not say."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+        expires = float(claims["exp"])
+    except (binascii.Error, ValueError, KeyError, TypeError):
+        return None
+    return datetime.datetime.fromtimestamp(expires, tz=datetime.UTC)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostConfig:
+    """Where a process finds the host cluster: a kubeconfig file, or (``kubeconfig`` None) the
+    service account of the pod it runs in. Loaded again at every login (credentials rotate)."""
+
+    kubeconfig: Path | None = None
+    service_account_dir: Path = SERVICE_ACCOUNT_DIR
+
+    def load(self) -> ClusterAccess:
+        if self.kubeconfig is not None:
+            return load_kubeconfig_file(self.kubeconfig)
+        return load_in_cluster(service_account_dir=self.service_account_dir)
+
+    def describe(self) -> str:
+        if self.kubeconfig is not None:
+            return f"the kubeconfig {self.kubeconfig}"
+        return f"the pod's service account ({self.service_account_dir})"
 
 
 def check_untrusted(config: dict[str, Any], *, source: str) -> None:

@@ -117,6 +117,8 @@ class AiohttpTransport:
 
     def refresh_credentials(self) -> None:
         self._asked_at = -CREDENTIALS_TTL
+        if self._access.forget is not None:
+            self._access.forget()
 
     def _headers(self, request: Request) -> dict[str, str]:
         now = time.monotonic()

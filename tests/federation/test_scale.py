@@ -21,8 +21,9 @@ MEMBERS = 1000
 HEARTBEAT, GRACE = 2.0, 10.0
 PLAN = json.dumps({"steps": [{"name": "xid", "target": {}, "fault": {"type": "GPUXid",
                                                                      "xid": 79}}]})
-#: Generous bounds for two busy cores; a run on an idle machine takes a fraction of each.
-READY_WITHIN, RUN_WITHIN = 60.0, 30.0
+#: Only guards against a hang: on an idle machine all are Ready in about 5 s and the run takes
+#: about 1 s, but this shares two cores with other tests (bench.hub measures the speed).
+READY_WITHIN, RUN_WITHIN = 180.0, 90.0
 
 
 async def ready_count(hub: RunningHub) -> int:
