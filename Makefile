@@ -36,9 +36,10 @@ demo-multikueue: setup
 chart: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/chart.sh
 
-## test: unit tests, then end-to-end tests on real control planes
+## test: unit tests and end-to-end tests on real control planes, two test files at a time (most
+## of an e2e test's time is spent waiting for controllers and timers, not on the CPU)
 test: setup
-	$(BIN)/pytest --durations=25 tests e2e
+	$(BIN)/pytest -n 2 --dist loadfile --durations=25 tests e2e
 
 test-unit: $(STAMP)
 	$(BIN)/pytest tests
