@@ -45,8 +45,6 @@ logger = logging.getLogger(__name__)
 #: serves every Kueue on the host.
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 KUEUE_STABLE_AFTER = 60.0
-#: A failed build (the module proxy unreachable, say) is tried again after this long (s).
-BUILD_RETRY = 120.0
 ESTABLISHED_TIMEOUT = 60.0
 PLURALS = {
     "Namespace": "namespaces", "Secret": "secrets",
@@ -94,13 +92,7 @@ async def remove(runtime: Runtime, key: str) -> None:
 async def observe(runtime: Runtime, cluster: FakeCluster, key: str,
                   control_plane_running: bool) -> planning.Observed:
     addons = runtime.kueue
-    if addons.build_error and time.monotonic() - addons.build_failed_at > BUILD_RETRY:
-        addons.build_error = ""  # the plan builds again
-    try:
-        binary = building.find() is not None
-        build_error = addons.build_error
-    except ControlPlaneError as error:  # a $FAKEFLEET_KUEUE that names no binary
-        binary, build_error = False, str(error)
+    binary, build_error, building_for = addons.build.observe()
     files = _files(runtime, key)
     process = addons.processes.get(key)
     ready = False
@@ -113,8 +105,7 @@ async def observe(runtime: Runtime, cluster: FakeCluster, key: str,
     return planning.Observed(
         control_plane_running=control_plane_running,
         binary=binary,
-        building_for=(time.monotonic() - addons.build_started
-                      if addons.build is not None and not addons.build.done() else None),
+        building_for=building_for,
         build_error=build_error,
         installed=files.directory.exists(),
         supervised=process is not None,
@@ -131,7 +122,7 @@ async def observe(runtime: Runtime, cluster: FakeCluster, key: str,
 async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
                   action: planning.Action) -> None:
     if isinstance(action, planning.BuildKueue):
-        _start_build(runtime)
+        runtime.kueue.build.start()
     elif isinstance(action, planning.StartKueue):
         await _start(runtime, cluster, key)
     elif isinstance(action, planning.HookKueue):
@@ -140,28 +131,6 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
         await _stop(runtime, key, unhook=action.unhook)
     elif isinstance(action, planning.ApplyMultiKueue):
         await _apply_multikueue(runtime, key, action)
-
-
-def _start_build(runtime: Runtime) -> None:
-    """Build Kueue in a thread; every reconcile meanwhile says so in KueueReady."""
-    addons = runtime.kueue
-    if addons.build is not None and not addons.build.done():
-        return
-    addons.build_started = time.monotonic()
-    addons.build_error = ""
-    addons.build = asyncio.ensure_future(asyncio.to_thread(
-        building.ensure, progress=lambda line: logger.info("%s", line)))
-
-    def finished(done: asyncio.Future[Path]) -> None:
-        if done.cancelled():
-            return
-        error = done.exception()
-        if error is not None:
-            addons.build_error = str(error)
-            addons.build_failed_at = time.monotonic()
-            logger.error("building Kueue failed: %s", error)
-
-    addons.build.add_done_callback(finished)
 
 
 async def _start(runtime: Runtime, cluster: FakeCluster, key: str) -> None:

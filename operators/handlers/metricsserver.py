@@ -14,8 +14,6 @@ import asyncio
 import contextlib
 import logging
 import shutil
-import time
-from pathlib import Path
 from typing import Any
 
 from operators.api.clusters import FakeCluster
@@ -37,8 +35,6 @@ from operators.reconciling import metricsserver as planning
 logger = logging.getLogger(__name__)
 
 STABLE_AFTER = 60.0
-#: A failed build (the module proxy unreachable, say) is tried again after this long (s).
-BUILD_RETRY = 120.0
 PLURALS = {
     "ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings",
     "Role": "roles", "RoleBinding": "rolebindings", "Service": "services",
@@ -80,13 +76,7 @@ async def remove(runtime: Runtime, key: str) -> None:
 
 async def observe(runtime: Runtime, key: str, control_plane_running: bool) -> planning.Observed:
     addons = runtime.metrics_servers
-    if addons.build_error and time.monotonic() - addons.build_failed_at > BUILD_RETRY:
-        addons.build_error = ""  # the plan builds again
-    try:
-        binary = building.find() is not None
-        build_error = addons.build_error
-    except ControlPlaneError as error:  # a $FAKEFLEET_METRICS_SERVER that names no binary
-        binary, build_error = False, str(error)
+    binary, build_error, building_for = addons.build.observe()
     files = _files(runtime, key)
     process = addons.processes.get(key)
     port = _stored_port(files)
@@ -99,8 +89,7 @@ async def observe(runtime: Runtime, key: str, control_plane_running: bool) -> pl
     return planning.Observed(
         control_plane_running=control_plane_running,
         binary=binary,
-        building_for=(time.monotonic() - addons.build_started
-                      if addons.build is not None and not addons.build.done() else None),
+        building_for=building_for,
         build_error=build_error,
         installed=files.directory.exists(),
         supervised=process is not None,
@@ -117,35 +106,13 @@ async def observe(runtime: Runtime, key: str, control_plane_running: bool) -> pl
 async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
                   action: planning.Action) -> None:
     if isinstance(action, planning.BuildMetricsServer):
-        _start_build(runtime)
+        runtime.metrics_servers.build.start()
     elif isinstance(action, planning.StartMetricsServer):
         await _start(runtime, cluster, key)
     elif isinstance(action, planning.HookMetricsServer):
         await _hook(runtime, key)
     elif isinstance(action, planning.StopMetricsServer):
         await _stop(runtime, key, unhook=action.unhook)
-
-
-def _start_build(runtime: Runtime) -> None:
-    """Build metrics-server in a thread; every reconcile meanwhile says so in its condition."""
-    addons = runtime.metrics_servers
-    if addons.build is not None and not addons.build.done():
-        return
-    addons.build_started = time.monotonic()
-    addons.build_error = ""
-    addons.build = asyncio.ensure_future(asyncio.to_thread(
-        building.ensure, progress=lambda line: logger.info("%s", line)))
-
-    def finished(done: asyncio.Future[Path]) -> None:
-        if done.cancelled():
-            return
-        error = done.exception()
-        if error is not None:
-            addons.build_error = str(error)
-            addons.build_failed_at = time.monotonic()
-            logger.error("building metrics-server failed: %s", error)
-
-    addons.build.add_done_callback(finished)
 
 
 async def _start(runtime: Runtime, cluster: FakeCluster, key: str) -> None:

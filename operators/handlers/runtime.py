@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import signal
 import sys
 import time
@@ -14,8 +15,11 @@ from opentelemetry import trace
 
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.components import Profile
+from operators.controlplane.errors import ControlPlaneError
 from operators.controlplane.files import private_directory
+from operators.controlplane.kueue import building as kueue_building
 from operators.controlplane.kueue.source import Manifests
+from operators.controlplane.metricsserver import building as metricsserver_building
 from operators.controlplane.metricsserver import rendering as metricsserver_rendering
 from operators.controlplane.state import (
     EngineEndpoint,
@@ -29,8 +33,12 @@ from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess, HostConfig
 from operators.reconciling.clusters import HubState
 
+logger = logging.getLogger(__name__)
+
 #: An engine that ran this long is healthy: its next crash restarts it after the shortest wait.
 ENGINE_STABLE_AFTER = 60.0
+#: Seconds after a failed build of an add-on's binary before a reconcile builds it again.
+BUILD_RETRY = 120.0
 
 
 @dataclasses.dataclass
@@ -146,6 +154,51 @@ def engine_host_arguments(host: HostConfig) -> list[str]:
 
 
 @dataclasses.dataclass
+class ToolBuild:
+    """An add-on's binary, built once for every member in a thread while reconciles report it
+    in the member's condition. Nothing of it needs to survive a restart: the cache has the
+    binary or not, and a new operator builds again."""
+
+    title: str
+    find: Callable[[], Path | None]
+    ensure: Callable[..., Path]
+    future: asyncio.Future[Path] | None = None
+    started: float = 0.0
+    error: str = ""
+    failed_at: float = 0.0
+
+    def observe(self) -> tuple[bool, str, float | None]:
+        """Whether the binary is there; why it is not (a failed build, forgotten after
+        :data:`BUILD_RETRY` so that the plan builds again, or an override that names no
+        binary); how long the build has been running (None: none runs)."""
+        if self.error and time.monotonic() - self.failed_at > BUILD_RETRY:
+            self.error = ""
+        try:
+            found, error = self.find() is not None, self.error
+        except ControlPlaneError as problem:  # an override that names no binary
+            found, error = False, str(problem)
+        running = self.future is not None and not self.future.done()
+        return found, error, time.monotonic() - self.started if running else None
+
+    def start(self) -> None:
+        """Build in a thread, unless a build runs already."""
+        if self.future is not None and not self.future.done():
+            return
+        self.started, self.error = time.monotonic(), ""
+        self.future = asyncio.ensure_future(asyncio.to_thread(
+            self.ensure, progress=lambda line: logger.info("%s", line)))
+        self.future.add_done_callback(self._finished)
+
+    def _finished(self, done: asyncio.Future[Path]) -> None:
+        if done.cancelled():
+            return
+        error = done.exception()
+        if error is not None:
+            self.error, self.failed_at = str(error), time.monotonic()
+            logger.error("building %s failed: %s", self.title, error)
+
+
+@dataclasses.dataclass
 class KueueAddons:
     """What the operator holds in memory of the Kueue add-ons; all of it is observed again
     (or redone, idempotently) after a restart."""
@@ -155,10 +208,8 @@ class KueueAddons:
     hooked: set[str] = dataclasses.field(default_factory=set)
     #: Fingerprint of the MultiKueue objects last applied to each manager.
     applied: dict[str, str] = dataclasses.field(default_factory=dict)
-    build: asyncio.Future[Path] | None = None
-    build_started: float = 0.0
-    build_error: str = ""
-    build_failed_at: float = 0.0
+    build: ToolBuild = dataclasses.field(default_factory=lambda: ToolBuild(
+        "Kueue", kueue_building.find, kueue_building.ensure))
     #: Kueue's manifests from its module source, read once.
     manifests: Manifests | None = None
 
@@ -173,10 +224,8 @@ class MetricsServerAddons:
     hooked: set[str] = dataclasses.field(default_factory=set)
     #: The resolution each running metrics-server was started with.
     resolutions: dict[str, str] = dataclasses.field(default_factory=dict)
-    build: asyncio.Future[Path] | None = None
-    build_started: float = 0.0
-    build_error: str = ""
-    build_failed_at: float = 0.0
+    build: ToolBuild = dataclasses.field(default_factory=lambda: ToolBuild(
+        "metrics-server", metricsserver_building.find, metricsserver_building.ensure))
     #: Its RBAC and APIService from its module source, read once.
     manifests: metricsserver_rendering.Manifests | None = None
 
