@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import signal
@@ -155,3 +156,32 @@ async def test_a_child_gets_its_variables_on_top_of_ours_and_keeps_them_across_r
     await child.start()
     await _eventually(lambda: child.restarts >= 1 and tail(log).count("inherited given") >= 2)
     await child.stop()
+
+
+async def test_nothing_of_the_supervisor_runs_between_fork_and_exec(tmp_path: Path) -> None:
+    """A supervisor with threads (gRPC's) must not run code in a forked child: Python's fork
+    handlers (and gRPC's with them) run there only if a ``preexec_fn`` makes Python fork
+    instead of vfork. The handler below would leave a file behind if it ran."""
+    marker = tmp_path / "ran-in-child"
+
+    def leave_marker() -> None:
+        with contextlib.suppress(OSError):  # registered for good: later forks find no dir
+            marker.touch()
+
+    os.register_at_fork(after_in_child=leave_marker)
+    child = Supervised("sleeper", ["sleep", "60"], log_path=tmp_path / "s.log")
+    await child.start()
+    try:
+        pid = child.pid
+        assert pid is not None
+        await _eventually(lambda: Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep"))
+        assert not marker.exists()
+    finally:
+        await child.stop()
+
+
+async def test_a_missing_program_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    child = Supervised("ghost", [str(tmp_path / "no-such-binary")], log_path=tmp_path / "g.log")
+    with pytest.raises(FileNotFoundError, match="no-such-binary"):
+        await child.start()
+    assert child.pid is None

@@ -3,6 +3,8 @@ stop them cleanly.
 
 Children never outlive their supervisor: each one asks the kernel (``PR_SET_PDEATHSIG``) for a
 signal when the supervising process dies, even by SIGKILL, so there are no orphans to clean.
+They ask through :mod:`~operators.controlplane.orphaning`, which they exec first: no code of
+the supervisor runs between fork and exec (its gRPC threads make that unsafe).
 The signal is SIGKILL unless the caller picks another: a kube-apiserver that gets SIGTERM while
 its etcd dies with it waits in its graceful shutdown for a long time.
 Each child also gets its own session, so a Ctrl-C in the supervisor's terminal reaches the
@@ -16,19 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
+import errno
 import logging
 import os
+import shutil
 import signal
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)
-_prctl = _libc.prctl
+#: The program each child execs first; isolated (-I -S): it needs the standard library only.
+ORPHANING = Path(__file__).with_name("orphaning.py")
 
 
 def tail(path: Path, lines: int = 25) -> str:
@@ -118,24 +121,20 @@ class Supervised:
 
     async def _spawn(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        parent = os.getpid()
-        death_signal = int(self._death_signal)
-
-        def die_with_parent() -> None:
-            _prctl(_PR_SET_PDEATHSIG, death_signal, 0, 0, 0)
-            if os.getppid() != parent:  # the parent died before prctl took effect
-                os._exit(1)
-
+        # Said here, as exec would have said it, rather than as an exit code of the child.
+        if shutil.which(self.argv[0]) is None:
+            raise FileNotFoundError(errno.ENOENT, "no such executable", self.argv[0])
+        wrapped = [sys.executable, "-I", "-S", str(ORPHANING), str(os.getpid()),
+                   str(int(self._death_signal)), *self.argv]
         with self.log_path.open("ab") as log:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
             log.write(f"--- fakefleet: starting {self.name} at {stamp}\n".encode())
             log.flush()
             self._process = await asyncio.create_subprocess_exec(
-                *self.argv,
+                *wrapped,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
-                preexec_fn=die_with_parent,
                 start_new_session=True,
                 env={**os.environ, **self.env} if self.env else None,
             )
