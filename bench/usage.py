@@ -45,7 +45,8 @@ from operators.controlplane.components import Profile
 from operators.controlplane.metricsserver import building as metrics_server_building
 from operators.controlplane.metricsserver import rendering
 from operators.controlplane.pki import ensure_addon_pki
-from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate, free_port
+from operators.controlplane.ports import free_port
+from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
 

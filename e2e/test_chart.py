@@ -30,7 +30,8 @@ import yaml
 
 from e2e.conftest import eventually, kubectl, kubectl_json
 from operators.controlplane import helm
-from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate, free_port
+from operators.controlplane.ports import free_port
+from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
 
 ROOT = Path(__file__).parent.parent
 CHART = ROOT / "charts" / "fakefleet"

@@ -25,7 +25,6 @@ import fcntl
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -37,9 +36,15 @@ from federation.telemetry.files import CollectorFiles, CollectorInfo
 from federation.telemetry.setup import exporter_environment
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
-from operators.controlplane.errors import ControlPlaneError, StartupError, StateError
+from operators.controlplane.errors import (
+    ControlPlaneError,
+    PortInUseError,
+    StartupError,
+    StateError,
+)
 from operators.controlplane.files import private_directory
 from operators.controlplane.pki import ensure_hub_pki
+from operators.controlplane.ports import claim_port, free_port
 from operators.controlplane.state import (
     HOST_CLUSTER,
     ComponentState,
@@ -174,17 +179,9 @@ def _hub_port(state: StateDir) -> int:
 
 def _remembered_port(remembered: Path) -> int:
     """The port written in ``remembered`` if it is free, else a free one, written there."""
-    with contextlib.suppress(FileNotFoundError, ValueError):
-        port = int(remembered.read_text())
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                pass
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
+    with contextlib.suppress(FileNotFoundError, ValueError, PortInUseError):
+        return claim_port(int(remembered.read_text()), str(remembered))
+    port = free_port()
     remembered.write_text(f"{port}\n")
     return port
 

@@ -24,7 +24,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
@@ -33,7 +32,7 @@ from typing import Any
 from operators.controlplane import components, health, kubeconfigs
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.components import ClusterPorts, EtcdPorts, Profile
-from operators.controlplane.errors import PortInUseError, StateError
+from operators.controlplane.errors import StateError
 from operators.controlplane.etcd import (
     EtcdEndpoint,
     EtcdFiles,
@@ -50,6 +49,7 @@ from operators.controlplane.pki import (
     ensure_front_proxy_pki,
     ensure_pki,
 )
+from operators.controlplane.ports import claim_port, free_port
 from operators.controlplane.state import ComponentState, StateDir
 from operators.controlplane.supervising import Supervised
 
@@ -113,28 +113,6 @@ def write_kubeconfigs(cluster: LocalCluster) -> None:
             client_cert=cluster.pki.client_cert(client),
             client_key=cluster.pki.client_key(client), user=client,
         ).encode())
-
-
-def free_port() -> int:
-    """A loopback port that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def claim_port(port: int | None, what: str) -> int:
-    """``port`` if it is free (or a free one when ``None``); a clear error when it is taken."""
-    if port is None:
-        return free_port()
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        # As Go's listeners do: connections of a previous run in TIME_WAIT do not count.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError as error:
-            raise PortInUseError(port, what) from error
-    return port
 
 
 class Substrate:

@@ -28,8 +28,9 @@ from operators.controlplane.errors import AddonError, ControlPlaneError
 from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.kueue import KUEUE_VERSION, building, rendering, source
 from operators.controlplane.pki import ensure_kueue_pki, ensure_serving_pair
+from operators.controlplane.ports import free_port
 from operators.controlplane.state import ComponentState, KueueFiles, StateDir
-from operators.controlplane.substrate import LocalCluster, free_port
+from operators.controlplane.substrate import LocalCluster
 from operators.controlplane.supervising import Supervised, tail
 from operators.handlers.runtime import Runtime
 from operators.k8s.applying import CRDS, collection_path

@@ -22,8 +22,9 @@ from operators.controlplane.errors import AddonError, ControlPlaneError
 from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.metricsserver import building, rendering
 from operators.controlplane.pki import ensure_addon_pki
+from operators.controlplane.ports import free_port
 from operators.controlplane.state import ComponentState, MetricsServerFiles, StateDir
-from operators.controlplane.substrate import LocalCluster, free_port
+from operators.controlplane.substrate import LocalCluster
 from operators.controlplane.supervising import Supervised, tail
 from operators.handlers.runtime import Runtime
 from operators.k8s.applying import collection_path

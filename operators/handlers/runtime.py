@@ -21,13 +21,14 @@ from operators.controlplane.kueue import building as kueue_building
 from operators.controlplane.kueue.source import Manifests
 from operators.controlplane.metricsserver import building as metricsserver_building
 from operators.controlplane.metricsserver import rendering as metricsserver_rendering
+from operators.controlplane.ports import free_port
 from operators.controlplane.state import (
     EngineEndpoint,
     StateDir,
     publish,
     read_engine_endpoint,
 )
-from operators.controlplane.substrate import Substrate, free_port
+from operators.controlplane.substrate import Substrate
 from operators.controlplane.supervising import Supervised
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess, HostConfig
