@@ -150,6 +150,9 @@ class Hub:
         self.sessions: dict[str, Session] = {}
         self.watchers: set[Watcher] = set()
         self._run_changed: dict[str, asyncio.Event] = {}
+        #: Runs whose newest change is being written: no member hears of it until it is stored
+        #: (a session opened meanwhile would otherwise be sent it, and the fan-out again).
+        self._storing: set[str] = set()
         self.hub_id = ""
         self.seq = 0
         self.counters = Counters()
@@ -389,13 +392,21 @@ class Hub:
             span.set_attribute(RUN_ID, run.id)
             self.runs[run.id] = run
             self._forget_old_runs()
-            await self.store.commit()  # stored (with its trace) before any member hears of it
+            await self._store_run(run)  # stored (with its trace) before any member hears of it
             with self.tracer.start_as_current_span("hub.fanout",
                                                    attributes={RUN_ID: run.id}) as fanout:
                 connected = self._fan_out(run, members, propagation.traceparent(fanout))
                 fanout.set_attribute("fakefleet.fanout.connected", connected)
             self._changed(run)
         return run
+
+    async def _store_run(self, run: Run) -> None:
+        """Write the state with ``run``'s change; until then no session is sent its commands."""
+        self._storing.add(run.id)
+        try:
+            await self.store.commit()
+        finally:
+            self._storing.discard(run.id)
 
     def _fan_out(self, run: Run, clusters: Iterable[str], parent: str) -> int:
         """Send what ``run`` still owes each connected member of ``clusters``, each sending a
@@ -416,7 +427,7 @@ class Hub:
             with tracing.continuing(self.tracer, "hub.cancel_run", run.traceparent,
                                     {RUN_ID: run.id},
                                     links=propagation.links(propagation.traceparent())) as span:
-                await self.store.commit()
+                await self._store_run(run)
                 self._fan_out(run, run.parts, tracing.of(span))
             self._changed(run)
         return run
@@ -687,6 +698,8 @@ class Hub:
         workload); a first sending is a child of ``parent`` (default: the run's span)."""
         changed = False
         for run in runs if runs is not None else self._runs_of(session.cluster):
+            if run.id in self._storing:  # its fan-out follows the write
+                continue
             for command in run.outstanding(session.cluster):
                 sent = self._send_command(session, convert.command_message(command),
                                           run.traceparent_of(command.id),

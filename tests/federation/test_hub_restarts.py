@@ -3,13 +3,19 @@ clock (the gRPC side of restarts is in test_hub.py and ``python -m bench.hub``).
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
+
+import pytest
 
 from federation.api import member_pb2
 from federation.hub.core import Hub, HubSettings, Session
 from federation.hub.membership import Identity, Inventory, State
 
 INTERVAL, GRACE = 2.0, 6.0
+PLAN = json.dumps({"steps": [{"name": "xid", "target": {}, "fault": {"type": "GPUXid",
+                                                                     "xid": 79}}]})
 
 
 class Clock:
@@ -56,3 +62,44 @@ async def test_a_member_stays_ready_across_a_hub_restart(tmp_path: Path) -> None
         finally:
             await hub.stop()
         clock.now += 1.0
+
+
+async def test_a_session_opened_while_a_run_is_being_stored_gets_its_command_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member whose Hello arrives while RunPlan waits for the run to be on disk hears of
+    the run only after the write, and only once (from the fan-out)."""
+    settings = HubSettings(state_dir=tmp_path, heartbeat_interval=INTERVAL, grace=GRACE,
+                           fsync=False)
+    hub = Hub(settings, clock=Clock())
+    await hub.start()
+    try:
+        await hub.register(Identity(name="west"), Inventory())
+        writing, written = asyncio.Event(), asyncio.Event()
+        commit = hub.store.commit
+
+        async def slow_commit(*, changed: bool = True) -> None:
+            writing.set()
+            await written.wait()
+            await commit(changed=changed)
+
+        monkeypatch.setattr(hub.store, "commit", slow_commit)
+        planned = asyncio.create_task(hub.run_plan(PLAN, {}, 0, "xid"))
+        await writing.wait()
+        session = hub.open_session("west", [])
+        early = commands(session)
+        written.set()
+        run = await planned
+        assert early == [], "a command of a run not yet on disk was sent"
+        assert commands(session) == [f"{run.id}/west/start"]
+    finally:
+        written.set()
+        await hub.stop()
+
+
+def commands(session: Session) -> list[str]:
+    sent = []
+    while not session.outbox.empty():
+        message = session.outbox.get_nowait()
+        if message is not None and message.WhichOneof("kind") == "command":
+            sent.append(message.command.id)
+    return sent
