@@ -1,8 +1,10 @@
-"""A thousand simulated members against one in-process hub, over real gRPC on loopback: all
+"""Two hundred simulated members against one in-process hub, over real gRPC on loopback: all
 become Ready, and one fleet-wide run reaches every member, which each run it exactly once.
 
-Members, hub and fleet client share this test's event loop (and so one core); the bench
-(``python -m bench.hub``) measures the same with the hub in its own process and TLS.
+Members, hub and fleet client share this test's event loop (and so at most one core, shared
+with the other tests): a thousand of them here need more than that to keep up with their
+heartbeats on a busy machine, and then flap instead of testing the hub. A thousand members are
+the bench's (``python -m bench.hub``: the hub in its own process, TLS, the fan-out timed).
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from federation.client.member import MemberLink
 from federation.client.simulated import SimulatedMember
 from tests.federation.hubs import RunningHub, running_hub
 
-MEMBERS = 1000
+MEMBERS = 200
 HEARTBEAT, GRACE = 2.0, 10.0
 PLAN = json.dumps({"steps": [{"name": "xid", "target": {}, "fault": {"type": "GPUXid",
                                                                      "xid": 79}}]})
-#: Only guards against a hang: on an idle machine all are Ready in about 5 s and the run takes
-#: about 1 s, but this shares two cores with other tests (bench.hub measures the speed).
+#: Only guards against a hang: on an idle machine all are Ready in about a second and the run
+#: takes about 1 s, but this shares two cores with other tests (bench.hub measures the speed).
 READY_WITHIN, RUN_WITHIN = 180.0, 90.0
 
 
@@ -32,7 +34,7 @@ async def ready_count(hub: RunningHub) -> int:
                    for member in await fleet.list_clusters())
 
 
-async def test_a_thousand_members_become_ready_and_each_runs_a_fleet_plan_once(
+async def test_every_member_becomes_ready_and_runs_a_fleet_plan_exactly_once(
         tmp_path: Path) -> None:
     members = [SimulatedMember(f"m{index:04d}", run_seconds=0.5) for index in range(MEMBERS)]
     stop = asyncio.Event()
