@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 KUBERNETES_VERSION ?= v1.36.3
 
-.PHONY: setup binaries demo demo-multikueue chart test test-unit test-e2e lint generate verify bench clean
+.PHONY: setup binaries kwok demo demo-multikueue chart test test-unit test-e2e lint generate verify bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ setup: $(STAMP) binaries
 ## per-user cache (cached after once; a progress line at least every 15 s while Go builds)
 binaries: $(STAMP)
 	$(BIN)/fakefleet binaries --kubernetes-version $(KUBERNETES_VERSION)
+
+## kwok: build KWOK v0.8.0 (what the benchmarks and their smoke test run beside fakefleet's
+## engine) into the per-user cache, with progress, so that no test waits for its build
+kwok: $(STAMP)
+	$(BIN)/python -m bench.kwok
 
 ## demo: bring up the embedded host control plane, use it with kubectl, tear it down
 demo: setup
@@ -38,7 +43,7 @@ chart: setup
 
 ## test: unit tests and end-to-end tests on real control planes, two test files at a time (most
 ## of an e2e test's time is spent waiting for controllers and timers, not on the CPU)
-test: setup
+test: setup kwok
 	$(BIN)/pytest -n 2 --dist loadfile --durations=25 tests e2e
 
 test-unit: $(STAMP)
@@ -72,7 +77,7 @@ verify: $(STAMP)
 ## operator, DRA at 5000 nodes (slices published, 2000 claims allocated by the real scheduler),
 ## and the engine with usage metrics on (metrics-server scraping) against off at 5000 nodes,
 ## 10000 pods, 1000 GPU nodes
-bench: setup
+bench: setup kwok
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
 	$(BIN)/python -m bench.engines

@@ -675,7 +675,7 @@ def main() -> None:
     console = Console() if sys.stdout.isatty() else Console(width=200)
     binaries = binaries_.resolve()
     if "kwok" in engines:
-        kwok.kwok_binary()  # build (or find) it before any timing starts
+        kwok.kwok_binary(progress=console.print)  # built (or found) before any timing starts
     runs: dict[str, EngineRun] = {}
     with tempfile.TemporaryDirectory(prefix="fakefleet-bench-") as workdir:
         for engine in engines:

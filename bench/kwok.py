@@ -2,20 +2,21 @@
 per-user cache, configured with its fast node and pod stages and leases as kwokctl does.
 
 Nothing of KWOK is committed here: the binary is built by ``go install`` and the stage YAML is
-read from the module cache, where ``go mod download`` put it.
+read from the module cache, where ``go mod download`` put it. ``python -m bench.kwok`` builds it
+ahead (``make test`` and ``make bench`` do), so that no test or run waits for the build.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import tempfile
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from operators.controlplane.binaries import cache_root
 from operators.controlplane.errors import BuildError
+from operators.controlplane.tools import GoTool
 
 KWOK_MODULE = "sigs.k8s.io/kwok"
 KWOK_VERSION = "v0.8.0"
@@ -31,29 +32,16 @@ STAGES = (
 NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 
-def kwok_binary(version: str = KWOK_VERSION) -> Path:
-    """``$FAKEFLEET_KWOK``, else the cached build, else ``go install`` into the cache."""
-    explicit = os.environ.get("FAKEFLEET_KWOK")
-    if explicit:
-        return Path(explicit)
-    target = cache_root() / "kwok" / version / "kwok"
-    if target.is_file():
-        return target
-    go = shutil.which("go")
-    if go is None:
-        raise BuildError("building KWOK for the benchmark needs the Go toolchain on PATH "
-                         "(or FAKEFLEET_KWOK pointing at a kwok binary)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as staging:
-        env = {**os.environ, "GOBIN": staging, "CGO_ENABLED": "0"}
-        proc = subprocess.run(
-            [go, "install", "-trimpath", f"{KWOK_MODULE}/cmd/kwok@{version}"],
-            env=env, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise BuildError(f"go install {KWOK_MODULE}/cmd/kwok@{version} failed:\n"
-                             f"{proc.stderr[-2000:]}")
-        Path(staging, "kwok").rename(target)
-    return target
+def tool(version: str = KWOK_VERSION) -> GoTool:
+    return GoTool(name="kwok", title="KWOK", package=f"{KWOK_MODULE}/cmd/kwok",
+                  version=version, override="FAKEFLEET_KWOK")
+
+
+def kwok_binary(version: str = KWOK_VERSION, *,
+                progress: Callable[[str], None] = lambda _: None) -> Path:
+    """``$FAKEFLEET_KWOK``, else the cached build, else ``go install`` into the cache, with
+    a progress line at least every 15 s while it builds."""
+    return tool(version).ensure(progress=progress)
 
 
 def stage_config(version: str = KWOK_VERSION) -> str:
@@ -80,3 +68,7 @@ def kwok_argv(binary: Path, kubeconfig: Path, config: Path) -> list[str]:
         "--cidr=10.0.0.0/16",
         "-v=WARN",
     ]
+
+
+if __name__ == "__main__":
+    print(kwok_binary(progress=lambda line: print(line, file=sys.stderr, flush=True)))
