@@ -185,3 +185,16 @@ async def test_a_missing_program_is_refused_before_anything_starts(tmp_path: Pat
     with pytest.raises(FileNotFoundError, match="no-such-binary"):
         await child.start()
     assert child.pid is None
+
+
+async def test_a_crash_is_logged_with_the_last_words_of_the_child(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    dying = [sys.executable, "-c", "import sys; print('cannot bind 127.0.0.1:9443', "
+                                   "flush=True); sys.exit(1)"]
+    child = Supervised("dying", dying, log_path=tmp_path / "d.log", min_backoff=5.0)
+    await child.start()
+    try:
+        await _eventually(lambda: "exited with code 1" in caplog.text)
+        assert "cannot bind 127.0.0.1:9443" in caplog.text
+    finally:
+        await child.stop()

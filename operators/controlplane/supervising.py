@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 #: The program each child execs first; isolated (-I -S): it needs the standard library only.
 ORPHANING = Path(__file__).with_name("orphaning.py")
+#: How much of a crashed child's log its supervisor's log repeats (lines, then characters).
+CRASH_LINES, CRASH_CHARS = 5, 2000
 
 
 def tail(path: Path, lines: int = 25) -> str:
@@ -147,7 +149,9 @@ class Supervised:
             code = await self._process.wait()
             if self._stopping:
                 return
-            logger.warning("%s exited with code %s; restarting in %.1fs", self.name, code, backoff)
+            last_words = tail(self.log_path, CRASH_LINES)[-CRASH_CHARS:]
+            logger.warning("%s exited with code %s; restarting in %.1fs; its log ends:\n%s",
+                           self.name, code, backoff, last_words)
             if self._on_exit is not None:
                 self._on_exit(self, code)
             if time.monotonic() - self._started_at > self._stable_after:
