@@ -44,12 +44,14 @@ chart: setup
 ## test: unit tests and end-to-end tests on real control planes, two test files at a time (most
 ## of an e2e test's time is spent waiting for controllers and timers, not on the CPU)
 test: setup kwok
+	hack/inotify.sh 1024
 	$(BIN)/pytest -n 2 --dist loadfile --durations=25 tests e2e
 
 test-unit: $(STAMP)
 	$(BIN)/pytest tests
 
-test-e2e: setup
+test-e2e: setup kwok
+	hack/inotify.sh 1024
 	$(BIN)/pytest e2e
 
 ## lint: ruff, mypy --strict on the packages, import-linter contracts

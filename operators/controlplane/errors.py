@@ -4,6 +4,7 @@
     ├── BinaryError          a binary is missing, not executable, or cannot be built
     │   └── BuildError       the Go toolchain is missing, the version is unknown, a build failed
     ├── AddonError           an add-on (Kueue) cannot be set up on a member
+    ├── LimitError           a kernel limit (inotify instances) would be exceeded by a start
     ├── PortInUseError       a requested loopback port is taken
     ├── StartupError         a component did not become healthy in time (carries its log tail)
     └── StateError           a state directory is absent, locked or inconsistent
@@ -29,6 +30,11 @@ class BuildError(BinaryError):
 
 class AddonError(ControlPlaneError):
     """An add-on cannot be set up: its manifests, files or certificates are not usable."""
+
+
+class LimitError(ControlPlaneError):
+    """Starting a component now would exceed a limit of the kernel; the message says which and
+    how to raise it. It may pass later, once other clusters are gone."""
 
 
 class PortInUseError(ControlPlaneError):

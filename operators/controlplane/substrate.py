@@ -17,6 +17,7 @@ says which requests they trace).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -42,6 +43,7 @@ from operators.controlplane.etcd import (
     write_ports,
 )
 from operators.controlplane.files import private_directory, write_private
+from operators.controlplane.limits import check_inotify
 from operators.controlplane.pki import (
     CLIENTS,
     ClusterPKI,
@@ -213,6 +215,9 @@ class Substrate:
         if name in self.clusters:
             return self.clusters[name]
         options = options or ClusterOptions()
+        await asyncio.to_thread(check_inotify, f"the control plane of cluster {name!r}", [
+            "kube-apiserver", *(["kube-scheduler"] if options.scheduler else []),
+            *(["kube-controller-manager"] if options.controller_manager else [])])
         state = StateDir(self.state_dir)
         directory = state.cluster(name)
         directory.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ from operators.controlplane import health, kubeconfigs
 from operators.controlplane.errors import AddonError, ControlPlaneError
 from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.kueue import KUEUE_VERSION, building, rendering, source
+from operators.controlplane.limits import check_inotify
 from operators.controlplane.pki import ensure_kueue_pki, ensure_serving_pair
 from operators.controlplane.ports import free_port
 from operators.controlplane.state import ComponentState, KueueFiles, StateDir
@@ -142,6 +143,7 @@ async def _start(runtime: Runtime, cluster: FakeCluster, key: str) -> None:
     binary = building.find()
     if binary is None:
         raise AddonError("the Kueue binary is not in the cache: it is being built")
+    await asyncio.to_thread(check_inotify, f"Kueue on {key}", ["kueue"])
     manifests = await _manifests(runtime)
     files = _files(runtime, key)
     private_directory(files.directory)

@@ -20,6 +20,7 @@ from operators.api.clusters import FakeCluster
 from operators.controlplane import health, kubeconfigs
 from operators.controlplane.errors import AddonError, ControlPlaneError
 from operators.controlplane.files import private_directory, write_private
+from operators.controlplane.limits import check_inotify
 from operators.controlplane.metricsserver import building, rendering
 from operators.controlplane.pki import ensure_addon_pki
 from operators.controlplane.ports import free_port
@@ -123,6 +124,7 @@ async def _start(runtime: Runtime, cluster: FakeCluster, key: str) -> None:
     binary = building.find()
     if binary is None:
         raise AddonError("the metrics-server binary is not in the cache: it is being built")
+    await asyncio.to_thread(check_inotify, f"metrics-server on {key}", ["metrics-server"])
     spec = cluster.spec.metrics_server
     assert spec is not None, "plan() starts metrics-server only when it is wanted"
     manifests = await _manifests(runtime)
