@@ -3,6 +3,7 @@ containers and departures of pods, GPUs held and freed."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -106,3 +107,22 @@ def test_gpus_are_held_where_they_were_first_given_and_freed_when_the_pod_ends()
     assert [s.holder.pod if s.holder else None for s in samples] == [
         "c", "c", "c", "b", "b", "c", None, None]
     assert [s.utilization for s in samples[:4]] == [0, 0, 0, 90], "busy only while running"
+
+
+def test_rates_over_a_scrape_window_are_the_profile_s_exactly() -> None:
+    """metrics-server divides a counter's increase by the window: at today's epoch a float
+    difference of times is off by fractions of a microsecond, which made 350m read 350000005n
+    (and kubectl top, rounding up, 351m). Counters are computed to the stamped millisecond."""
+    usage = book()
+    pod = facts("web", **{"fakefleet.dev/usage-cpu": "250m"})
+    started = T0 + 23.417  # a pod that started at a fraction of a second
+    usage.seen(pod, running(started), started)
+    scrapes = [T0 + 152.038 + 10.003 * i + 0.0007 * i * i for i in range(8)]
+    samples = [usage.node_sample("gpu-0", at) for at in scrapes]
+    for first, second in itertools.pairwise(samples):
+        window = (second.timestamp - first.timestamp) / 1000
+        node = (second.cpu_seconds - first.cpu_seconds) / window
+        (before,), (after,) = first.pods, second.pods
+        pod_rate = (after.containers[0].cpu_seconds - before.containers[0].cpu_seconds) / window
+        assert round(node * 1e9) == 750_000_000, "the node's 500m and its pod's 250m"
+        assert round(pod_rate * 1e9) == 250_000_000

@@ -107,8 +107,20 @@ class Meter:
         if started is None:
             return 0.0
         if started != self.since:  # no carry for this container
-            return profile.integral(0.0, now - started)
-        return self.base + profile.integral(self.anchor - started, now - started)
+            return profile.integral(0.0, elapsed(now, started))
+        return self.base + profile.integral(elapsed(self.anchor, started), elapsed(now, started))
+
+
+def elapsed(now: float, since: float) -> float:
+    """Seconds from ``since`` to ``now``, both seconds since the epoch, to the millisecond.
+
+    A float near today's epoch (1.8e9) resolves about 0.24 µs, so a plain difference is off by
+    that much, differently at every scrape: metrics-server's rates then came out a few
+    nanocores above or below the profile (350000005n), and kubectl top, rounding up, showed
+    351m for 350m. Samples are stamped in whole milliseconds; to the millisecond, every
+    counter's increase over a window is the profile's exact integral.
+    """
+    return round((now - since) * 1000) / 1000
 
 
 def _started(life: PodLife) -> float | None:
@@ -226,7 +238,7 @@ class UsageBook:
         now = at / 1000  # what each counter is computed for is the time it is stamped with
         defaults = self.defaults(node)
         created = self._created(node)
-        uptime = now - parse(created) if created else 0.0
+        uptime = elapsed(now, parse(created)) if created else 0.0
         cpu = defaults.node_cpu.integral(0.0, uptime) + self._retired.get(node, 0.0)
         memory = defaults.node_memory.at(uptime)
         pods: list[PodSample] = []
@@ -244,7 +256,7 @@ class UsageBook:
             return None
         facts = meter.facts
         cpu = meter.cpu_seconds(now, meter.cpu or defaults.cpu)
-        memory = (meter.memory or defaults.memory).at(now - started)
+        memory = (meter.memory or defaults.memory).at(elapsed(now, started))
         resources = facts.resources
         cpu_shares = _shares([r.cpu for r in resources])
         memory_shares = _shares([r.memory for r in resources])
@@ -275,7 +287,7 @@ class UsageBook:
                 sample = dataclasses.replace(sample, holder=Holder(
                     meter.facts.namespace, meter.facts.name, container))
                 if meter.started is not None:
-                    running = now - meter.started
+                    running = elapsed(now, meter.started)
                     sample = dataclasses.replace(
                         sample,
                         utilization=(meter.gpu_util or defaults.gpu_util).at(running),
