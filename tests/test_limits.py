@@ -30,6 +30,7 @@ def test_instances_are_counted_over_every_process(tmp_path: Path) -> None:
         12: ["anon_inode:[eventpoll]", "anon_inode:inotify"],
     })
     assert limits.inotify_instances(proc) == 3
+    assert limits.inotify_instances(proc, user=os.geteuid() + 1) == 0, "another user's"
 
 
 def test_an_instance_opened_here_is_counted() -> None:

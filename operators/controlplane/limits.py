@@ -31,12 +31,15 @@ PER_MEMBER = sum(INOTIFY_INSTANCES.values())
 SUGGESTED = 1024
 
 
-def inotify_instances(proc: Path = Path("/proc")) -> int:
-    """How many inotify instances this user's processes hold (those this process may look at:
-    its user's own, or all for root)."""
+def inotify_instances(proc: Path = Path("/proc"), *, user: int | None = None) -> int:
+    """How many inotify instances the processes of ``user`` (default: this one's effective
+    user, whom the kernel charges) hold."""
+    user = os.geteuid() if user is None else user
     count = 0
     for fds in proc.glob("[0-9]*/fd"):
         try:
+            if fds.parent.stat().st_uid != user:  # /proc/PID belongs to its effective user
+                continue
             for fd in os.scandir(fds):
                 try:
                     if os.readlink(fd.path) == "anon_inode:inotify":
