@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds an idle connection stays open (a scrape round takes up to 4 s).
 KEEPALIVE = 5.0
+#: Connections the kernel completes before the engine accepts them: metrics-server opens one
+#: per node each round (5000 nodes every 15 s), faster than one Python loop accepts in bursts.
 BACKLOG = 4096
 DEVICE = b"lo"
 #: How long a port in use is tried again (s), and how often.
@@ -102,7 +104,10 @@ class KubeletServer:
         await runner.setup()
         sock = await self._listen()
         try:
-            await web.SockSite(runner, sock).start()
+            # SockSite listens again on start, with its own backlog (128 unless told): a
+            # scrape round of thousands of nodes overflowed that, and each dropped SYN cost
+            # its scrape a second or more.
+            await web.SockSite(runner, sock, backlog=BACKLOG).start()
         except BaseException:
             sock.close()
             await runner.cleanup()
