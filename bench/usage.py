@@ -82,7 +82,14 @@ class Run:
     rss_mib: float | None = None
     peak_rss_mib: float | None = None
     window_cpu_seconds: float | None = None
+    #: How long the window lasted: the latency samples wait for each answer, so a slow engine
+    #: stretches it past ``--window``.
+    window_seconds: float | None = None
     metrics_server_rss_mib: float | None = None
+    #: metrics-server's "Failed to scrape node" lines during the window (refused, reset or
+    #: timed-out connections to the fake kubelets), and its scrape rounds in that time.
+    scrape_failures: int | None = None
+    scrape_rounds: float | None = None
     node_scrape: Latency | None = None
     dcgm_scrape: Latency | None = None
     error: str = ""
@@ -143,6 +150,8 @@ class Bench:
             result.setup_seconds = time.monotonic() - started
             scraper = await self._start_metrics_server() if self.mode == "on" else None
             _, _, cpu_before = process_usage(engine.pid)
+            window_started = time.monotonic()
+            failures_before = self._scrape_failures()
             window = self.args.window
             if self.mode == "on":
                 async with aiohttp.ClientSession() as http:
@@ -156,8 +165,11 @@ class Bench:
                 await asyncio.sleep(window)
             result.rss_mib, result.peak_rss_mib, cpu_after = process_usage(engine.pid)
             result.window_cpu_seconds = cpu_after - cpu_before
+            result.window_seconds = time.monotonic() - window_started
             if scraper is not None:
                 result.metrics_server_rss_mib = process_usage(scraper.pid)[0]
+                result.scrape_failures = self._scrape_failures() - failures_before
+                result.scrape_rounds = result.window_seconds / self.args.resolution
         finally:
             await nodes.stop()
             await pods.stop()
@@ -169,6 +181,13 @@ class Bench:
             await self.client.close()
             await self.watcher.close()
         return result
+
+    def _scrape_failures(self) -> int:
+        log = self.workdir / "metrics-server.log"
+        if not log.exists():
+            return 0
+        with log.open("rb") as lines:
+            return sum(1 for line in lines if b"Failed to scrape node" in line)
 
     async def _spawn(self, name: str, argv: list[str]) -> asyncio.subprocess.Process:
         with (self.workdir / f"{name}.log").open("wb") as log:
@@ -256,7 +275,15 @@ def report(runs: dict[str, Run], console: Console, args: argparse.Namespace) -> 
         ("engine peak RSS (MiB)", [cell(r.peak_rss_mib) for r in runs.values()]),
         ("engine CPU in the window (s)", [cell(r.window_cpu_seconds, "{:.1f}")
                                           for r in runs.values()]),
+        ("window (s) / engine CPU (cores)", [
+            f"{r.window_seconds:.0f} / {r.window_cpu_seconds / r.window_seconds:.2f}"
+            if r.window_seconds and r.window_cpu_seconds is not None else "-"
+            for r in runs.values()]),
         ("metrics-server RSS (MiB)", [cell(r.metrics_server_rss_mib) for r in runs.values()]),
+        ("failed node scrapes / rounds", [
+            f"{r.scrape_failures} / {r.scrape_rounds:.1f}"
+            if r.scrape_failures is not None and r.scrape_rounds is not None else "-"
+            for r in runs.values()]),
     ]
     for label, attribute in (("one node's /metrics/resource", "node_scrape"),
                              ("the DCGM endpoint", "dcgm_scrape")):
