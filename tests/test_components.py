@@ -108,3 +108,12 @@ def test_member_api_servers_run_the_aggregation_layer(tmp_path: Path) -> None:
         Path("kcm"), kubeconfig=Path("k"), port=1, pki=ClusterPKI(tmp_path / "pki"),
         profile=components.Profile.DEFAULT)
     assert "--horizontal-pod-autoscaler-sync-period=5s" in manager
+
+
+def test_the_health_probe_context_verifies_nothing_and_loads_no_ca() -> None:
+    from operators.controlplane.health import insecure_tls
+
+    context = insecure_tls()
+    assert context.verify_mode.name == "CERT_NONE"
+    assert not context.check_hostname
+    assert context.get_ca_certs() == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 from pathlib import Path
 
 import pytest
@@ -84,7 +85,34 @@ def test_paths_resolve_against_the_kubeconfig_and_token_files_are_read(tmp_path:
     assert access.ca == (tmp_path / "pki" / "ca.crt").read_bytes()
     assert access.client_key == (tmp_path / "pki" / "admin.key").read_bytes()
     assert access.bearer_token() == "s3cret"
-    access.tls()  # the certificate and key load into a TLS context
+    context = access.tls()  # the certificate and key load into a TLS context
+    # The kubeconfig's CA alone is trusted, as kubectl trusts it: not the system's CAs too.
+    assert [ca["subject"] for ca in context.get_ca_certs()] == [
+        ca["subject"] for ca in _ca_context(access.ca).get_ca_certs()]
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert context.check_hostname
+
+
+def _ca_context(ca: bytes | None) -> ssl.SSLContext:
+    assert ca is not None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(cadata=ca.decode())
+    return context
+
+
+def test_an_insecure_kubeconfig_verifies_nothing_and_loads_no_ca() -> None:
+    access = load_kubeconfig("""
+apiVersion: v1
+kind: Config
+current-context: c
+contexts: [{name: c, context: {cluster: k, user: u}}]
+clusters: [{name: k, cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+""")
+    context = access.tls()
+    assert context.verify_mode == ssl.CERT_NONE
+    assert not context.check_hostname
+    assert context.get_ca_certs() == []
 
 
 def test_exec_plugin_supplies_the_token(tmp_path: Path) -> None:
