@@ -87,9 +87,8 @@ class Run:
     window_seconds: float | None = None
     metrics_server_rss_mib: float | None = None
     #: metrics-server's "Failed to scrape node" lines during the window (refused, reset or
-    #: timed-out connections to the fake kubelets), and its scrape rounds in that time.
+    #: timed-out connections to the fake kubelets).
     scrape_failures: int | None = None
-    scrape_rounds: float | None = None
     node_scrape: Latency | None = None
     dcgm_scrape: Latency | None = None
     error: str = ""
@@ -169,7 +168,6 @@ class Bench:
             if scraper is not None:
                 result.metrics_server_rss_mib = process_usage(scraper.pid)[0]
                 result.scrape_failures = self._scrape_failures() - failures_before
-                result.scrape_rounds = result.window_seconds / self.args.resolution
         finally:
             await nodes.stop()
             await pods.stop()
@@ -281,8 +279,8 @@ def report(runs: dict[str, Run], console: Console, args: argparse.Namespace) -> 
             for r in runs.values()]),
         ("metrics-server RSS (MiB)", [cell(r.metrics_server_rss_mib) for r in runs.values()]),
         ("failed node scrapes / rounds", [
-            f"{r.scrape_failures} / {r.scrape_rounds:.1f}"
-            if r.scrape_failures is not None and r.scrape_rounds is not None else "-"
+            f"{r.scrape_failures} / {r.window_seconds / args.resolution:.1f}"
+            if r.scrape_failures is not None and r.window_seconds else "-"
             for r in runs.values()]),
     ]
     for label, attribute in (("one node's /metrics/resource", "node_scrape"),
