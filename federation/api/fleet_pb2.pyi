@@ -1028,6 +1028,7 @@ class WorkloadJob(_message.Message):
     RUNNING_AT_FIELD_NUMBER: _builtins.int
     FINISHED_AT_FIELD_NUMBER: _builtins.int
     RUN_SECONDS_FIELD_NUMBER: _builtins.int
+    RELEASED_AT_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     name: _builtins.str
     cluster: _builtins.str
@@ -1046,6 +1047,12 @@ class WorkloadJob(_message.Message):
     def running_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def finished_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def released_at(self) -> _timestamp_pb2.Timestamp:
+        """When its pods ended where it ran, if that was before finished_at (a manager's worker
+        finished its copy before the manager marked the Job finished).
+        """
+
     def __init__(
         self,
         *,
@@ -1061,10 +1068,11 @@ class WorkloadJob(_message.Message):
         running_at: _timestamp_pb2.Timestamp | None = ...,
         finished_at: _timestamp_pb2.Timestamp | None = ...,
         run_seconds: _builtins.float = ...,
+        released_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["admitted_at", b"admitted_at", "arrive_at", b"arrive_at", "finished_at", b"finished_at", "running_at", b"running_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admitted_at", b"admitted_at", "arrive_at", b"arrive_at", "finished_at", b"finished_at", "released_at", b"released_at", "running_at", b"running_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted_at", b"admitted_at", "arrive_at", b"arrive_at", "attempt", b"attempt", "cluster", b"cluster", "finished_at", b"finished_at", "index", b"index", "message", b"message", "name", b"name", "placed_on", b"placed_on", "run_seconds", b"run_seconds", "running_at", b"running_at", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted_at", b"admitted_at", "arrive_at", b"arrive_at", "attempt", b"attempt", "cluster", b"cluster", "finished_at", b"finished_at", "index", b"index", "message", b"message", "name", b"name", "placed_on", b"placed_on", "released_at", b"released_at", "run_seconds", b"run_seconds", "running_at", b"running_at", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -327,6 +327,7 @@ class JobProgress(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _builtins.int
     PLACED_ON_FIELD_NUMBER: _builtins.int
     REDISPATCHED_FIELD_NUMBER: _builtins.int
+    RELEASED_AT_FIELD_NUMBER: _builtins.int
     placed_on: _builtins.str
     """The cluster whose nodes run it when a scheduler in the member sent it elsewhere (the
     MultiKueue worker Kueue chose); empty: this cluster.
@@ -339,15 +340,27 @@ class JobProgress(_message.Message):
 
     @_builtins.property
     def admitted_at(self) -> _timestamp_pb2.Timestamp:
-        """When it was let run: its status.startTime (with Kueue, when Kueue admitted it)."""
+        """When it was let run: its status.startTime, or with Kueue, its Workload's Admitted
+        condition, whichever showed first.
+        """
 
     @_builtins.property
     def running_at(self) -> _timestamp_pb2.Timestamp:
-        """When all its pods were ready at once (first seen)."""
+        """When all its pods were ready at once (first seen; for a Job placed on another
+        cluster, its copy's pods there).
+        """
 
     @_builtins.property
     def finished_at(self) -> _timestamp_pb2.Timestamp:
         """When it completed or failed."""
+
+    @_builtins.property
+    def released_at(self) -> _timestamp_pb2.Timestamp:
+        """When its pods ended on the cluster it was placed on (placed_on's copy of the Job
+        completed or failed), which may be well before the Job here is marked finished (a
+        MultiKueue manager copies its worker's Job status when it gets to it). From then on its
+        GPUs are free, whatever the Job here says.
+        """
 
     def __init__(
         self,
@@ -358,10 +371,11 @@ class JobProgress(_message.Message):
         finished_at: _timestamp_pb2.Timestamp | None = ...,
         placed_on: _builtins.str = ...,
         redispatched: _builtins.int = ...,
+        released_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["admitted_at", b"admitted_at", "created_at", b"created_at", "finished_at", b"finished_at", "running_at", b"running_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admitted_at", b"admitted_at", "created_at", b"created_at", "finished_at", b"finished_at", "released_at", b"released_at", "running_at", b"running_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted_at", b"admitted_at", "created_at", b"created_at", "finished_at", b"finished_at", "placed_on", b"placed_on", "redispatched", b"redispatched", "running_at", b"running_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted_at", b"admitted_at", "created_at", b"created_at", "finished_at", b"finished_at", "placed_on", b"placed_on", "redispatched", b"redispatched", "released_at", b"released_at", "running_at", b"running_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

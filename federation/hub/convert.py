@@ -211,7 +211,8 @@ def progress(message: member_pb2.CommandResult) -> wl.Progress:
         outcome=_PROGRESS[message.phase],  # type: ignore[arg-type]
         created_at=seconds(job.created_at), admitted_at=seconds(job.admitted_at),
         running_at=seconds(job.running_at), finished_at=seconds(job.finished_at),
-        placed_on=job.placed_on, redispatched=job.redispatched, message=message.message)
+        released_at=seconds(job.released_at), placed_on=job.placed_on,
+        redispatched=job.redispatched, message=message.message)
 
 
 def job_command_message(workload: wl.Workload, job: wl.JobRecord) -> member_pb2.HubMessage:
@@ -270,6 +271,7 @@ def workload_message(workload: wl.Workload, now: float, *,
             cluster=job.cluster, placed_on=job.placed_on, attempt=job.attempt,
             state=job.state.value, message=job.message, arrive_at=timestamp(job.arrive_at),
             admitted_at=timestamp(job.admitted_at), running_at=timestamp(job.running_at),
-            finished_at=timestamp(job.finished_at), run_seconds=job.run_seconds)
+            finished_at=timestamp(job.finished_at), run_seconds=job.run_seconds,
+            released_at=timestamp(job.released_at))
             for job in workload.jobs)
     return message

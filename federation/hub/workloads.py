@@ -112,6 +112,8 @@ class Progress:
     admitted_at: float = 0.0
     running_at: float = 0.0
     finished_at: float = 0.0
+    #: When its pods ended on the cluster it was placed on, before it is marked finished.
+    released_at: float = 0.0
     placed_on: str = ""
     redispatched: int = 0
     message: str = ""
@@ -132,6 +134,9 @@ class JobRecord:
     admitted_at: float = 0.0
     running_at: float = 0.0
     finished_at: float = 0.0
+    #: When its pods ended where a scheduler in the member placed it (a MultiKueue worker),
+    #: which the Job the hub sent shows later: its GPUs are free from then on.
+    released_at: float = 0.0
     #: Dispatched again: by the hub after failed attempts, plus what the member's scheduler
     #: reported (a MultiKueue re-dispatch).
     redispatches: int = 0
@@ -334,7 +339,7 @@ class Workload:
 
     def gpus_running(self) -> int:
         return sum(self.settings.gpus_per_job for job in self.jobs
-                   if job.state is JobState.RUNNING)
+                   if job.state is JobState.RUNNING and not job.released_at)
 
     # -- transitions: each returns whether anything changed ----------------------------------
 
@@ -379,6 +384,7 @@ class Workload:
         job.created_at = progress.created_at or job.created_at or now
         job.admitted_at = progress.admitted_at or job.admitted_at
         job.running_at = progress.running_at or job.running_at
+        job.released_at = progress.released_at
         job.placed_on = progress.placed_on or job.placed_on
         job.member_redispatches = max(job.member_redispatches, progress.redispatched)
         job.message = progress.message
@@ -424,6 +430,7 @@ class Workload:
             job.redispatches += 1
             job.state, job.cluster, job.placed_on = JobState.WAITING, "", ""
             job.sent_at = job.created_at = job.admitted_at = job.running_at = 0.0
+            job.released_at = 0.0
             job.traceparent = ""  # the next attempt is a new command
             job.message = f"attempt {job.attempt - 1} failed: {message}"
             return

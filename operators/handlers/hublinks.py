@@ -24,6 +24,7 @@ from federation.client import tokens
 from federation.client.channels import HubAddress
 from federation.client.discovery import HubFiles, local_credentials
 from federation.client.member import MemberLink, deregister
+from operators.api.base import API_VERSION
 from operators.api.clusters import CA_KEY, TOKEN_KEY, FakeCluster
 from operators.handlers.clusters import member_access
 from operators.handlers.runtime import Runtime
@@ -123,13 +124,33 @@ async def _link(runtime: Runtime, body: kopf.Body, key: str, found: Target,
         members.append(Client.connect(access, connections=2, timeout=30))
         return members[0]
 
+    workers: dict[str, Client] = {}
+
+    async def worker_client(worker: str) -> Client | None:
+        """The FakeCluster ``worker`` beside this one: MultiKueue names its workers after
+        them (its MultiKueueClusters are made from ``spec.addons.kueue.multiKueue.workers``)."""
+        if worker not in workers:
+            try:
+                raw = await runtime.host.get(
+                    f"/apis/{API_VERSION}/namespaces/{namespace}/fakeclusters/{worker}")
+            except K8sError as error:  # asked again later
+                logger.debug("hub link of %s: worker %s: %s", key, worker, error)
+                return None
+            access = member_access(runtime, FakeCluster.model_validate(raw),
+                                   cluster_key(namespace, worker))
+            if access is None:
+                return None
+            workers[worker] = Client.connect(access, connections=2, timeout=30)
+        return workers[worker]
+
     def on_state(up: bool, message: str) -> None:
         runtime.hub_links[key] = HubState(up, "Connected" if up else "Disconnected", message)
 
     runtime.hub_links[key] = HubState(False, "Connecting", f"connecting to {found.hub.address}")
     member = HostMember(runtime.host, namespace, name, host_id=host_id(runtime, namespace),
                         annotations=lambda: body.get("metadata", {}).get("annotations") or {},
-                        member_client=member_client, on_state=on_state)
+                        member_client=member_client, worker_client=worker_client,
+                        on_state=on_state)
     link = MemberLink(found.hub, found.token, member, name)
     member.report = link.report
     stop = asyncio.Event()
@@ -148,7 +169,7 @@ async def _link(runtime: Runtime, body: kopf.Body, key: str, found: Target,
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for client in members:
+        for client in [*members, *workers.values()]:
             await client.close()
 
 

@@ -12,8 +12,16 @@ The Job carries the trace context of the member's execution of its command
 workload's trace.
 
 Steps: created (the object exists), admitted (``status.startTime`` is set: the Job controller
-let it start, which with Kueue is when Kueue admitted it), running (``status.ready`` equals the
-gang: every pod ready at once), finished (condition Complete or Failed).
+let it start; or, with Kueue, its Workload's ``Admitted`` condition, whichever shows first),
+running (``status.ready`` equals the gang: every pod ready at once), finished (condition
+Complete or Failed).
+
+A Job that a MultiKueue manager sent to a worker runs as a copy there, and the manager's Job
+shows the copy's status only once the manager's Kueue copies it over, which under load came
+minutes late (1000 Jobs over 3 workers: the manager's Jobs showed their pods running only when
+they were done). So for such a Job the manager's Workload tells admitted and the worker chosen,
+and the worker's copy tells running and released (its pods ended, their GPUs free again; the
+manager's Job is marked finished when Kueue syncs it).
 """
 
 from __future__ import annotations
@@ -89,6 +97,9 @@ class Seen:
     admitted: float = 0.0
     running: float = 0.0
     finished: float = 0.0
+    #: When its pods ended where they ran (the worker's copy finished; 0 for a Job that ran
+    #: here, whose end is ``finished``).
+    released: float = 0.0
     placed_on: str = ""
     clusters: tuple[str, ...] = ()
 
@@ -124,9 +135,38 @@ def observe(job: Mapping[str, Any], seen: Seen, now: float, *, live: bool) -> No
         seen.running = seen.running or seen.finished  # too quick to see: as long as it took
 
 
+def observe_workload(workload: Mapping[str, Any], seen: Seen, now: float, *,
+                     live: bool) -> None:
+    """Stamp admission from the Job's Kueue Workload (condition ``Admitted``: with MultiKueue,
+    once a worker reserved quota for it) and take the worker it names."""
+    place(seen, str((workload.get("status") or {}).get("clusterName") or ""))
+    admitted = _condition(workload, "Admitted")
+    if not seen.admitted and admitted is not None:
+        seen.admitted = now if live else (api_time(admitted.get("lastTransitionTime")) or now)
+
+
+def observe_copy(copy: Mapping[str, Any], seen: Seen, now: float, *, live: bool) -> None:
+    """Stamp running and released from the copy of the Job in the worker it was placed on."""
+    status = copy.get("status") or {}
+    gang = int((copy.get("spec") or {}).get("parallelism") or 1)
+    if not seen.running and int(status.get("ready") or 0) >= gang:
+        seen.running = now if live else (api_time(status.get("startTime")) or now)
+    finished = _condition(copy, "Complete") or _condition(copy, "Failed")
+    if not seen.released and finished is not None:
+        seen.released = now if live else (api_time(status.get("completionTime")
+                                                   or finished.get("lastTransitionTime"))
+                                          or now)
+        seen.running = seen.running or seen.released  # too quick to see: as long as it took
+
+
 def place(seen: Seen, cluster: str) -> None:
-    """The cluster a scheduler in the member put the Job on (its latest, counting changes)."""
+    """The cluster a scheduler in the member put the Job on (its latest, counting changes).
+    A move forgets what the copy on the cluster before showed: the Job starts over there."""
     if cluster and cluster != seen.placed_on:
+        if seen.placed_on:
+            seen.released = 0.0
+            if not seen.finished:
+                seen.running = 0.0
         seen.placed_on = cluster
         if cluster not in seen.clusters:
             seen.clusters = (*seen.clusters, cluster)
@@ -152,7 +192,8 @@ def result(job: Mapping[str, Any], seen: Seen) -> member_pb2.CommandResult | Non
         object=f"Job {metadata.get('namespace', '')}/{metadata.get('name', '')}")
     progress = out.job
     for field, value in (("created_at", seen.created), ("admitted_at", seen.admitted),
-                         ("running_at", seen.running), ("finished_at", seen.finished)):
+                         ("running_at", seen.running), ("finished_at", seen.finished),
+                         ("released_at", seen.released)):
         if value:
             getattr(progress, field).FromNanoseconds(int(value * 1e9))
     progress.placed_on = seen.placed_on

@@ -23,8 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from federation.api import common_pb2, member_pb2
@@ -59,16 +58,24 @@ OBSERVE_EVERY = 1.0
 POOLS_EVERY = 5.0
 #: How often the member's pods are counted by phase (a list of every pod) (s).
 PODS_EVERY = 30.0
-#: How often Kueue's Workloads are read for the cluster MultiKueue chose, while queued Jobs run.
-KUEUE_EVERY = 2.0
+#: Kueue's Workloads, newest version first: watched (for admission and the worker MultiKueue
+#: chose) once a queued Job exists; looked for again this often while Kueue serves neither (s).
 KUEUE_WORKLOADS = ("/apis/kueue.x-k8s.io/v1beta2/workloads",
                    "/apis/kueue.x-k8s.io/v1beta1/workloads")
+KUEUE_RETRY = 10.0
+#: How often a worker with no client yet (its FakeCluster not up) is asked for again (s).
+WORKER_RETRY = 5.0
+
+
+async def _no_workers(name: str) -> Client | None:
+    return None
 
 
 class HostMember:
     def __init__(self, host: Client, namespace: str, name: str, *, host_id: str,
                  annotations: Callable[[], Mapping[str, str]],
                  member_client: Callable[[], Client | None] = lambda: None,
+                 worker_client: Callable[[str], Awaitable[Client | None]] = _no_workers,
                  on_state: Callable[[bool, str], None] = lambda up, message: None,
                  clock: Clock = SYSTEM_CLOCK) -> None:
         self.host = host
@@ -77,6 +84,8 @@ class HostMember:
         self.host_id = host_id
         self._annotations = annotations
         self._member_client = member_client
+        #: A client of the FakeCluster of that name beside this one (a MultiKueue worker).
+        self._worker_client = worker_client
         self._on_state = on_state
         self.clock = clock
         #: Where results go (the link's report, once it exists).
@@ -92,6 +101,10 @@ class HostMember:
         self._jobs: dict[str, dict[str, Any]] = {}
         self._seen: dict[str, jobs.Seen] = {}
         self._jobs_synced = False
+        #: Kueue's Workloads of those Jobs, by the Job's uid (they may show before the Job),
+        #: and the Jobs' commands by uid.
+        self._workloads: dict[str, dict[str, Any]] = {}
+        self._commands: dict[str, str] = {}
 
     @property
     def _plans(self) -> str:
@@ -247,24 +260,33 @@ class HostMember:
 
     async def observe(self, stop_flag: asyncio.Event) -> None:
         """Report results as the FaultPlans and workload Jobs change; keep the inventory
-        fresh."""
-        pools_at = pods_at = kueue_at = 0.0
-        watcher: asyncio.Task[None] | None = None
+        fresh. Watches: the member's workload Jobs; once a queued Job exists, Kueue's Workloads;
+        and in each worker a scheduler placed Jobs on, their copies."""
+        pools_at = pods_at = 0.0
+        watchers: dict[str, asyncio.Task[None]] = {}
+        worker_at: dict[str, float] = {}
         watched: Client | None = None
         try:
             while not stop_flag.is_set():
                 client = self._member_client()
                 if client is not watched:  # a (new) API server: watch its Jobs
-                    if watcher is not None:
-                        watcher.cancel()
+                    await _cancel(watchers.pop(JOBS, None), watchers.pop(KUEUE, None))
                     self._jobs_synced = False
                     watched = client
-                    watcher = None if client is None else asyncio.create_task(
-                        self._watch_jobs(client), name=f"hublink-jobs-{self.name}")
-                now = time.monotonic()
-                if client is not None and now >= kueue_at and self._queued_jobs_running():
-                    kueue_at = now + KUEUE_EVERY
-                    await self._read_kueue_placements(client)
+                    if client is not None:
+                        watchers[JOBS] = asyncio.create_task(
+                            self._watch_jobs(client), name=f"hublink-jobs-{self.name}")
+                if client is not None and KUEUE not in watchers and self._queued_jobs():
+                    watchers[KUEUE] = asyncio.create_task(
+                        self._watch_workloads(client), name=f"hublink-kueue-{self.name}")
+                now = self.clock.now()
+                for worker in self._workers():
+                    if WORKER + worker not in watchers and now >= worker_at.get(worker, 0.0):
+                        worker_at[worker] = now + WORKER_RETRY
+                        if (worker_api := await self._worker_client(worker)) is not None:
+                            watchers[WORKER + worker] = asyncio.create_task(
+                                self._watch_copies(worker, worker_api),
+                                name=f"hublink-copies-{self.name}-{worker}")
                 try:
                     await self._report_changes()
                     if now >= pods_at:
@@ -278,9 +300,7 @@ class HostMember:
                                    self.name, error)
                 await self.clock.wait(stop_flag, OBSERVE_EVERY)
         finally:
-            if watcher is not None:
-                watcher.cancel()
-                await asyncio.gather(watcher, return_exceptions=True)
+            await _cancel(*watchers.values())
 
     async def _watch_jobs(self, client: Client) -> None:
         await list_and_watch(client, jobs.JOBS_PATH, {"labelSelector": jobs.WORKLOAD_LABEL},
@@ -294,6 +314,7 @@ class HostMember:
             if command:
                 listed[command] = job
         self._jobs = listed
+        self._commands = {}
         self._seen = {command: seen for command, seen in self._seen.items()
                       if command in listed}
         self._jobs_synced = True
@@ -307,6 +328,7 @@ class HostMember:
         if kind == "DELETED":
             self._jobs.pop(command, None)
             self._seen.pop(command, None)
+            self._commands.pop(job["metadata"].get("uid", ""), None)
             return
         self._on_job(job, live=True)
 
@@ -315,7 +337,12 @@ class HostMember:
         if not command:
             return
         self._jobs[command] = job
-        jobs.observe(job, self._seen_of(job), self.clock.now(), live=live)
+        self._commands[job["metadata"].get("uid", "")] = command
+        seen = self._seen_of(job)
+        jobs.observe(job, seen, self.clock.now(), live=live)
+        workload = self._workloads.get(job["metadata"].get("uid", ""))
+        if workload is not None:  # its Workload showed first: as of then
+            jobs.observe_workload(workload, seen, self.clock.now(), live=False)
         self._report_job(job)
 
     def _command_of(self, job: Mapping[str, Any]) -> str:
@@ -337,29 +364,73 @@ class HostMember:
         if self._reported.get(result.command_id) != result.SerializeToString():
             self._send(result, _traceparent_of(job))
 
-    def _queued_jobs_running(self) -> bool:
+    def _queued_jobs(self) -> bool:
         return any(jobs.QUEUE_LABEL in (job["metadata"].get("labels") or {})
-                   and not self._seen_of(job).finished for job in self._jobs.values())
+                   for job in self._jobs.values())
 
-    async def _read_kueue_placements(self, client: Client) -> None:
-        """Which worker MultiKueue chose for each queued Job (Kueue's Workload names it)."""
-        by_uid = {job["metadata"].get("uid"): job for job in self._jobs.values()}
-        for path in KUEUE_WORKLOADS:
-            try:
-                listed = await client.get(path, {"resourceVersion": "0"})
-            except NotFound:
-                continue
-            except K8sError as error:
-                logger.debug("kueue workloads of %s: %s", self.name, error)
-                return
-            for workload in listed.get("items") or []:
-                uid = (workload["metadata"].get("labels") or {}).get("kueue.x-k8s.io/job-uid")
-                job = by_uid.get(uid)
-                cluster = (workload.get("status") or {}).get("clusterName", "")
-                if job is not None and cluster:
-                    jobs.place(self._seen_of(job), cluster)
-                    self._report_job(job)
+    def _workers(self) -> set[str]:
+        """The other clusters a scheduler here placed Jobs on that are not finished."""
+        return {seen.placed_on for seen in self._seen.values()
+                if seen.placed_on and seen.placed_on != self.name and not seen.finished}
+
+    async def _watch_workloads(self, client: Client) -> None:
+        """Kueue's Workloads: when each queued Job was admitted, and the worker MultiKueue
+        chose for it. Waits for Kueue's API (its CRDs may come after the first queued Job)."""
+        while True:
+            for path in KUEUE_WORKLOADS:
+                try:
+                    await client.get(path, {"limit": "1"})
+                except NotFound:
+                    continue
+                except K8sError as error:
+                    logger.debug("kueue workloads of %s: %s", self.name, error)
+                    break
+                await list_and_watch(client, path, {}, on_list=self._on_workloads_listed,
+                                     on_event=self._on_workload_event, clock=self.clock)
+            await self.clock.sleep(KUEUE_RETRY)
+
+    def _on_workloads_listed(self, items: list[Any]) -> None:
+        self._workloads = {}
+        for workload in items:
+            self._on_workload(workload, live=False)
+
+    def _on_workload_event(self, kind: str, workload: Any) -> None:
+        if kind == "DELETED":
+            self._workloads.pop(_job_uid(workload), None)
+        else:
+            self._on_workload(workload, live=True)
+
+    def _on_workload(self, workload: dict[str, Any], *, live: bool) -> None:
+        uid = _job_uid(workload)
+        if not uid:
             return
+        self._workloads[uid] = workload
+        job = self._jobs.get(self._commands.get(uid, ""))
+        if job is not None:
+            jobs.observe_workload(workload, self._seen_of(job), self.clock.now(), live=live)
+            self._report_job(job)
+
+    async def _watch_copies(self, worker: str, client: Client) -> None:
+        """The copies a scheduler here made of this member's Jobs in ``worker``."""
+        def on_event(kind: str, copy: Any) -> None:
+            if kind != "DELETED":
+                self._on_copy(worker, copy, live=True)
+
+        def on_list(items: list[Any]) -> None:
+            for copy in items:
+                self._on_copy(worker, copy, live=False)
+
+        await list_and_watch(client, jobs.JOBS_PATH, {"labelSelector": jobs.WORKLOAD_LABEL},
+                             on_list=on_list, on_event=on_event, clock=self.clock)
+
+    def _on_copy(self, worker: str, copy: dict[str, Any], *, live: bool) -> None:
+        command = self._command_of(copy)
+        job = self._jobs.get(command)
+        seen = self._seen.get(command)
+        if job is None or seen is None or seen.placed_on != worker:
+            return  # not ours, or not (or no longer) placed there
+        jobs.observe_copy(copy, seen, self.clock.now(), live=live)
+        self._report_job(job)
 
     async def _report_changes(self) -> None:
         listed = await self.host.get(self._plans, self._selector)
@@ -384,6 +455,22 @@ class HostMember:
         # From the API server's watch cache (resourceVersion=0): no etcd read for it.
         listed: dict[str, Any] = await client.get("/api/v1/pods", {"resourceVersion": "0"})
         self._pods = convert.count_phases(listed.get("items", []))
+
+
+#: Keys of the watches among the link's watchers.
+JOBS, KUEUE, WORKER = "jobs", "kueue", "worker/"
+
+
+def _job_uid(workload: Mapping[str, Any]) -> str:
+    return str(((workload.get("metadata") or {}).get("labels") or {})
+               .get("kueue.x-k8s.io/job-uid", ""))
+
+
+async def _cancel(*tasks: asyncio.Task[None] | None) -> None:
+    running = [task for task in tasks if task is not None]
+    for task in running:
+        task.cancel()
+    await asyncio.gather(*running, return_exceptions=True)
 
 
 def _traceparent_of(obj: Mapping[str, Any]) -> str:

@@ -95,19 +95,87 @@ def test_a_failed_job_says_why_and_a_scheduler_moving_it_counts() -> None:
     assert (result.job.placed_on, result.job.redispatched) == ("worker-b", 1)
 
 
+def _workload(conditions: list[dict[str, Any]], cluster: str = "") -> dict[str, Any]:
+    status: dict[str, Any] = {"conditions": conditions}
+    if cluster:
+        status["clusterName"] = cluster
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": "job-w1-0-abcde", "namespace": "team",
+                         "labels": {"kueue.x-k8s.io/job-uid": "u1"}},
+            "status": status}
+
+
+ADMITTED = {"type": "Admitted", "status": "True", "lastTransitionTime": "2027-01-15T08:00:03Z"}
+
+
+def test_admission_comes_from_kueues_workload_and_the_worker_it_names() -> None:
+    seen = jobs.Seen(created=NOW)
+    reserved = {"type": "QuotaReserved", "status": "True"}
+    jobs.observe_workload(_workload([reserved]), seen, NOW + 1, live=True)
+    assert (seen.admitted, seen.placed_on) == (0.0, "")  # quota alone is not admission
+    jobs.observe_workload(_workload([reserved, ADMITTED], "worker-a"), seen, NOW + 2,
+                          live=True)
+    assert (seen.admitted, seen.placed_on) == (NOW + 2, "worker-a")
+    late = jobs.Seen()  # listed after the fact: the condition's own time
+    jobs.observe_workload(_workload([ADMITTED], "worker-a"), late, NOW + 9, live=False)
+    assert late.admitted == jobs.api_time("2027-01-15T08:00:03Z")
+    # The manager's Job showing startTime later changes nothing.
+    jobs.observe(_job({"startTime": "2027-01-15T08:09:00Z"}), seen, NOW + 500, live=True)
+    assert seen.admitted == NOW + 2
+
+
+def test_the_workers_copy_tells_running_and_released_before_the_manager_knows() -> None:
+    seen = jobs.Seen(created=NOW, admitted=NOW + 1)
+    jobs.place(seen, "worker-a")
+    jobs.observe_copy(_job({"ready": 1}), seen, NOW + 2, live=True)
+    assert seen.running == 0.0  # half a gang is not running
+    jobs.observe_copy(_job({"ready": 2}), seen, NOW + 3, live=True)
+    done = {"ready": 0, "conditions": [{"type": "Complete", "status": "True"}]}
+    jobs.observe_copy(_job(done), seen, NOW + 15, live=True)
+    assert (seen.running, seen.released, seen.finished) == (NOW + 3, NOW + 15, 0.0)
+    result = jobs.result(_job({}), seen)  # the manager's Job: not synced yet
+    assert result is not None
+    assert result.phase == RUNNING
+    assert result.job.released_at.ToNanoseconds() == int((NOW + 15) * 1e9)
+    assert not result.job.HasField("finished_at")
+    assert validation.result(result, "result") == []
+    jobs.observe(_job(done | {"completionTime": "2027-01-15T08:10:00Z"}), seen, NOW + 300,
+                 live=True)
+    assert (seen.running, seen.finished) == (NOW + 3, NOW + 300)
+
+
+def test_a_job_moved_to_another_worker_starts_over_there() -> None:
+    seen = jobs.Seen(created=NOW, admitted=NOW + 1)
+    jobs.place(seen, "worker-a")
+    jobs.observe_copy(_job({"ready": 2}), seen, NOW + 3, live=True)
+    jobs.place(seen, "worker-b")  # worker-a lost: Kueue admitted it again on worker-b
+    assert (seen.running, seen.released, seen.admitted) == (0.0, 0.0, NOW + 1)
+    assert (seen.placed_on, seen.clusters) == ("worker-b", ("worker-a", "worker-b"))
+
+
 # -- the member over an in-memory member API -------------------------------------------------
 
 class Member:
-    def __init__(self) -> None:
+    def __init__(self, name: str = "west") -> None:
         self.clock = FakeClock(NOW)
         self.host = MemoryTransport(self.clock)
         self.api = MemoryTransport(self.clock)
         self.client = Client(self.api, clock=self.clock)
-        self.member = HostMember(Client(self.host, clock=self.clock), "default", "west",
+        #: Other FakeClusters' APIs (MultiKueue workers), served once listed in ``up``.
+        self.workers: dict[str, MemoryTransport] = {}
+        self.up: set[str] = set()
+        self.member = HostMember(Client(self.host, clock=self.clock), "default", name,
                                  host_id="h", annotations=dict,
-                                 member_client=lambda: self.client, clock=self.clock)
+                                 member_client=lambda: self.client,
+                                 worker_client=self._worker, clock=self.clock)
         self.reports: list[member_pb2.CommandResult] = []
         self.member.report = self.reports.append
+
+    async def _worker(self, name: str) -> Client | None:
+        if name not in self.up:
+            return None
+        return Client(self.workers.setdefault(name, MemoryTransport(self.clock)),
+                      clock=self.clock)
 
     async def drive(self, work: Awaitable[T], *, limit: int = 120) -> T:
         task = asyncio.ensure_future(work)
@@ -202,3 +270,56 @@ async def test_a_copy_of_another_clusters_job_is_not_this_members_to_report() ->
     assert await member.member.resync() == []
     member.member._on_job(copy, live=True)
     assert member.reports == []
+
+
+WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/team/workloads"
+
+
+async def test_a_manager_reports_kueues_admission_and_the_workers_copy_as_they_happen(
+        ) -> None:
+    """MultiKueue: admission and the worker from the manager's Workload watch, running and
+    released from a watch of the copy in that worker, each reported once as it happens; the
+    worker's API comes up late and its first list fails, and the Workloads' newer version is
+    not served."""
+    member = Member("manager")
+    worker = member.workers["worker-a"] = MemoryTransport(member.clock)
+    worker.fail("GET", "/apis/batch/v1/jobs", status=500, times=1)
+    member.api.fail("GET", "/apis/kueue.x-k8s.io/v1beta2/workloads", status=404, times=99)
+    member.api.fail("GET", "/apis/kueue.x-k8s.io/v1beta1/workloads", status=404, times=1)
+    stop = asyncio.Event()
+    task = asyncio.create_task(member.member.observe(stop))
+    command = create(queue="user-queue")
+    command.id = "w1/manager/job-0-1"
+    await member.member.execute(command)
+    await member.clock.advance(1.0)
+    [job] = member.api.objects(JOBS)
+    admitted_at = member.clock.now()
+    member.api.put("/apis/kueue.x-k8s.io/v1beta1/namespaces/team/workloads",
+                   _workload([ADMITTED], "worker-a") | {"metadata": {
+                       "name": "job-w1-0", "namespace": "team",
+                       "labels": {"kueue.x-k8s.io/job-uid": job["metadata"]["uid"]}}})
+    await member.clock.advance(jobs_retry := 11.0)  # Kueue's API looked for again
+    assert member.reports[-1].job.placed_on == "worker-a"
+    assert member.reports[-1].job.admitted_at.ToNanoseconds() >= int(admitted_at * 1e9)
+    copy = dict(job, status={"ready": 2})
+    worker.put(JOBS, copy)
+    await member.clock.advance(jobs_retry)
+    assert not member.reports[-1].job.HasField("running_at")  # the worker is not up yet
+    member.up.add("worker-a")
+    await member.clock.advance(jobs_retry)
+    running = member.reports[-1].job
+    assert running.HasField("running_at")
+    assert not running.HasField("released_at")
+    copy = worker.object(f"{JOBS}/w1-0") or {}
+    copy["status"] = {"ready": 0, "conditions": [{"type": "Complete", "status": "True"}]}
+    worker.put(JOBS, copy)
+    await member.clock.advance(1.0)
+    released = member.reports[-1]
+    assert released.phase == RUNNING
+    assert released.job.HasField("released_at")
+    reports = len(member.reports)
+    await member.clock.advance(5.0)
+    assert len(member.reports) == reports  # nothing new: nothing sent again
+    stop.set()
+    await member.clock.advance(1.0)
+    await task

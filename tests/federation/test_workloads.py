@@ -84,6 +84,28 @@ def test_a_job_moves_through_its_states_with_the_members_times() -> None:
     assert [c.cluster for c in report.clusters] == ["west"]
 
 
+def test_a_job_whose_pods_ended_on_a_worker_frees_its_gpus_before_it_is_marked_finished(
+        ) -> None:
+    """A MultiKueue manager marks its Job finished when it syncs the worker's copy, which may
+    come long after the copy's pods ended: utilisation follows the pods."""
+    workload = _workload()
+    job = workload.jobs[0]
+    workload.place(job, "manager")
+    workload.sent(job, 100.0)
+    cid = command_id("w1", "manager", 0, 1)
+    workload.acknowledged(cid, 100.1)
+    workload.reported(cid, Progress("Running", admitted_at=100.5, running_at=101.0,
+                                    placed_on="worker-a"), 101.1)
+    assert workload.gpus_running() == 16
+    workload.reported(cid, Progress("Running", admitted_at=100.5, running_at=101.0,
+                                    released_at=111.0, placed_on="worker-a"), 111.1)
+    assert (job.state, workload.gpus_running()) == (JobState.RUNNING, 0)
+    workload.reported(cid, Progress("Succeeded", running_at=101.0, released_at=111.0,
+                                    finished_at=140.0, placed_on="worker-a"), 140.1)
+    assert job.state is JobState.SUCCEEDED
+    assert workload.report(150.0).timings.to_completion.p50 == pytest.approx(40.0)
+
+
 def test_a_failed_attempt_waits_again_until_attempts_run_out() -> None:
     workload = _workload(jobs=1)
     job = workload.jobs[0]
