@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -200,6 +201,44 @@ def test_jobs_on_the_manager_run_on_the_workers_and_finish(fleet: Fleet,
         assert local["spec"]["managedBy"] == "kueue.x-k8s.io/multikueue"
         assert local["status"].get("succeeded") == NODES
     assert not kubectl_json(manager, "get", "pods", "-A")["items"], "nothing runs on the manager"
+
+
+def test_a_workload_through_the_hub_reports_kueues_admission_and_the_workers_runs(
+        fleet: Fleet, members: dict[str, Path]) -> None:
+    """The hub sends a workload's Jobs to the manager; Kueue admits them and MultiKueue places
+    them. The report's times come from Kueue's Workloads (admitted) and the copies in the
+    workers (running, released), not from the manager's Job, whose status Kueue copies over
+    only when it gets to it: each Job is admitted before its pods run, and runs its time."""
+    run_seconds = 6.0
+    spec = {"jobs": 4, "pods_per_job": NODES,
+            "resources": {"cpu": "16", "memory": "128Gi", "nvidia.com/gpu": str(GPUS_PER_NODE)},
+            "run_time": {"distribution": "fixed", "seconds": run_seconds},
+            "arrivals": {"process": "rate", "rate": 4}, "seed": 1, "namespace": "default",
+            "target": {"placement": "manager", "manager": "mk-manager", "queue": "gpu"}}
+    path = fleet.state / "mk-workload.json"
+    path.write_text(json.dumps({"apiVersion": "fakefleet.dev/v1alpha1", "kind": "Workload",
+                                "metadata": {"name": "e2e-multikueue"}, "spec": spec}))
+    report_file = fleet.state / "mk-report.json"
+    done = fakefleet("fleet", "submit", str(path), "--watch", "--timeout", "240",
+                     "--report", str(report_file), "-o", "json", "--state-dir",
+                     str(fleet.state), check=False)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    workload = json.loads(done.stdout)
+    assert workload["phase"] == "WORKLOAD_PHASE_SUCCEEDED", workload["report"]
+    jobs = json.loads(report_file.read_text())["jobs"]
+    assert len(jobs) == 4
+    for record in jobs:
+        assert record["cluster"] == "mk-manager"
+        assert record["placedOn"] in WORKERS, record
+        at = {step: datetime.fromisoformat(record[step].replace("Z", "+00:00")).timestamp()
+              for step in ("arriveAt", "admittedAt", "runningAt", "finishedAt")}
+        # Released (the copy's end) is seen before the manager shows it, unless the manager
+        # was quicker; either way the pods ran their time after all of them were running.
+        ended = datetime.fromisoformat(record.get("releasedAt", record["finishedAt"]).replace(
+            "Z", "+00:00")).timestamp()
+        assert at["arriveAt"] <= at["admittedAt"] < at["runningAt"] < ended <= at["finishedAt"], \
+            record
+        assert ended - at["runningAt"] >= run_seconds - 1.0, record
 
 
 def test_a_worker_whose_apiserver_is_down_gets_no_new_jobs(fleet: Fleet,

@@ -28,7 +28,7 @@ from operators.api.base import API_VERSION
 from operators.api.clusters import CA_KEY, TOKEN_KEY, FakeCluster
 from operators.handlers.clusters import member_access
 from operators.handlers.runtime import Runtime
-from operators.hublink.member import HostMember
+from operators.hublink.member import MEMBER_CONNECTIONS, WORKER_CONNECTIONS, HostMember
 from operators.k8s.client import Client
 from operators.k8s.errors import K8sError, NotFound
 from operators.reconciling.clusters import HubState, cluster_key
@@ -121,7 +121,7 @@ async def _link(runtime: Runtime, body: kopf.Body, key: str, found: Target,
         access = member_access(runtime, cluster, key)
         if access is None:
             return None
-        members.append(Client.connect(access, connections=2, timeout=30))
+        members.append(Client.connect(access, connections=MEMBER_CONNECTIONS, timeout=30))
         return members[0]
 
     workers: dict[str, Client] = {}
@@ -140,7 +140,7 @@ async def _link(runtime: Runtime, body: kopf.Body, key: str, found: Target,
                                    cluster_key(namespace, worker))
             if access is None:
                 return None
-            workers[worker] = Client.connect(access, connections=2, timeout=30)
+            workers[worker] = Client.connect(access, connections=WORKER_CONNECTIONS, timeout=30)
         return workers[worker]
 
     def on_state(up: bool, message: str) -> None:

@@ -135,14 +135,21 @@ def observe(job: Mapping[str, Any], seen: Seen, now: float, *, live: bool) -> No
         seen.running = seen.running or seen.finished  # too quick to see: as long as it took
 
 
+def admitted(workload: Mapping[str, Any]) -> bool:
+    """Whether Kueue admitted the Workload."""
+    return _condition(workload, "Admitted") is not None
+
+
 def observe_workload(workload: Mapping[str, Any], seen: Seen, now: float, *,
                      live: bool) -> None:
     """Stamp admission from the Job's Kueue Workload (condition ``Admitted``: with MultiKueue,
-    once a worker reserved quota for it) and take the worker it names."""
+    once a worker reserved quota for it) and take the worker it names. The condition's time
+    has whole seconds: late news of it is taken as no earlier than the Job's creation."""
     place(seen, str((workload.get("status") or {}).get("clusterName") or ""))
     admitted = _condition(workload, "Admitted")
     if not seen.admitted and admitted is not None:
-        seen.admitted = now if live else (api_time(admitted.get("lastTransitionTime")) or now)
+        seen.admitted = now if live else max(
+            api_time(admitted.get("lastTransitionTime")) or now, seen.created)
 
 
 def observe_copy(copy: Mapping[str, Any], seen: Seen, now: float, *, live: bool) -> None:
@@ -150,12 +157,13 @@ def observe_copy(copy: Mapping[str, Any], seen: Seen, now: float, *, live: bool)
     status = copy.get("status") or {}
     gang = int((copy.get("spec") or {}).get("parallelism") or 1)
     if not seen.running and int(status.get("ready") or 0) >= gang:
-        seen.running = now if live else (api_time(status.get("startTime")) or now)
+        seen.running = now if live else max(api_time(status.get("startTime")) or now,
+                                            seen.admitted)
     finished = _condition(copy, "Complete") or _condition(copy, "Failed")
     if not seen.released and finished is not None:
-        seen.released = now if live else (api_time(status.get("completionTime")
-                                                   or finished.get("lastTransitionTime"))
-                                          or now)
+        seen.released = now if live else max(
+            api_time(status.get("completionTime") or finished.get("lastTransitionTime"))
+            or now, seen.running)
         seen.running = seen.running or seen.released  # too quick to see: as long as it took
 
 

@@ -65,6 +65,12 @@ KUEUE_WORKLOADS = ("/apis/kueue.x-k8s.io/v1beta2/workloads",
 KUEUE_RETRY = 10.0
 #: How often a worker with no client yet (its FakeCluster not up) is asked for again (s).
 WORKER_RETRY = 5.0
+#: Connections the member's client needs: each of its two watches (workload Jobs, Kueue's
+#: Workloads) holds one for as long as it runs, and requests need their own beside them (with
+#: two in all, both watches held both and every request timed out waiting for one). A worker's
+#: client runs one watch.
+MEMBER_CONNECTIONS = 4
+WORKER_CONNECTIONS = 2
 
 
 async def _no_workers(name: str) -> Client | None:
@@ -101,9 +107,10 @@ class HostMember:
         self._jobs: dict[str, dict[str, Any]] = {}
         self._seen: dict[str, jobs.Seen] = {}
         self._jobs_synced = False
-        #: Kueue's Workloads of those Jobs, by the Job's uid (they may show before the Job),
-        #: and the Jobs' commands by uid.
-        self._workloads: dict[str, dict[str, Any]] = {}
+        #: Kueue's Workloads of those Jobs by the Job's uid, with when the watch first showed
+        #: each admitted (0: not yet, or listed); they may show before the Job. And the Jobs'
+        #: commands by uid.
+        self._workloads: dict[str, tuple[dict[str, Any], float]] = {}
         self._commands: dict[str, str] = {}
 
     @property
@@ -340,9 +347,9 @@ class HostMember:
         self._commands[job["metadata"].get("uid", "")] = command
         seen = self._seen_of(job)
         jobs.observe(job, seen, self.clock.now(), live=live)
-        workload = self._workloads.get(job["metadata"].get("uid", ""))
-        if workload is not None:  # its Workload showed first: as of then
-            jobs.observe_workload(workload, seen, self.clock.now(), live=False)
+        workload, at = self._workloads.get(job["metadata"].get("uid", ""), ({}, 0.0))
+        if workload:  # its Workload showed first: as of then
+            jobs.observe_workload(workload, seen, at or self.clock.now(), live=bool(at))
         self._report_job(job)
 
     def _command_of(self, job: Mapping[str, Any]) -> str:
@@ -404,7 +411,9 @@ class HostMember:
         uid = _job_uid(workload)
         if not uid:
             return
-        self._workloads[uid] = workload
+        at = self._workloads.get(uid, ({}, 0.0))[1] or (
+            self.clock.now() if live and jobs.admitted(workload) else 0.0)
+        self._workloads[uid] = (workload, at)
         job = self._jobs.get(self._commands.get(uid, ""))
         if job is not None:
             jobs.observe_workload(workload, self._seen_of(job), self.clock.now(), live=live)

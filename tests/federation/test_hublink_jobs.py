@@ -119,6 +119,11 @@ def test_admission_comes_from_kueues_workload_and_the_worker_it_names() -> None:
     late = jobs.Seen()  # listed after the fact: the condition's own time
     jobs.observe_workload(_workload([ADMITTED], "worker-a"), late, NOW + 9, live=False)
     assert late.admitted == jobs.api_time("2027-01-15T08:00:03Z")
+    # That time has whole seconds: never before the Job was seen created.
+    created = jobs.api_time("2027-01-15T08:00:03.6Z")
+    truncated = jobs.Seen(created=created)
+    jobs.observe_workload(_workload([ADMITTED]), truncated, NOW + 9, live=False)
+    assert truncated.admitted == created
     # The manager's Job showing startTime later changes nothing.
     jobs.observe(_job({"startTime": "2027-01-15T08:09:00Z"}), seen, NOW + 500, live=True)
     assert seen.admitted == NOW + 2
@@ -323,3 +328,20 @@ async def test_a_manager_reports_kueues_admission_and_the_workers_copy_as_they_h
     stop.set()
     await member.clock.advance(1.0)
     await task
+
+
+async def test_a_workload_admitted_before_its_job_shows_is_stamped_when_it_was_seen() -> None:
+    member = Member("manager")
+    command = create(queue="user-queue")
+    command.id = "w1/manager/job-0-1"
+    await member.member.execute(command)
+    [job] = member.api.objects(JOBS)
+    uid = job["metadata"]["uid"]
+    workload = _workload([ADMITTED], "worker-a")
+    workload["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] = uid
+    member.member._on_workload_event("ADDED", workload)  # the Job's watch is behind
+    seen_at = member.clock.now()
+    await member.clock.advance(3.0)
+    member.member._on_job(job, live=True)
+    assert member.reports[-1].job.admitted_at.ToNanoseconds() == int(seen_at * 1e9)
+    assert member.reports[-1].job.placed_on == "worker-a"
