@@ -43,6 +43,7 @@ from federation.api import fleet_pb2
 from federation.client.channels import HubAddress
 from federation.client.discovery import HubFiles, HubInfo
 from federation.client.fleet import FleetClient
+from federation.hub.workloads import latency
 from operators.controlplane.state import StateDir
 
 BIN = Path(sys.executable).parent
@@ -280,6 +281,10 @@ async def scenario(host: Host, name: str, spec: fleet_pb2.WorkloadSpec,
     wall = (time.time() if timed_out or not ends else max(ends)) - started
     report = final.report
     cpu = usage.cpu()
+    # Jobs a scheduler in the member placed elsewhere (MultiKueue): how long their pods ran on
+    # the worker, and how much later the manager marked the Job finished.
+    released = [(seconds(j.running_at), seconds(j.released_at), seconds(j.finished_at))
+                for j in final.jobs if j.HasField("released_at") and j.HasField("running_at")]
     return {
         "scenario": name, "workload": submitted.id, "timedOut": timed_out,
         "phase": fleet_pb2.WorkloadPhase.Name(final.phase),
@@ -292,11 +297,25 @@ async def scenario(host: Host, name: str, spec: fleet_pb2.WorkloadSpec,
         "gpuUtilisationMean": round(report.gpu_utilisation_mean, 3),
         "gpuUtilisationPeak": round(report.gpu_utilisation_peak, 3),
         "perCluster": {c.cluster: c.counts.succeeded for c in report.clusters},
+        "released": len(released),
+        "podsRan": percentiles([end - run for run, end, _ in released]),
+        "markedFinishedAfter": percentiles([done - end for _, end, done in released if done]),
         "processes": {group: {"count": usage.counts.get(group, 0),
                               "peakRssMiB": round(usage.peak_rss.get(group, 0.0)),
                               "cpuPercent": round(100 * cpu.get(group, 0.0) / max(wall, 1), 1)}
                       for group, _ in GROUPS if group in usage.peak_rss},
     }
+
+
+def seconds(stamp: Any) -> float:
+    return float(stamp.ToNanoseconds()) / 1e9
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    """p50, p99 and max, nearest-rank as in the hub's report ({} for none)."""
+    found = latency(values)
+    return {"p50": round(found.p50, 1), "p99": round(found.p99, 1),
+            "max": round(found.max, 1)} if found.count else {}
 
 
 async def run(args: argparse.Namespace, state: Path, console: Console) -> dict[str, Any]:
@@ -356,6 +375,14 @@ def report(result: dict[str, Any], console: Console) -> None:
                       f"{item['counts'].get('succeeded', 0)}/{item['counts'].get('failed', 0)}",
                       ", ".join(f"{k} {v}" for k, v in sorted(item["perCluster"].items())))
     console.print(table)
+    for item in result["scenarios"]:
+        if item.get("released"):
+            ran, later = item["podsRan"], item["markedFinishedAfter"]
+            console.print(
+                f"{item['scenario']}: {item['released']} Jobs ran on a worker: their pods ran "
+                f"p50/p99 {ran['p50']:.1f} / {ran['p99']:.1f} s there, and the manager marked "
+                f"them finished p50/p99 {later.get('p50', 0):.1f} / {later.get('p99', 0):.1f} s "
+                f"after they ended", highlight=False)
     usage = Table(title="processes during each scenario: peak RSS (summed over the group) and "
                         "CPU (% of one core, averaged)")
     for column in ("scenario", "group", "processes", "peak RSS (MiB)", "CPU %"):
