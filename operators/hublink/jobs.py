@@ -165,6 +165,9 @@ def observe_copy(copy: Mapping[str, Any], seen: Seen, now: float, *, live: bool)
             api_time(status.get("completionTime") or finished.get("lastTransitionTime"))
             or now, seen.running)
         seen.running = seen.running or seen.released  # too quick to see: as long as it took
+    # Pods running on the worker mean Kueue admitted the Job: if the Workload's watch is
+    # behind the worker's, admission is no later than that.
+    seen.admitted = seen.admitted or seen.running
 
 
 def place(seen: Seen, cluster: str) -> None:

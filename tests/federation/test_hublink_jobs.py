@@ -149,6 +149,14 @@ def test_the_workers_copy_tells_running_and_released_before_the_manager_knows() 
     assert (seen.running, seen.finished) == (NOW + 3, NOW + 300)
 
 
+def test_a_copy_running_before_the_workload_shows_admitted_means_admitted() -> None:
+    seen = jobs.Seen(created=NOW)
+    jobs.place(seen, "worker-a")
+    jobs.observe_copy(_job({"ready": 2}), seen, NOW + 3, live=True)
+    jobs.observe_workload(_workload([ADMITTED], "worker-a"), seen, NOW + 4, live=True)
+    assert (seen.admitted, seen.running) == (NOW + 3, NOW + 3)
+
+
 def test_a_job_moved_to_another_worker_starts_over_there() -> None:
     seen = jobs.Seen(created=NOW, admitted=NOW + 1)
     jobs.place(seen, "worker-a")
