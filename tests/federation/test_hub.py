@@ -92,6 +92,8 @@ async def test_unanswered_hub_heartbeats_make_a_member_unreachable(tmp_path: Pat
         member = RawMember(hub, "west")
         await member.register()
         await member.hello()
+        # Registered and not yet connected is Unreachable too: wait for the session first.
+        await eventually(lambda: _is(hub, "west", READY), timeout=GRACE * 4)
 
         async def beat_without_echo() -> None:
             while True:
