@@ -111,6 +111,12 @@ def _condition(job: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     return None
 
 
+def _stamp(now: float, live: bool, api_value: str | None, floor: float = 0.0) -> float:
+    """``now`` for a live change (a watch event); else the API's own time of it, which has
+    whole seconds, so no earlier than ``floor`` (the step before it)."""
+    return now if live else max(api_time(api_value) or now, floor)
+
+
 def observe(job: Mapping[str, Any], seen: Seen, now: float, *, live: bool) -> None:
     """Stamp the steps ``job`` shows that ``seen`` has not: with ``now`` when the change is
     ``live`` (a watch event), else with the API's own time of it."""
@@ -118,7 +124,7 @@ def observe(job: Mapping[str, Any], seen: Seen, now: float, *, live: bool) -> No
     spec = job.get("spec") or {}
 
     def stamp(api_value: str | None) -> float:
-        return now if live else (api_time(api_value) or now)
+        return _stamp(now, live, api_value)
 
     if not seen.created:
         seen.created = stamp(job["metadata"].get("creationTimestamp"))
@@ -148,8 +154,7 @@ def observe_workload(workload: Mapping[str, Any], seen: Seen, now: float, *,
     place(seen, str((workload.get("status") or {}).get("clusterName") or ""))
     admitted = _condition(workload, "Admitted")
     if not seen.admitted and admitted is not None:
-        seen.admitted = now if live else max(
-            api_time(admitted.get("lastTransitionTime")) or now, seen.created)
+        seen.admitted = _stamp(now, live, admitted.get("lastTransitionTime"), seen.created)
 
 
 def observe_copy(copy: Mapping[str, Any], seen: Seen, now: float, *, live: bool) -> None:
@@ -157,13 +162,11 @@ def observe_copy(copy: Mapping[str, Any], seen: Seen, now: float, *, live: bool)
     status = copy.get("status") or {}
     gang = int((copy.get("spec") or {}).get("parallelism") or 1)
     if not seen.running and int(status.get("ready") or 0) >= gang:
-        seen.running = now if live else max(api_time(status.get("startTime")) or now,
-                                            seen.admitted)
+        seen.running = _stamp(now, live, status.get("startTime"), seen.admitted)
     finished = _condition(copy, "Complete") or _condition(copy, "Failed")
     if not seen.released and finished is not None:
-        seen.released = now if live else max(
-            api_time(status.get("completionTime") or finished.get("lastTransitionTime"))
-            or now, seen.running)
+        seen.released = _stamp(now, live, status.get("completionTime")
+                               or finished.get("lastTransitionTime"), seen.running)
         seen.running = seen.running or seen.released  # too quick to see: as long as it took
     # Pods running on the worker mean Kueue admitted the Job: if the Workload's watch is
     # behind the worker's, admission is no later than that.
