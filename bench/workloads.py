@@ -43,6 +43,7 @@ from federation.api import fleet_pb2
 from federation.client.channels import HubAddress
 from federation.client.discovery import HubFiles, HubInfo
 from federation.client.fleet import FleetClient
+from federation.hub.convert import seconds
 from federation.hub.workloads import latency
 from operators.controlplane.state import StateDir
 
@@ -277,7 +278,7 @@ async def scenario(host: Host, name: str, spec: fleet_pb2.WorkloadSpec,
         final = await fleet.get_workload(submitted.id, jobs=True)
     stop.set()
     await sampler
-    ends = [j.finished_at.ToNanoseconds() / 1e9 for j in final.jobs if j.HasField("finished_at")]
+    ends = [seconds(j.finished_at) for j in final.jobs if j.HasField("finished_at")]
     wall = (time.time() if timed_out or not ends else max(ends)) - started
     report = final.report
     cpu = usage.cpu()
@@ -305,10 +306,6 @@ async def scenario(host: Host, name: str, spec: fleet_pb2.WorkloadSpec,
                               "cpuPercent": round(100 * cpu.get(group, 0.0) / max(wall, 1), 1)}
                       for group, _ in GROUPS if group in usage.peak_rss},
     }
-
-
-def seconds(stamp: Any) -> float:
-    return float(stamp.ToNanoseconds()) / 1e9
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
