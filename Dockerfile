@@ -20,6 +20,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operators ./operators
 COPY federation ./federation
+COPY primitives ./primitives
 RUN python3 -m venv /venv && /venv/bin/pip install --no-cache-dir .
 ENV FAKEFLEET_CACHE_DIR=/opt/fakefleet/cache
 RUN /venv/bin/fakefleet binaries --kubernetes-version "${KUBERNETES_VERSION}" \
@@ -32,6 +33,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operators ./operators
 COPY federation ./federation
+COPY primitives ./primitives
 RUN pip install --no-cache-dir . && rm -rf /src
 COPY --from=binaries /opt/fakefleet/cache /opt/fakefleet/cache
 ENV FAKEFLEET_CACHE_DIR=/opt/fakefleet/cache \

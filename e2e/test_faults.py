@@ -27,7 +27,7 @@ from e2e.conftest import (
     kubectl_json,
     processes_mentioning,
 )
-from operators.faults.catalogue import XID_TAINT
+from primitives import keys
 
 NAMESPACE = "faults"
 
@@ -138,7 +138,7 @@ def test_node_faults_are_seen_by_real_clients_and_recovered(fleet: Fleet, delta:
         {"name": "xid", "target": nodes("gpu-1"), "at": "1s", "duration": "25s",
          "fault": {"type": "GPUXid", "xid": 79, "gpus": 2},
          "expectations": [
-             expect("tainted", "20s", VICTIM_NODES, taint={"key": XID_TAINT,
+             expect("tainted", "20s", VICTIM_NODES, taint={"key": keys.GPU_XID,
                                                            "effect": "NoExecute"}),
              expect("gpus-out", "20s", VICTIM_NODES,
                     field={"path": "status.allocatable['nvidia.com/gpu']", "equals": "6"})]},
@@ -174,7 +174,7 @@ def test_node_faults_are_seen_by_real_clients_and_recovered(fleet: Fleet, delta:
     assert {i["state"] for i in found["status"]["injections"]} == {"Recovered"}
     # Everything is back as it was.
     eventually(lambda: len(ready(delta)) == 7, timeout=60, what="every node Ready again")
-    faulty = {XID_TAINT, "example.com/maintenance", "node.kubernetes.io/unreachable"}
+    faulty = {keys.GPU_XID, "example.com/maintenance", "node.kubernetes.io/unreachable"}
     for name in ("gpu-0", "gpu-1", "gpu-2", "gpu-3", "cpu-0", "cpu-1", "cpu-2"):
         # The node-lifecycle controller lifts its taint on its next pass after Ready.
         eventually(lambda n=name: not {t["key"] for t in node(delta, n)["spec"].get("taints")
@@ -480,7 +480,7 @@ def test_a_plan_s_trace_holds_the_operator_the_engine_and_the_member_apiserver(
     steps = [{"name": "xid", "target": nodes("gpu-1"), "at": "0s", "duration": "4s",
               "fault": {"type": "GPUXid", "xid": 79},
               "expectations": [expect("tainted", "20s", VICTIM_NODES,
-                                      taint={"key": XID_TAINT, "effect": "NoExecute"})]}]
+                                      taint={"key": keys.GPU_XID, "effect": "NoExecute"})]}]
     found = run(fleet, plan("traced", steps), "traced", timeout=90)
     assert found["status"]["verdict"] == "Passed", found["status"]
     trace_id = found["status"]["traceId"]

@@ -18,7 +18,7 @@ import pytest
 
 from e2e.conftest import Fleet, eventually, fakefleet, kubectl_json
 from operators.controlplane.state import StateDir, read_host
-from operators.hublink.convert import RUN_LABEL
+from primitives import keys
 
 NAMESPACE = "federation"
 MEMBERS = ("fed-a", "fed-b")
@@ -113,7 +113,7 @@ XID_STEP = {
 
 def fleet_plans(fleet: Fleet, run_id: str) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = fleet.get("-n", NAMESPACE, "fp", "-l",
-                                            f"{RUN_LABEL}={run_id}")["items"]
+                                            f"{keys.FLEET_RUN}={run_id}")["items"]
     return found
 
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from operators.api.faultplans import FaultPlan, LabelSelector, Step
-from operators.api.nodepools import POOL_LABEL
+from primitives import keys
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 FILES = sorted((EXAMPLES / "faults").glob("*.yaml"))
@@ -59,7 +59,7 @@ class Workload:
         if document["kind"] == "Job":
             labels |= {"batch.kubernetes.io/job-name": name, "job-name": name}
         return cls(document["kind"], document["metadata"].get("namespace", "default"), name,
-                   labels, template["spec"].get("nodeSelector", {}).get(POOL_LABEL, ""))
+                   labels, template["spec"].get("nodeSelector", {}).get(keys.POOL, ""))
 
 
 WORKLOADS = [Workload.of(document) for path in FILES for document in documents(path)

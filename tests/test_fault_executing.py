@@ -15,7 +15,6 @@ from operators.api.faultplans import (
     InjectionStatus,
 )
 from operators.api.injections import (
-    FAULTS,
     FaultEntry,
     HubLink,
     HubLinkFaults,
@@ -30,6 +29,7 @@ from operators.faults.expectations import ExpectationError
 from operators.faults.planning import PlanError
 from operators.faults.targets import ClusterView, Fleet, NodeView, Victim
 from operators.k8s.times import micro_time
+from primitives import keys
 
 
 def spec(*steps: dict[str, Any], seed: int = 1) -> FaultPlanSpec:
@@ -155,7 +155,7 @@ def test_a_fatal_xid_takes_gpus_out_and_taints_and_its_recovery_restores_them() 
     entry = catalogue.node_entry("x", Fault(type="GPUXid", xid=79, gpus=2), gpus=8)
     effect = entry.stages[0].effect
     assert effect.model_dump()["allocatable"] == {"nvidia.com/gpu": "6"}
-    assert [t.key for t in effect.taints] == [catalogue.XID_TAINT]  # type: ignore[union-attr]
+    assert [t.key for t in effect.taints] == [keys.GPU_XID]  # type: ignore[union-attr]
     recovery = entry.recovery[-1].effect
     assert recovery.endFault
     assert recovery.model_dump()["allocatable"] == {"nvidia.com/gpu": None}
@@ -337,12 +337,12 @@ def test_hub_faults_are_cluster_entries_for_the_hub_link(fault: Fault, link: Hub
     assert (len(entry.stages), len(entry.recovery), len(entry.stop)) == (0, 0, 0), \
         "nothing for the engine to run"
     assert entry.latency is None, "the engine's writes are not slowed"
-    assert read_entries({FAULTS: render_entries([entry]) or ""}) == ([entry], "")
+    assert read_entries({keys.FAULTS: render_entries([entry]) or ""}) == ([entry], "")
 
 
 def carrying(*entries: FaultEntry) -> dict[str, str]:
     """A FakeCluster's annotations with ``entries``."""
-    return {FAULTS: render_entries(list(entries)) or ""}
+    return {keys.FAULTS: render_entries(list(entries)) or ""}
 
 
 def test_hub_link_faults_add_up_the_entries_being_injected() -> None:
@@ -366,7 +366,7 @@ def test_hub_link_faults_ignore_everything_but_hub_entries_being_injected() -> N
         FaultEntry(id="c", latency="3s"),
         FaultEntry.model_validate({"id": "d", "stop": ["kube-apiserver"]}))
     assert hub_link_faults(others) == HubLinkFaults()
-    assert hub_link_faults({FAULTS: "not json"}) == HubLinkFaults()
+    assert hub_link_faults({keys.FAULTS: "not json"}) == HubLinkFaults()
     assert hub_link_faults({}) == hub_link_faults(None) == HubLinkFaults()
     assert write_latency(carrying(FaultEntry(id="e", hub=HubLink(latency="2s")))) == 0.0
 

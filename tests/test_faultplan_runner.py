@@ -16,7 +16,6 @@ import pytest
 
 from operators.api.faultplans import FaultPlan
 from operators.api.injections import (
-    FAULTS,
     FaultEntry,
     HubLinkFaults,
     hub_link_faults,
@@ -26,10 +25,11 @@ from operators.api.injections import (
 from operators.handlers.faultplans import MEMBER_WAIT, PlanRunner, delete
 from operators.handlers.runtime import Runtime
 from operators.k8s.client import Client
-from operators.k8s.clock import FakeClock
 from operators.k8s.errors import K8sError
-from operators.k8s.memory import MemoryTransport
 from operators.k8s.times import micro_time, parse
+from primitives import keys
+from tests.fakes.clocks import FakeClock
+from tests.fakes.k8s import MemoryTransport
 
 CLUSTERS = "/apis/fakefleet.dev/v1alpha1/namespaces/default/fakeclusters"
 PLANS = "/apis/fakefleet.dev/v1alpha1/namespaces/default/faultplans"
@@ -86,7 +86,7 @@ class World:
         entries = [e.model_copy(update={"state": "done"}) if e.state == "recover" else e
                    for e in read_entries(found["metadata"].get("annotations"))[0]]
         await self.member.patch(f"{NODES}/{node}", {"metadata": {"annotations": {
-            FAULTS: render_entries(entries)}}})
+            keys.FAULTS: render_entries(entries)}}})
 
 
 CORDON = {"name": "cordon", "target": {"nodes": {}, "mode": "fixed", "count": 2},
@@ -136,7 +136,7 @@ async def test_a_conflict_reads_the_node_again_and_keeps_what_others_wrote() -> 
     async def fleet_then_change(step: Any, **options: Any) -> Any:
         found = await original(step, **options)
         await world.member.patch(f"{NODES}/n-0", {"metadata": {"annotations": {
-            FAULTS: render_entries([other])}}})
+            keys.FAULTS: render_entries([other])}}})
         return found
     runner.fleet = fleet_then_change  # type: ignore[method-assign]
     await runner.advance()
@@ -375,7 +375,7 @@ async def test_a_hub_partition_is_recovered_by_the_plan_alone() -> None:
     assert runner.status.injections[0].state == "Recovered"
     assert runner.status.phase == "Succeeded"
     found = await world.host.get(f"{CLUSTERS}/west")
-    assert FAULTS not in (found["metadata"].get("annotations") or {})
+    assert keys.FAULTS not in (found["metadata"].get("annotations") or {})
 
 
 async def test_hub_faults_reach_adopted_clusters_too() -> None:

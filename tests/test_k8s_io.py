@@ -12,11 +12,11 @@ import pytest
 
 from operators.k8s import errors
 from operators.k8s.client import Client
-from operators.k8s.clock import FakeClock
-from operators.k8s.memory import MemoryTransport
 from operators.k8s.retrying import Backoff
 from operators.k8s.transport import SlowWrites, split_lines
 from operators.k8s.watching import list_and_watch
+from tests.fakes.clocks import FakeClock
+from tests.fakes.k8s import MemoryTransport
 
 NODES = "/api/v1/nodes"
 

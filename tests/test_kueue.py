@@ -19,8 +19,6 @@ from operators.controlplane.errors import BinaryError
 from operators.controlplane.kueue import building, rendering, source
 from operators.handlers import kueue as kueue_handler
 from operators.k8s.client import Client
-from operators.k8s.clock import FakeClock
-from operators.k8s.memory import MemoryTransport
 from operators.reconciling import clusters as cluster_planning
 from operators.reconciling import kueue as planning
 from operators.reconciling.kueue import (
@@ -33,6 +31,8 @@ from operators.reconciling.kueue import (
     StopKueue,
     Worker,
 )
+from tests.fakes.clocks import FakeClock
+from tests.fakes.k8s import MemoryTransport
 
 NOW = "2026-12-01T09:00:00Z"
 CA = b"-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"

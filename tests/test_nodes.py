@@ -7,6 +7,7 @@ import dataclasses
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.engine import nodes
 from operators.engine.nodes import Create, Delete, NodeFacts, Reshape
+from primitives import keys
 
 
 def spec(**fields: object) -> FakeNodePoolSpec:
@@ -210,6 +211,6 @@ def test_reshape_removes_only_the_old_template_s_keys_and_guards_the_version() -
 
 def test_reshape_of_a_node_without_template_keys_removes_nothing() -> None:
     node = {"metadata": {"name": "cpu-0", "labels": {"team": "a"},
-                         "annotations": {nodes.TEMPLATE_KEYS: "not json"}}}
+                         "annotations": {keys.TEMPLATE_KEYS: "not json"}}}
     meta, _ = nodes.reshape_patches("c", "cpu", spec(), 0, node, slot=0)
     assert None not in meta["metadata"]["labels"].values()

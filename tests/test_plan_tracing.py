@@ -18,7 +18,6 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from federation.telemetry import propagation
 from federation.telemetry.setup import configure
 from operators import cli
 from operators.api.faultplans import FaultPlan
@@ -26,6 +25,7 @@ from operators.faults import tracing
 from operators.handlers.faultplans import PlanRunner, delete
 from operators.handlers.provisioning import PROVISION, Provisioning
 from operators.k8s.times import micro_time
+from primitives import keys, propagation
 from tests.test_faultplan_runner import CORDON, NODES, PLANS, World
 
 #: Passes at the first look: the plan's verdict is reached without an engine.
@@ -164,7 +164,7 @@ async def test_fault_entries_and_their_objects_carry_the_span_that_wrote_them() 
         (entry,) = await world.entries(node)
         assert entry.traceparent == context_of(inject)
         found = await world.member.get(f"{NODES}/{node}")
-        assert found["metadata"]["annotations"][propagation.ANNOTATION] == context_of(inject)
+        assert found["metadata"]["annotations"][keys.TRACEPARENT] == context_of(inject)
     # The patch that wrote the entry set the annotation too: one write per victim.
     assert len(world.member_api.sent("PATCH", f"{NODES}/.*")) == len(victims)
 
@@ -176,7 +176,7 @@ async def test_fault_entries_and_their_objects_carry_the_span_that_wrote_them() 
         (entry,) = await world.entries(node)
         assert (entry.state, entry.traceparent) == ("recover", context_of(recover))
         found = await world.member.get(f"{NODES}/{node}")
-        assert found["metadata"]["annotations"][propagation.ANNOTATION] == context_of(recover)
+        assert found["metadata"]["annotations"][keys.TRACEPARENT] == context_of(recover)
 
 
 async def test_a_cluster_fault_entry_carries_the_injection_span() -> None:
@@ -189,7 +189,7 @@ async def test_a_cluster_fault_entry_carries_the_injection_span() -> None:
     cluster = await world.host.get("/apis/fakefleet.dev/v1alpha1/namespaces/default/"
                                    "fakeclusters/west")
     annotations = cluster["metadata"]["annotations"]
-    assert annotations[propagation.ANNOTATION] == context_of(inject)
+    assert annotations[keys.TRACEPARENT] == context_of(inject)
     assert '"traceparent":"' + context_of(inject) + '"' in annotations["fakefleet.dev/faults"]
 
 
@@ -197,7 +197,7 @@ async def test_a_plan_annotated_by_its_creator_is_traced_under_that_span() -> No
     world, spans = World(), Spans()
     world.plan(CORDON)
     await world.host.patch(f"{PLANS}/p", {"metadata": {"annotations": {
-        propagation.ANNOTATION: REMOTE}}})
+        keys.TRACEPARENT: REMOTE}}})
     await started(world, spans, 1)
     (start,) = spans.named(tracing.START)
     assert trace.format_trace_id(start.context.trace_id) == REMOTE.split("-")[1]
@@ -211,7 +211,7 @@ async def test_an_unsampled_creator_gets_a_link_and_the_plan_a_kept_trace_of_its
     world.plan(CORDON)
     unsampled = REMOTE[:-2] + "00"
     await world.host.patch(f"{PLANS}/p", {"metadata": {"annotations": {
-        propagation.ANNOTATION: unsampled}}})
+        keys.TRACEPARENT: unsampled}}})
     await started(world, spans, 1)
     (start,) = spans.named(tracing.START)
     assert start.parent is None
@@ -265,7 +265,7 @@ async def test_no_tracing_configured_records_no_trace_and_changes_nothing() -> N
         (entry,) = await world.entries(node)
         assert entry.traceparent is None
         found = await world.member.get(f"{NODES}/{node}")
-        assert propagation.ANNOTATION not in found["metadata"]["annotations"]
+        assert keys.TRACEPARENT not in found["metadata"]["annotations"]
 
 
 # -- FakeCluster reconciles --------------------------------------------------------------------
@@ -280,7 +280,7 @@ def test_a_reconcile_that_changes_nothing_leaves_no_span() -> None:
 def test_a_reconcile_that_provisions_is_a_span_linked_to_the_clusters_annotation() -> None:
     spans = Spans()
     began = time.time_ns()
-    with Provisioning(spans.tracer, "default", "west", {propagation.ANNOTATION: REMOTE},
+    with Provisioning(spans.tracer, "default", "west", {keys.TRACEPARENT: REMOTE},
                       backend="local") as provisioning:
         provisioning.open(["StartControlPlane"])
         assert trace.get_current_span() is provisioning.span, "its writes carry it"

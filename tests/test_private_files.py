@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from operators.controlplane.components import ClusterPorts
-from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.pki import ensure_pki
 from operators.controlplane.state import StateDir
 from operators.controlplane.substrate import ClusterOptions, LocalCluster, write_kubeconfigs
+from primitives.files import private_directory, write_private
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,8 @@ import asyncio
 
 from operators.engine.dispatching import RETRY_UNEXPECTED, Dispatcher
 from operators.engine.queues import DelayQueue
-from operators.k8s.clock import SYSTEM_CLOCK, FakeClock
+from primitives.clocks import SYSTEM_CLOCK
+from tests.fakes.clocks import FakeClock
 
 
 async def test_keys_come_out_when_due_in_order() -> None:

@@ -7,9 +7,9 @@ contract between them, so the file names are spelled here only).
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from pathlib import Path
+
+from primitives.files import Published
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +36,7 @@ class HubFiles:
 
 
 @dataclasses.dataclass(frozen=True)
-class HubInfo:
+class HubInfo(Published):
     """What a running hub publishes (``hub.json``)."""
 
     pid: int
@@ -44,18 +44,6 @@ class HubInfo:
     ca: str | None
     fleet_token_file: str
     hub_id: str
-
-    @classmethod
-    def read(cls, path: Path) -> HubInfo | None:
-        try:
-            return cls(**json.loads(path.read_text()))
-        except (FileNotFoundError, ValueError, TypeError):
-            return None
-
-    def write(self, path: Path) -> None:
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
-        temporary.replace(path)
 
 
 def local_credentials(files: HubFiles) -> tuple[HubInfo, bytes] | None:

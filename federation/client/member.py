@@ -36,7 +36,7 @@ from opentelemetry import trace
 from federation.api import common_pb2, member_pb2, member_pb2_grpc
 from federation.client import tracing
 from federation.client.channels import HubAddress, bearer, open_channel
-from federation.telemetry import propagation
+from primitives import propagation
 
 logger = logging.getLogger(__name__)
 

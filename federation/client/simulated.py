@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine
 from federation.api import common_pb2, member_pb2
 from federation.client.member import NO_FAULTS, LinkFaults, MemberLink
 from federation.client.tracing import within
-from federation.telemetry import propagation
+from primitives import propagation
 
 
 @dataclasses.dataclass

@@ -3,7 +3,7 @@
 OpenTelemetry's gRPC instrumentation makes a span per call and carries a unary call's context
 in its metadata; a stream gets one span for its whole life, so the context of each command on
 a member's session travels in the messages' own ``traceparent`` field instead
-(:mod:`federation.telemetry.propagation`). This module is the one place that sets the
+(:mod:`primitives.propagation`). This module is the one place that sets the
 instrumentation up, for the hub (:func:`server_interceptor`) and its clients
 (:func:`client_interceptors`), and names what the spans of commands carry.
 
@@ -38,7 +38,7 @@ from opentelemetry.instrumentation.grpc import (
 from opentelemetry.util.types import AttributeValue
 
 from federation.api import fleet_pb2, member_pb2
-from federation.telemetry import propagation
+from primitives import propagation
 
 CLUSTER = "k8s.cluster.name"
 COMMAND_ID = "fakefleet.command.id"

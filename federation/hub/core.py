@@ -50,7 +50,7 @@ from federation.hub.runs import MemberPart, Part, Phase, Report, Run, parse_comm
 from federation.hub.store import Snapshot, Store
 from federation.hub.workloads import JobRecord, JobState, Settings, Workload, gpu_count
 from federation.hub.workloads import parse_command_id as parse_job_command_id
-from federation.telemetry import propagation
+from primitives import propagation
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
 import secrets
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from typing import Any
 from federation.hub.membership import Identity, Inventory, Member, Pool, State
 from federation.hub.runs import MemberPart, Part, Run
 from federation.hub.workloads import JobRecord, JobState, Settings, Workload
+from primitives.files import write_private
 
 logger = logging.getLogger(__name__)
 
@@ -213,10 +213,4 @@ class Store:
             await asyncio.sleep(PACE * encoding)
 
     def _write(self, text: str) -> None:
-        temporary = self.path.with_name(f".{self.path.name}.tmp")
-        with temporary.open("w") as handle:
-            handle.write(text)
-            handle.flush()
-            if self.fsync:
-                os.fsync(handle.fileno())
-        temporary.replace(self.path)
+        write_private(self.path, text.encode(), durable=self.fsync)

@@ -22,7 +22,7 @@ from opentelemetry.util.types import AttributeValue
 
 from federation.api import member_pb2
 from federation.client import tracing
-from federation.telemetry import propagation
+from primitives import propagation
 
 _PHASES = {member_pb2.COMMAND_PHASE_RUNNING: "Running",
            member_pb2.COMMAND_PHASE_SUCCEEDED: "Succeeded",

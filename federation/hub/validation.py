@@ -16,6 +16,7 @@ from google.protobuf.duration_pb2 import Duration
 from federation.api import common_pb2, fleet_pb2, member_pb2
 from federation.hub.arrivals import DistributionError
 from federation.hub.convert import arrivals, run_time
+from primitives import keys
 
 #: Patterns end in \Z, not $: $ also matches before a final newline ("west\n").
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
@@ -299,8 +300,6 @@ MAX_ATTEMPTS = 10
 _PLACEMENTS = ("spread", "binpack", "weighted", "clusters", "manager")
 _PROCESSES = ("rate", "poisson", "times")
 _DISTRIBUTIONS = ("fixed", "uniform", "lognormal")
-#: Set by the hub on every Job; a workload cannot set it.
-WORKLOAD_LABEL = "fakefleet.dev/workload"
 
 
 def _bounded(value: int, low: int, high: int, field: str, example: str) -> list[str]:
@@ -320,8 +319,8 @@ def workload_spec(spec: fleet_pb2.WorkloadSpec, field: str = "spec") -> list[str
         problems.append(f"{field}.resources[nvidia.com/gpu]: {gpus[:40]!r}; GPUs are whole: "
                         f"give a count such as \"8\"")
     problems += labels(spec.labels, f"{field}.labels")
-    if WORKLOAD_LABEL in spec.labels:
-        problems.append(f"{field}.labels[{WORKLOAD_LABEL}]: set by the hub; remove it")
+    if keys.WORKLOAD in spec.labels:
+        problems.append(f"{field}.labels[{keys.WORKLOAD}]: set by the hub; remove it")
     if spec.namespace and not DNS_LABEL.match(spec.namespace):
         problems.append(f"{field}.namespace: {spec.namespace[:80]!r} is not a namespace name; "
                         f"use a DNS label (e.g. default)")

@@ -13,9 +13,9 @@ here only.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from pathlib import Path
+
+from primitives.files import Published
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +47,7 @@ class CollectorFiles:
 
 
 @dataclasses.dataclass(frozen=True)
-class CollectorInfo:
+class CollectorInfo(Published):
     """What a running collector publishes (``collector.json``)."""
 
     pid: int
@@ -62,16 +62,3 @@ class CollectorInfo:
     @property
     def port(self) -> int:
         return int(self.address.rsplit(":", 1)[1])
-
-    @classmethod
-    def read(cls, path: Path) -> CollectorInfo | None:
-        try:
-            return cls(**json.loads(path.read_text()))
-        except (FileNotFoundError, ValueError, TypeError):
-            return None
-
-    def write(self, path: Path) -> None:
-        """Replace ``path`` at once, so that a reader never sees half of it."""
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n")
-        temporary.replace(path)

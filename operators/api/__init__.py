@@ -1,9 +1,10 @@
 """fakefleet's custom resources as pydantic models: the single source of the CRDs.
 
-The lowest layer: imports nothing else of fakefleet.
+The lowest layer of ``operators``: imports nothing of it, only the shared floor
+(:mod:`primitives`).
 """
 
-from operators.api.base import API_VERSION, GROUP, VERSION, Condition, CustomResource
+from operators.api.base import API_VERSION, VERSION, Condition, CustomResource
 from operators.api.clusters import FakeCluster, FakeClusterSpec, FakeClusterStatus
 from operators.api.faultplans import FaultPlan, FaultPlanSpec, FaultPlanStatus
 from operators.api.nodepools import FakeNodePool, FakeNodePoolSpec, FakeNodePoolStatus
@@ -11,7 +12,7 @@ from operators.api.nodepools import FakeNodePool, FakeNodePoolSpec, FakeNodePool
 RESOURCES: tuple[type[CustomResource], ...] = (FakeCluster, FakeNodePool, FaultPlan)
 
 __all__ = [
-    "API_VERSION", "GROUP", "RESOURCES", "VERSION", "Condition", "CustomResource",
+    "API_VERSION", "RESOURCES", "VERSION", "Condition", "CustomResource",
     "FakeCluster", "FakeClusterSpec", "FakeClusterStatus", "FakeNodePool",
     "FakeNodePoolSpec", "FakeNodePoolStatus", "FaultPlan", "FaultPlanSpec", "FaultPlanStatus",
 ]

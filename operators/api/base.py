@@ -15,8 +15,8 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from operators.api.names import rule, validations
+from primitives.keys import GROUP
 
-GROUP = "fakefleet.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 

@@ -16,19 +16,18 @@ from operators.api.base import (
 )
 from operators.api.durations import DURATION_PATTERN
 from operators.api.names import LABEL_VALUE_MAX_LENGTH, Labels, rule, validations
+from primitives import keys
 
 DEFAULT_KUBERNETES_VERSION = "v1.36.3"
 KUBECONFIG_KEY = "kubeconfig"
-#: Objects made for a FakeCluster (its kubeconfig Secret) carry the cluster's name here.
-CLUSTER_LABEL = "fakefleet.dev/cluster"
-#: A FakeCluster's name is a label value (:data:`CLUSTER_LABEL`); the other names made from it
-#: (the Secret ``<name>-kubeconfig``, directories, the etcd prefix) allow more.
+#: A FakeCluster's name is a label value (:data:`~primitives.keys.CLUSTER`); the other names
+#: made from it (the Secret ``<name>-kubeconfig``, directories, the etcd prefix) allow more.
 MAX_CLUSTER_NAME_LENGTH = LABEL_VALUE_MAX_LENGTH
 
 NAME_RULE = rule(
     f"size(self.metadata.name) <= {MAX_CLUSTER_NAME_LENGTH}",
     f"a FakeCluster name has at most {MAX_CLUSTER_NAME_LENGTH} characters: it is the value of "
-    f"the label {CLUSTER_LABEL} (label values hold at most {LABEL_VALUE_MAX_LENGTH}) and names "
+    f"the label {keys.CLUSTER} (label values hold at most {LABEL_VALUE_MAX_LENGTH}) and names "
     "the cluster's kubeconfig Secret, directories, etcd prefix and certificates; choose a "
     "shorter name",
     field_path=".metadata.name",

@@ -60,12 +60,11 @@ from pydantic import Field, ValidationError
 from operators.api.base import Model
 from operators.api.durations import DURATION_PATTERN, parse_duration
 from operators.api.stages import Stage
+from primitives import keys
 
 #: A W3C traceparent: version, trace id, span id, flags.
 TRACEPARENT_PATTERN = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 
-FAULTS = "fakefleet.dev/faults"
-HELD_NODES = "fakefleet.dev/held-nodes"
 
 EntryState = Literal["inject", "recover", "done"]
 Component = Literal["kube-apiserver", "kube-scheduler", "kube-controller-manager"]
@@ -117,7 +116,7 @@ class FaultEntry(Model):
 def read_entries(annotations: Mapping[str, str] | None) -> tuple[list[FaultEntry], str]:
     """The entries an object carries, and a problem ("" when there is none). An annotation that
     cannot be read carries no entries: the problem says why, for a Warning Event."""
-    text = (annotations or {}).get(FAULTS)
+    text = (annotations or {}).get(keys.FAULTS)
     if not text:
         return [], ""
     try:
@@ -126,7 +125,8 @@ def read_entries(annotations: Mapping[str, str] | None) -> tuple[list[FaultEntry
             raise ValueError("not a JSON list")
         return [FaultEntry.model_validate(item) for item in raw], ""
     except (ValueError, ValidationError) as error:
-        return [], f"annotation {FAULTS} is not a list of fault entries ({error}); it is ignored"
+        return [], (f"annotation {keys.FAULTS} is not a list of fault entries ({error}); "
+                    f"it is ignored")
 
 
 def render_entries(entries: list[FaultEntry]) -> str | None:
@@ -142,7 +142,7 @@ def mark_done(annotations: Mapping[str, str] | None, entry_id: str) -> str | Non
     """The annotation's value with entry ``entry_id`` done, every other entry exactly as it was
     (the JSON of each is kept, not re-rendered); None when there is nothing to change: the
     entry is gone, already done, or the annotation cannot be read."""
-    text = (annotations or {}).get(FAULTS)
+    text = (annotations or {}).get(keys.FAULTS)
     if not text:
         return None
     try:
@@ -194,7 +194,7 @@ def hub_link_faults(annotations: Mapping[str, str] | None) -> HubLinkFaults:
 
 def read_held(annotations: Mapping[str, str] | None) -> dict[str, list[str]]:
     """The nodes a FakeNodePool holds deleted, by entry id (an unreadable value holds none)."""
-    text = (annotations or {}).get(HELD_NODES)
+    text = (annotations or {}).get(keys.HELD_NODES)
     if not text:
         return {}
     try:

@@ -30,12 +30,11 @@ from operators.api.names import (
     rule,
     validations,
 )
+from primitives import keys
 
 #: Every node gets a /24 pod CIDR of 10.128.0.0/9 (2**(24-9) of them), so no cluster can
 #: address more nodes than this, whatever its pools ask for.
 MAX_NODES_PER_CLUSTER = 32768
-#: Every fake node carries the name of its pool here; the pool's scale selector uses it.
-POOL_LABEL = "fakefleet.dev/pool"
 #: Every fake node is labelled node.kubernetes.io/instance-type=<this><pool>.
 INSTANCE_TYPE_PREFIX = "fakefleet."
 #: Extended resources and taints one pool may declare; bounds the cost of their rules.
@@ -51,7 +50,7 @@ CLUSTER_REF_RULE = rule(
 
 
 def pool_selector(pool: str) -> str:
-    return f"{POOL_LABEL}={pool}"
+    return f"{keys.POOL}={pool}"
 
 
 def node_name(pool: str, index: int) -> str:
@@ -71,7 +70,7 @@ NAME_RULE = rule(
     f"size(self.metadata.name) <= {MAX_POOL_NAME_LENGTH}",
     f"a FakeNodePool name has at most {MAX_POOL_NAME_LENGTH} characters: its nodes are labelled "
     f"kubernetes.io/hostname=<pool>-<index> (index up to {MAX_NODES_PER_CLUSTER - 1}), "
-    f"{POOL_LABEL}=<pool> and node.kubernetes.io/instance-type={INSTANCE_TYPE_PREFIX}<pool>, and "
+    f"{keys.POOL}=<pool> and node.kubernetes.io/instance-type={INSTANCE_TYPE_PREFIX}<pool>, and "
     f"label values hold at most {LABEL_VALUE_MAX_LENGTH} characters; choose a shorter name",
     field_path=".metadata.name",
 )

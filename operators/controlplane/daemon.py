@@ -42,7 +42,6 @@ from operators.controlplane.errors import (
     StartupError,
     StateError,
 )
-from operators.controlplane.files import private_directory
 from operators.controlplane.pki import ensure_hub_pki
 from operators.controlplane.ports import claim_port, free_port
 from operators.controlplane.state import (
@@ -56,6 +55,7 @@ from operators.controlplane.state import (
 )
 from operators.controlplane.substrate import ClusterOptions, Substrate
 from operators.controlplane.supervising import Supervised, tail
+from primitives.files import private_directory
 
 logger = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ import aiohttp
 from operators.controlplane import components, health
 from operators.controlplane.components import EtcdPorts
 from operators.controlplane.errors import StateError
-from operators.controlplane.files import write_private
 from operators.controlplane.pki import EtcdPKI
+from primitives.files import write_private
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ does not parse is generated again as a whole. So an interrupted first run can ne
 whose service-account key is missing and is then used as it is. A complete PKI is reused, so a
 restarted cluster keeps its kubeconfigs valid.
 
-Private keys are written 0600 from their creation (:mod:`~operators.controlplane.files`).
+Private keys are written 0600 from their creation (:mod:`~primitives.files`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from operators.controlplane.files import private_directory, write_private
+from primitives.files import private_directory, write_private
 
 VALIDITY = datetime.timedelta(days=3650)
 #: X.509's upper bound on a common name (RFC 5280, ``ub-common-name``).

@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from operators.controlplane.etcd import EtcdFiles
-from operators.controlplane.files import private_directory
+from primitives.files import private_directory, write_private
 
 HOST_CLUSTER = "host"
 
@@ -244,9 +243,7 @@ class OperatorState(_Published):
 
 def publish(path: Path, state: _Published) -> None:
     """Replace ``path`` with ``state`` at once (written aside, then renamed)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(state.model_dump_json(indent=2) + "\n")
-    temporary.rename(path)
+    write_private(path, (state.model_dump_json(indent=2) + "\n").encode())
 
 
 def read_host(state: StateDir) -> HostState | None:

@@ -42,7 +42,6 @@ from operators.controlplane.etcd import (
     read_ports,
     write_ports,
 )
-from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.limits import check_inotify
 from operators.controlplane.pki import (
     CLIENTS,
@@ -54,6 +53,7 @@ from operators.controlplane.pki import (
 from operators.controlplane.ports import claim_port, free_port
 from operators.controlplane.state import ComponentState, StateDir
 from operators.controlplane.supervising import Supervised
+from primitives.files import private_directory, write_private
 
 logger = logging.getLogger(__name__)
 

@@ -28,14 +28,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from operators.api.gpus import DEVICE_CLASS, DRA_DRIVER, PRESETS, gpu_uuid
-from operators.api.nodepools import POOL_LABEL, FakeNodePoolSpec
+from operators.api.nodepools import FakeNodePoolSpec
+from primitives import keys
 
 API_VERSION = "resource.k8s.io/v1"
 SLICES = f"/apis/{API_VERSION}/resourceslices"
 DEVICE_CLASSES = f"/apis/{API_VERSION}/deviceclasses"
 #: The engine's slices, and nobody else's, in one list and watch.
 OWN_SLICES = {"fieldSelector": f"spec.driver={DRA_DRIVER}"}
-DIGEST = "fakefleet.dev/slice-digest"
 UNHEALTHY = f"{DRA_DRIVER}/unhealthy"
 #: NoExecute, as the node taint of the same fault: pods using the GPU are evicted, and no new
 #: claim gets it unless it tolerates the taint.
@@ -129,8 +129,8 @@ def render_slice(cluster: str, want: Wanted, *, out: Mapping[int, Taint],
         "kind": "ResourceSlice",
         "metadata": {
             "name": slice_name(want.node),
-            "labels": {POOL_LABEL: want.pool},
-            "annotations": {DIGEST: digest(cluster, want, out)},
+            "labels": {keys.POOL: want.pool},
+            "annotations": {keys.SLICE_DIGEST: digest(cluster, want, out)},
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": want.node,
                                  "uid": want.uid, "controller": True}],
         },
@@ -199,7 +199,7 @@ def observe_slice(obj: Mapping[str, Any]) -> SliceFacts | None:
             out[index] = taint
     return SliceFacts(
         name=metadata.get("name", ""), node=str(node), uid=metadata.get("uid", ""),
-        owner=owner, digest=(metadata.get("annotations") or {}).get(DIGEST, ""),
+        owner=owner, digest=(metadata.get("annotations") or {}).get(keys.SLICE_DIGEST, ""),
         generation=int((spec.get("pool") or {}).get("generation") or 0),
         resource_version=metadata.get("resourceVersion", ""), out=out)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine, Hashable
 from typing import Any, Generic, TypeVar
 
 from operators.engine.queues import DelayQueue
-from operators.k8s.clock import Clock
+from primitives.clocks import Clock
 
 logger = logging.getLogger(__name__)
 

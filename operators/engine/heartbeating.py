@@ -40,12 +40,12 @@ from operators.engine.recording import EventRecorder
 from operators.engine.stages import NodeRule, Rulebook
 from operators.engine.tracing import FaultBatches
 from operators.k8s.client import Client
-from operators.k8s.clock import Clock
 from operators.k8s.errors import Conflict, K8sError, NotFound
 from operators.k8s.requests import STRATEGIC_PATCH
 from operators.k8s.retrying import Backoff
 from operators.k8s.times import micro_time, parse, rfc3339
 from operators.k8s.watching import list_all
+from primitives.clocks import Clock
 
 logger = logging.getLogger(__name__)
 

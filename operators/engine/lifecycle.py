@@ -33,7 +33,7 @@ import random
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
-from operators.api.injections import FAULTS, mark_done
+from operators.api.injections import mark_done
 from operators.engine import claims, stages
 from operators.engine import pods as podlife
 from operators.engine.addresses import PodAddresses
@@ -47,10 +47,11 @@ from operators.engine.tracing import FaultBatches
 from operators.engine.usage import UsageBook
 from operators.k8s import requests
 from operators.k8s.client import Client
-from operators.k8s.clock import Clock
 from operators.k8s.errors import Conflict, Invalid, K8sError, NotFound, transient
 from operators.k8s.times import rfc3339
 from operators.k8s.watching import list_and_watch
+from primitives import keys
+from primitives.clocks import Clock
 
 logger = logging.getLogger(__name__)
 
@@ -376,7 +377,7 @@ class PodLifecycle:
             if ended is None:
                 return None  # gone, or done already: nothing of ours to write
             return {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
-                                 "annotations": {FAULTS: ended}}}
+                                 "annotations": {keys.FAULTS: ended}}}
 
         def reread(pod: Any) -> Any:
             metadata = pod["metadata"]

@@ -22,20 +22,16 @@ from typing import Any
 
 from operators.api import stages as stage_api
 from operators.api.gpus import gfd_labels
-from operators.api.injections import FAULTS, read_entries
+from operators.api.injections import read_entries
 from operators.api.names import LABEL_VALUE_MAX_LENGTH
-from operators.api.nodepools import INSTANCE_TYPE_PREFIX, POOL_LABEL, FakeNodePoolSpec
+from operators.api.nodepools import INSTANCE_TYPE_PREFIX, FakeNodePoolSpec
 
 # The API defines these (its limits come from them); the engine speaks of nodes through here.
 from operators.api.nodepools import MAX_NODES_PER_CLUSTER as MAX_NODES_PER_CLUSTER
 from operators.api.nodepools import node_name as node_name
+from primitives import keys
 
-RACK_LABEL = "fakefleet.dev/rack"
-TEMPLATE_HASH = "fakefleet.dev/template-hash"
-#: The label, annotation, capacity and taint keys the template gave the node, so that a change
-#: of template can remove what the new one no longer has and leave everyone else's keys alone.
-TEMPLATE_KEYS = "fakefleet.dev/template-keys"
-MANAGED_SELECTOR = POOL_LABEL  # every node we own carries the pool label
+MANAGED_SELECTOR = keys.POOL  # every node we own carries the pool label
 
 #: Pod CIDRs are /24 slices of 10.128.0.0/9 (MAX_NODES_PER_CLUSTER of them), clear of the
 #: service range 10.96.0.0/12. Node InternalIPs are loopback addresses of 127.64.0.0/16, one per
@@ -107,7 +103,7 @@ def node_shape(cluster: str, pool: str, spec: FakeNodePoolSpec, index: int) -> d
         labels["topology.kubernetes.io/zone"] = topology.zones[index % zone_count]
     rack = (index // zone_count) % topology.racks if topology.racks else None
     if rack is not None:
-        labels[RACK_LABEL] = f"rack-{rack}"
+        labels[keys.RACK] = f"rack-{rack}"
     capacity = spec.node_capacity()
     taints = [taint.model_dump(mode="json", exclude_defaults=False)
               for taint in spec.template.taints]
@@ -119,10 +115,10 @@ def node_shape(cluster: str, pool: str, spec: FakeNodePoolSpec, index: int) -> d
         if spec.gpu.taint and not any(t["key"] == "nvidia.com/gpu" for t in taints):
             taints.append({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
     labels.update(spec.template.labels)
-    labels[POOL_LABEL] = pool
+    labels[keys.POOL] = pool
     # No node.alpha.kubernetes.io/ttl: the controller-manager's TTL controller owns it.
-    annotations = {**spec.template.annotations, TEMPLATE_HASH: template_hash(spec)}
-    annotations[TEMPLATE_KEYS] = json.dumps({
+    annotations = {**spec.template.annotations, keys.TEMPLATE_HASH: template_hash(spec)}
+    annotations[keys.TEMPLATE_KEYS] = json.dumps({
         "labels": sorted(labels), "annotations": sorted(spec.template.annotations),
         "capacity": sorted(capacity), "taints": sorted({t["key"] for t in taints})},
         separators=(",", ":"))
@@ -315,7 +311,7 @@ def reshape_patches(
     shape = node_shape(cluster, pool, spec, index)
     metadata = observed.get("metadata") or {}
     try:
-        old = json.loads((metadata.get("annotations") or {}).get(TEMPLATE_KEYS, "{}"))
+        old = json.loads((metadata.get("annotations") or {}).get(keys.TEMPLATE_KEYS, "{}"))
     except ValueError:
         old = {}
     old = old if isinstance(old, dict) else {}
@@ -370,7 +366,7 @@ class NodeFacts:
     @property
     def faults(self) -> str:
         """The node's fault entries, as the annotation's text ("" when it has none)."""
-        return self.annotations.get(FAULTS, "")
+        return self.annotations.get(keys.FAULTS, "")
 
     def taint_effect(self, key: str) -> str | None:
         return next((taint.get("effect") for taint in self.taints if taint.get("key") == key),
@@ -381,7 +377,7 @@ def observe(node: Mapping[str, Any], cluster: str) -> NodeFacts | None:
     """The facts the engine needs of a Node object (None if it carries no pool label)."""
     metadata = node.get("metadata", {})
     labels = metadata.get("labels") or {}
-    pool = labels.get(POOL_LABEL)
+    pool = labels.get(keys.POOL)
     if pool is None:
         return None
     name = metadata["name"]
@@ -389,7 +385,7 @@ def observe(node: Mapping[str, Any], cluster: str) -> NodeFacts | None:
     slot, problem = None, ""
     foreign = spec.get("providerID") != provider_id(cluster, name)
     if foreign:
-        problem = (f"node {name} carries the label {POOL_LABEL}={pool} but was not made by this "
+        problem = (f"node {name} carries the label {keys.POOL}={pool} but was not made by this "
                    f"engine (providerID {spec.get('providerID') or 'unset'}, expected "
                    f"{provider_id(cluster, name)}): it is left alone; remove the label, or "
                    f"delete the node to let the pool use its name")
@@ -403,7 +399,7 @@ def observe(node: Mapping[str, Any], cluster: str) -> NodeFacts | None:
     conditions = {c.get("type", ""): c.get("status", "") for c in status.get("conditions") or ()}
     return NodeFacts(
         name=name, pool=pool,
-        template_hash=(metadata.get("annotations") or {}).get(TEMPLATE_HASH, ""), slot=slot,
+        template_hash=(metadata.get("annotations") or {}).get(keys.TEMPLATE_HASH, ""), slot=slot,
         uid=metadata.get("uid", ""), ready=conditions.get("Ready", ""), labels=labels,
         annotations=metadata.get("annotations") or {}, foreign=foreign, problem=problem,
         resource_version=metadata.get("resourceVersion", ""), conditions=conditions,

@@ -30,17 +30,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from operators.api.durations import parse_duration
-from operators.api.injections import FAULTS
 from operators.api.usage import quantity
 from operators.engine.claims import claim_refs, claim_statuses
 from operators.k8s.times import parse
+from primitives import keys
 
 logger = logging.getLogger(__name__)
 
-RUN_TIME = "fakefleet.dev/run-time"
-EXIT_CODE = "fakefleet.dev/exit-code"
-START_DELAY = "fakefleet.dev/start-delay"
-SEED = "fakefleet.dev/seed"
 
 # Phases of a pod's life as the engine sees them (the stages' PodPhase values).
 PENDING, INITIALIZING, RUNNING, BACKOFF = "Pending", "Initializing", "Running", "BackOff"
@@ -141,10 +137,10 @@ class PodFacts:
             iter(metadata.get("ownerReferences") or ()), None)
         self.owner_kind: str | None = owner.get("kind") if owner else None
         self.job = any(ref.get("kind") == "Job" for ref in metadata.get("ownerReferences") or ())
-        self.run_time = _duration(annotations, RUN_TIME, self)
-        self.start_delay = _duration(annotations, START_DELAY, self)
-        self.exit_code = _integer(annotations, EXIT_CODE, self)
-        self.seed: str = annotations.get(SEED, "")
+        self.run_time = _duration(annotations, keys.RUN_TIME, self)
+        self.start_delay = _duration(annotations, keys.START_DELAY, self)
+        self.exit_code = _integer(annotations, keys.EXIT_CODE, self)
+        self.seed: str = annotations.get(keys.SEED, "")
         self.scheduled_at = self.created
         for condition in (pod.get("status") or {}).get("conditions") or ():
             if condition.get("type") == "PodScheduled" and condition.get("lastTransitionTime"):
@@ -154,7 +150,7 @@ class PodFacts:
         self.grace: float | None = None
         self.finalizers = False
         self.gates: dict[str, str] = {}
-        self.faults: str = annotations.get(FAULTS, "")  # its fault entries, as text
+        self.faults: str = annotations.get(keys.FAULTS, "")  # its fault entries, as text
         self.resource_version = ""
         self.claims = claim_refs(spec)  # its ResourceClaims (DRA), as the spec names them
         self.claim_status: tuple[tuple[str, str | None], ...] = ()
@@ -202,7 +198,7 @@ class PodFacts:
         """Take in the annotations and resourceVersion of a newer version of the pod (one the
         engine wrote itself, or the watch shows)."""
         self.annotations = metadata.get("annotations") or {}
-        self.faults = self.annotations.get(FAULTS, "")
+        self.faults = self.annotations.get(keys.FAULTS, "")
         self.resource_version = metadata.get("resourceVersion", "")
 
     def gates_ready(self) -> bool:

@@ -34,11 +34,11 @@ from operators.api.nodepools import FakeNodePool, FakeNodePoolSpec
 from operators.api.status import pool_status
 from operators.engine.nodes import node_index
 from operators.k8s.client import Client
-from operators.k8s.clock import Clock
 from operators.k8s.errors import K8sError, NotFound
 from operators.k8s.retrying import Backoff
 from operators.k8s.times import rfc3339
 from operators.k8s.watching import list_and_watch
+from primitives.clocks import Clock
 
 logger = logging.getLogger(__name__)
 

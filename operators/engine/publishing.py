@@ -31,10 +31,10 @@ from operators.engine.inventory import NodeBook
 from operators.engine.recording import EventRecorder
 from operators.k8s import requests
 from operators.k8s.client import Client
-from operators.k8s.clock import Clock
 from operators.k8s.errors import Conflict, Invalid, K8sError, NotFound
 from operators.k8s.retrying import Backoff
 from operators.k8s.watching import list_and_watch
+from primitives.clocks import Clock
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
-from operators.k8s.clock import Clock
+from primitives.clocks import Clock
 
 K = TypeVar("K", bound=Hashable)
 

@@ -15,9 +15,9 @@ import logging
 from typing import Any
 
 from operators.k8s.client import Client
-from operators.k8s.clock import Clock
 from operators.k8s.errors import Conflict, K8sError
 from operators.k8s.times import rfc3339
+from primitives.clocks import Clock
 
 logger = logging.getLogger(__name__)
 

@@ -20,16 +20,17 @@ import logging
 from collections.abc import Awaitable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
-from operators.api.nodepools import POOL_LABEL, FakeNodePoolSpec, pool_selector
+from operators.api.nodepools import FakeNodePoolSpec, pool_selector
 from operators.engine import nodes
 from operators.engine.heartbeating import LEASES, NODES, Heartbeats
 from operators.engine.inventory import NodeBook, NodeRecord
 from operators.k8s import requests
 from operators.k8s.client import Client
-from operators.k8s.clock import Clock
 from operators.k8s.errors import Conflict, K8sError, NotFound, TransportError, transient
 from operators.k8s.times import rfc3339
 from operators.k8s.watching import list_all
+from primitives import keys
+from primitives.clocks import Clock
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class Registrar:
             # Not ours (made by someone else, or ours with the pool label taken off): retrying
             # cannot help, so the pool says why it stays short until the node goes.
             self._found.setdefault(pool, (
-                f"node {name} exists and was not made by this engine (or lost its {POOL_LABEL} "
+                f"node {name} exists and was not made by this engine (or lost its {keys.POOL} "
                 f"label): delete it, or give the pool another name"))
         return True
 

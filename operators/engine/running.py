@@ -44,11 +44,11 @@ from operators.engine.stages import Rulebook, Rules, Timing, default_rules
 from operators.engine.tracing import FaultBatches
 from operators.engine.usage import UsageBook
 from operators.k8s.client import Client
-from operators.k8s.clock import SYSTEM_CLOCK, Clock
 from operators.k8s.errors import K8sError
 from operators.k8s.retrying import Backoff
 from operators.k8s.watching import list_and_watch
 from operators.metrics import dcgm, kubelet
+from primitives.clocks import SYSTEM_CLOCK, Clock
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from importlib import resources
 from typing import Any
 
 from operators.api.durations import parse_duration
-from operators.api.injections import FAULTS, mark_done, read_entries
+from operators.api.injections import mark_done, read_entries
 from operators.api.stages import (
     Condition,
     Lifecycle,
@@ -47,6 +47,7 @@ from operators.engine.nodes import (
 )
 from operators.engine.pods import ExtraCondition, PodFacts, PodLife
 from operators.k8s.times import parse
+from primitives import keys
 
 #: Distinct fault annotation texts whose rules are kept compiled (a plan's thousands of victims
 #: share a handful: one per step and state).
@@ -237,7 +238,7 @@ class Rulebook:
     def _compile(self, faults: str) -> Rules:
         """Recoveries first, then the faults' own stages, then their holds, then the defaults:
         one fault's hold must not keep another fault from acting or recovering."""
-        entries, problem = read_entries({FAULTS: faults})
+        entries, problem = read_entries({keys.FAULTS: faults})
         ordered = sorted(((entry.state != "recover", stage.effect.hold, index, entry, stage)
                           for index, entry in enumerate(entries) for stage in entry.live),
                          key=lambda item: item[:3])
@@ -405,7 +406,7 @@ def node_object(rule: NodeRule, node: NodeFacts, now: str) -> dict[str, Any] | N
     metadata: dict[str, Any] = {"resourceVersion": node.resource_version}
     ended = mark_done(node.annotations, rule.entry) if rule.entry and effect.endFault else None
     if ended is not None:
-        metadata["annotations"] = {FAULTS: ended}
+        metadata["annotations"] = {keys.FAULTS: ended}
     if not spec and ended is None:
         return None
     return {"metadata": metadata, **({"spec": spec} if spec else {})}

@@ -29,8 +29,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
-from federation.telemetry import propagation
-from operators.k8s.clock import Clock
+from primitives import propagation
+from primitives.clocks import Clock
 
 BATCH = "engine.fault_batch"
 CLUSTER = "k8s.cluster.name"

@@ -42,14 +42,12 @@ from operators.engine.pods import PodFacts, PodLife
 from operators.k8s.times import parse
 from operators.metrics.dcgm import GPUSample, Holder
 from operators.metrics.kubelet import ContainerSample, NodeSample, PodSample
+from primitives import keys
 
-CPU = "fakefleet.dev/usage-cpu"
-MEMORY = "fakefleet.dev/usage-memory"
-GPU_UTIL = "fakefleet.dev/usage-gpu-util"
-GPU_MEMORY = "fakefleet.dev/usage-gpu-memory"
 #: Each annotation, and the kind of amount it holds.
 ANNOTATIONS: dict[str, usage.Kind] = {
-    CPU: "cpu", MEMORY: "memory", GPU_UTIL: "percent", GPU_MEMORY: "percent",
+    keys.USAGE_CPU: "cpu", keys.USAGE_MEMORY: "memory",
+    keys.USAGE_GPU_UTIL: "percent", keys.USAGE_GPU_MEMORY: "percent",
 }
 
 

@@ -24,10 +24,8 @@ from operators.api.faultplans import Fault
 from operators.api.injections import FaultEntry, HubLink
 from operators.api.stages import Stage
 from operators.faults.xid import describe
+from primitives import keys
 
-#: The taint a GPU that needs a reset or a drain puts on its node. NoExecute: pods that do not
-#: tolerate it are evicted by the node-lifecycle controller, as after a drain.
-XID_TAINT = "fakefleet.dev/gpu-xid"
 #: The node condition an Xid sets, as a GPU health monitor (DCGM, NVSentinel) reports it.
 GPU_CONDITION = "GPUHealthy"
 NOT_READY_MESSAGE = ("container runtime network not ready: NetworkReady=false "
@@ -145,7 +143,7 @@ def node_entry(entry_id: str, fault: Fault, *, gpus: int = 0, extended: bool = T
         if xid.fatal:
             effect["conditions"] = [{"type": GPU_CONDITION, "status": "False",
                                      "reason": f"Xid{xid.code}", "message": message}]
-            effect["taints"] = [{"key": XID_TAINT, "value": str(xid.code),
+            effect["taints"] = [{"key": keys.GPU_XID, "value": str(xid.code),
                                  "effect": "NoExecute"}]
             if gpus and extended:
                 effect["allocatable"] = {"nvidia.com/gpu": str(gpus - failed)}
@@ -154,7 +152,7 @@ def node_entry(entry_id: str, fault: Fault, *, gpus: int = 0, extended: bool = T
             reset: dict[str, Any] = {
                 "conditions": [{"type": GPU_CONDITION, "status": "True", "reason": "GPUReset",
                                 "message": "the GPUs were reset and pass health checks"}],
-                "removeTaints": [XID_TAINT], "endFault": True}
+                "removeTaints": [keys.GPU_XID], "endFault": True}
             if gpus and extended:
                 reset["allocatable"] = {"nvidia.com/gpu": None}
             if hit:

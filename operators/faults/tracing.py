@@ -24,9 +24,9 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
-from federation.telemetry import propagation
 from operators.api import faultplans as api
 from operators.faults.targets import Victim
+from primitives import propagation
 
 START = "faultplan.start"
 INJECT = "faultplan.inject"

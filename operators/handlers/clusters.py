@@ -20,13 +20,12 @@ from typing import Any
 import kopf
 
 from operators.api.base import API_VERSION
-from operators.api.clusters import CLUSTER_LABEL, KUBECONFIG_KEY, FakeCluster, FakeClusterStatus
+from operators.api.clusters import KUBECONFIG_KEY, FakeCluster, FakeClusterStatus
 from operators.api.injections import read_entries
 from operators.api.nodepools import FakeNodePool
 from operators.api.status import pool_status
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import BinaryError, ControlPlaneError, PortInUseError
-from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.state import StateDir
 from operators.controlplane.substrate import ClusterOptions
 from operators.engine.registering import remove_all
@@ -41,6 +40,8 @@ from operators.k8s.times import parse, rfc3339
 from operators.reconciling import clusters as planning
 from operators.reconciling.kueue import KueueState
 from operators.reconciling.metricsserver import MetricsServerState
+from primitives import keys
+from primitives.files import private_directory, write_private
 
 logger = logging.getLogger(__name__)
 
@@ -447,7 +448,7 @@ def _kubeconfig_secret(cluster: FakeCluster, name: str, kubeconfig: str) -> dict
         "metadata": {
             "name": name,
             "namespace": cluster.metadata["namespace"],
-            "labels": {CLUSTER_LABEL: cluster.metadata["name"]},
+            "labels": {keys.CLUSTER: cluster.metadata["name"]},
             "ownerReferences": [{
                 "apiVersion": API_VERSION, "kind": "FakeCluster",
                 "name": cluster.metadata["name"], "uid": cluster.metadata["uid"],

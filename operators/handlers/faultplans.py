@@ -32,7 +32,6 @@ import kopf
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from federation.telemetry import propagation
 from operators.api.base import API_VERSION
 from operators.api.clusters import FakeCluster
 from operators.api.durations import parse_duration
@@ -46,15 +45,12 @@ from operators.api.faultplans import (
     Step,
 )
 from operators.api.injections import (
-    FAULTS,
-    HELD_NODES,
     FaultEntry,
     read_entries,
     read_held,
     render_entries,
     render_held,
 )
-from operators.api.nodepools import POOL_LABEL
 from operators.api.status import condition
 from operators.engine.recording import render_event
 from operators.faults import catalogue, executing, tracing
@@ -68,6 +64,7 @@ from operators.k8s.client import Client
 from operators.k8s.errors import Conflict, K8sError, NotFound, TransportError
 from operators.k8s.times import micro_time, parse, rfc3339
 from operators.reconciling.clusters import cluster_key
+from primitives import keys, propagation
 
 logger = logging.getLogger(__name__)
 
@@ -332,10 +329,10 @@ class PlanRunner:
                     self._remember(name, "Node", item)
                 # Only the engine's nodes: an adopted cluster's real nodes take no fault.
                 nodes = tuple(NodeView(n["metadata"]["name"],
-                                       (n["metadata"].get("labels") or {})[POOL_LABEL],
+                                       (n["metadata"].get("labels") or {})[keys.POOL],
                                        n["metadata"].get("labels") or {})
                               for n in listed.get("items") or ()
-                              if POOL_LABEL in (n["metadata"].get("labels") or {}))
+                              if keys.POOL in (n["metadata"].get("labels") or {}))
                 views.append(ClusterView(name, cluster.spec.labels, nodes=nodes))
             else:
                 path = "/api/v1/pods" if not step.target.pods or not step.target.pods.namespace \
@@ -345,7 +342,7 @@ class PlanRunner:
                     self._remember(name, "Pod", item)
                 # Only pods the engine runs: bound to one of its nodes, not finished.
                 ours = {n["metadata"]["name"] for n in (await client.get(
-                    "/api/v1/nodes", {"labelSelector": POOL_LABEL})).get("items") or ()}
+                    "/api/v1/nodes", {"labelSelector": keys.POOL})).get("items") or ()}
                 pods = tuple(_pod_view(p) for p in listed.get("items") or ()
                              if (p.get("spec") or {}).get("nodeName") in ours
                              and not (p["metadata"].get("deletionTimestamp")
@@ -503,7 +500,7 @@ class PlanRunner:
         if client is not None:
             with contextlib.suppress(NotFound):
                 node = await client.get(f"/api/v1/nodes/{victim.name}")
-                pool = (node["metadata"].get("labels") or {}).get(POOL_LABEL, "")
+                pool = (node["metadata"].get("labels") or {}).get(keys.POOL, "")
         if not pool:
             pool = await self._pool_holding(entry_id)
         if not pool:
@@ -520,12 +517,12 @@ class PlanRunner:
             names = names | {victim.name} if hold else names - {victim.name}
             held[entry_id] = sorted(names)
             value = render_held(held)
-            if value == current["metadata"].get("annotations", {}).get(HELD_NODES):
+            if value == current["metadata"].get("annotations", {}).get(keys.HELD_NODES):
                 return ""
             try:
                 await self.runtime.host.patch(path, {"metadata": {
                     "resourceVersion": current["metadata"]["resourceVersion"],
-                    "annotations": _with_trace({HELD_NODES: value}, traceparent)}})
+                    "annotations": _with_trace({keys.HELD_NODES: value}, traceparent)}})
                 return ""
             except Conflict:
                 continue
@@ -929,7 +926,7 @@ def _traced(entry: FaultEntry, traceparent: str) -> FaultEntry:
 
 def _with_trace(annotations: dict[str, str | None], traceparent: str) -> dict[str, str | None]:
     """The annotations to patch, with the object's traceparent when the write is traced."""
-    return {**annotations, propagation.ANNOTATION: traceparent} if traceparent else annotations
+    return {**annotations, keys.TRACEPARENT: traceparent} if traceparent else annotations
 
 
 def _flip(entry_id: str, traceparent: str) -> Callable[[list[FaultEntry], Any],
@@ -967,12 +964,12 @@ async def edit_entries(client: Client, path: str,
             entries = []
         changed = edit(entries, obj)
         value = render_entries(changed)
-        if value == annotations.get(FAULTS):
+        if value == annotations.get(keys.FAULTS):
             return ""
         try:
             await client.patch(path, {"metadata": {
                 "resourceVersion": obj["metadata"]["resourceVersion"],
-                "annotations": _with_trace({FAULTS: value}, traceparent)}}, decode=False)
+                "annotations": _with_trace({keys.FAULTS: value}, traceparent)}}, decode=False)
             return ""
         except Conflict:
             continue

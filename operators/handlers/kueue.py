@@ -25,7 +25,6 @@ import yaml
 from operators.api.clusters import FakeCluster
 from operators.controlplane import health, kubeconfigs
 from operators.controlplane.errors import AddonError, ControlPlaneError
-from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.kueue import KUEUE_VERSION, building, rendering, source
 from operators.controlplane.limits import check_inotify
 from operators.controlplane.pki import ensure_kueue_pki, ensure_serving_pair
@@ -39,6 +38,7 @@ from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.errors import K8sError, NotFound
 from operators.reconciling import kueue as planning
+from primitives.files import private_directory, write_private
 
 logger = logging.getLogger(__name__)
 

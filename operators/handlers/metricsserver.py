@@ -19,7 +19,6 @@ from typing import Any
 from operators.api.clusters import FakeCluster
 from operators.controlplane import health, kubeconfigs
 from operators.controlplane.errors import AddonError, ControlPlaneError
-from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.limits import check_inotify
 from operators.controlplane.metricsserver import building, rendering
 from operators.controlplane.pki import ensure_addon_pki
@@ -33,6 +32,7 @@ from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.errors import K8sError, NotFound
 from operators.reconciling import metricsserver as planning
+from primitives.files import private_directory, write_private
 
 logger = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from operators.api.base import GROUP
 from operators.k8s.client import Client
+from primitives.keys import GROUP
 
 REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 

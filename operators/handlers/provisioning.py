@@ -23,7 +23,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from federation.telemetry import propagation
+from primitives import propagation
 
 PROVISION = "fakecluster.provision"
 TEARDOWN = "fakecluster.teardown"

@@ -13,12 +13,13 @@ from typing import Any
 
 import kopf
 
-from operators.api.base import GROUP, VERSION
+from operators.api.base import VERSION
 from operators.handlers import clusters, faultplans, hublinks, nodepools
 from operators.handlers.runtime import Runtime
 from operators.k8s.config import ClusterAccess, HostConfig
+from primitives import keys
+from primitives.keys import GROUP
 
-FINALIZER = f"{GROUP}/finalizer"
 #: Heal members and refresh their node counts (engines write pool status themselves).
 CLUSTER_TIMER = 5.0
 
@@ -78,7 +79,7 @@ def settings(*, namespaced: bool = False) -> kopf.OperatorSettings:
     configured.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     configured.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration")
-    configured.persistence.finalizer = FINALIZER
+    configured.persistence.finalizer = keys.FINALIZER
     configured.posting.level = logging.WARNING
     configured.networking.request_timeout = 30
     configured.watching.server_timeout = 300

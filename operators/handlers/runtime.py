@@ -16,7 +16,6 @@ from opentelemetry import trace
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError
-from operators.controlplane.files import private_directory
 from operators.controlplane.kueue import building as kueue_building
 from operators.controlplane.kueue.source import Manifests
 from operators.controlplane.metricsserver import building as metricsserver_building
@@ -33,6 +32,7 @@ from operators.controlplane.supervising import Supervised
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess, HostConfig
 from operators.reconciling.clusters import HubState
+from primitives.files import private_directory
 
 logger = logging.getLogger(__name__)
 

@@ -19,14 +19,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from federation.api import common_pb2, member_pb2
-from federation.telemetry import propagation
 from operators.api.base import API_VERSION
-from operators.api.clusters import CLUSTER_LABEL, FakeCluster
+from operators.api.clusters import FakeCluster
 from operators.api.faultplans import FaultPlan
 from operators.api.nodepools import FakeNodePool
+from primitives import keys
 
-RUN_LABEL = "fakefleet.dev/fleet-run"
-COMMAND_ANNOTATION = "fakefleet.dev/fleet-command"
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 
@@ -89,7 +87,7 @@ def fault_plan(command: member_pb2.Command, cluster: FakeCluster,
         "metadata": {
             "name": plan_name(command.run_id, name),
             "namespace": cluster.metadata["namespace"],
-            "labels": {RUN_LABEL: command.run_id, CLUSTER_LABEL: name},
+            "labels": {keys.FLEET_RUN: command.run_id, keys.CLUSTER: name},
             "annotations": command_annotations(command, traceparent),
         },
         "spec": spec,
@@ -99,9 +97,9 @@ def fault_plan(command: member_pb2.Command, cluster: FakeCluster,
 def command_annotations(command: member_pb2.Command, traceparent: str) -> dict[str, str]:
     """What an object made for a hub command says of it: the command, and the trace context
     of its execution (when traced)."""
-    made = {COMMAND_ANNOTATION: command.id}
+    made = {keys.FLEET_COMMAND: command.id}
     if traceparent:
-        made[propagation.ANNOTATION] = traceparent
+        made[keys.TRACEPARENT] = traceparent
     return made
 
 
@@ -117,7 +115,7 @@ _PHASES = {
 def result(plan: Mapping[str, Any]) -> member_pb2.CommandResult | None:
     """Where the FaultPlan of a fleet command stands (None: not one of a fleet run)."""
     metadata = plan.get("metadata") or {}
-    command_id = (metadata.get("annotations") or {}).get(COMMAND_ANNOTATION)
+    command_id = (metadata.get("annotations") or {}).get(keys.FLEET_COMMAND)
     if not command_id:
         return None
     parsed = FaultPlan.model_validate(plan)

@@ -33,10 +33,9 @@ from typing import Any
 
 from federation.api import member_pb2
 from operators.hublink import convert
+from primitives import keys
 
-WORKLOAD_LABEL = "fakefleet.dev/workload"
-COMMAND_ANNOTATION = convert.COMMAND_ANNOTATION
-RUN_TIME_ANNOTATION = "fakefleet.dev/run-time"
+COMMAND_ANNOTATION = keys.FLEET_COMMAND
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU = "nvidia.com/gpu"
 #: Never pulled: the nodes are simulated, the image only has to be a valid reference.
@@ -76,7 +75,7 @@ def job_object(command: member_pb2.Command, traceparent: str = "") -> dict[str, 
             "backoffLimit": 0,
             "template": {
                 "metadata": {"labels": labels,
-                             "annotations": {RUN_TIME_ANNOTATION: f"{seconds:.3f}s"}},
+                             "annotations": {keys.RUN_TIME: f"{seconds:.3f}s"}},
                 "spec": pod_spec,
             },
         },

@@ -29,14 +29,12 @@ from typing import Any
 from federation.api import common_pb2, member_pb2
 from federation.client.member import LinkFaults
 from federation.client.tracing import within
-from federation.telemetry import propagation
 from operators.api.base import API_VERSION
-from operators.api.clusters import CLUSTER_LABEL, FakeCluster
+from operators.api.clusters import FakeCluster
 from operators.api.injections import hub_link_faults
 from operators.api.nodepools import FakeNodePool
 from operators.hublink import convert, jobs
 from operators.k8s.client import Client
-from operators.k8s.clock import SYSTEM_CLOCK, Clock
 from operators.k8s.errors import (
     BadRequest,
     Conflict,
@@ -49,6 +47,8 @@ from operators.k8s.errors import (
 )
 from operators.k8s.retrying import Backoff
 from operators.k8s.watching import list_all, list_and_watch
+from primitives import keys, propagation
+from primitives.clocks import SYSTEM_CLOCK, Clock
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class HostMember:
 
     @property
     def _selector(self) -> dict[str, str]:
-        return {"labelSelector": f"{convert.RUN_LABEL},{CLUSTER_LABEL}={self.name}"}
+        return {"labelSelector": f"{keys.FLEET_RUN},{keys.CLUSTER}={self.name}"}
 
     # -- what the link asks ---------------------------------------------------------------------
 
@@ -152,7 +152,7 @@ class HostMember:
             if client is None:
                 return []  # no API server yet: no Job can exist
             _, items = await list_all(client, jobs.JOBS_PATH,
-                                      {"labelSelector": jobs.WORKLOAD_LABEL})
+                                      {"labelSelector": keys.WORKLOAD})
             self._on_jobs_listed(items, live=False)
         return [r for job in self._jobs.values()
                 if (r := jobs.result(job, self._seen_of(job))) is not None]
@@ -310,7 +310,7 @@ class HostMember:
             await _cancel(*watchers.values())
 
     async def _watch_jobs(self, client: Client) -> None:
-        await list_and_watch(client, jobs.JOBS_PATH, {"labelSelector": jobs.WORKLOAD_LABEL},
+        await list_and_watch(client, jobs.JOBS_PATH, {"labelSelector": keys.WORKLOAD},
                              on_list=lambda items: self._on_jobs_listed(items, live=False),
                              on_event=self._on_job_event, clock=self.clock)
 
@@ -429,7 +429,7 @@ class HostMember:
             for copy in items:
                 self._on_copy(worker, copy, live=False)
 
-        await list_and_watch(client, jobs.JOBS_PATH, {"labelSelector": jobs.WORKLOAD_LABEL},
+        await list_and_watch(client, jobs.JOBS_PATH, {"labelSelector": keys.WORKLOAD},
                              on_list=on_list, on_event=on_event, clock=self.clock)
 
     def _on_copy(self, worker: str, copy: dict[str, Any], *, live: bool) -> None:

@@ -22,13 +22,13 @@ from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
 
-from federation.telemetry import propagation
 from operators.k8s import requests
-from operators.k8s.clock import SYSTEM_CLOCK, Clock
 from operators.k8s.config import ClusterAccess
 from operators.k8s.errors import TooManyRequests, TransportError, Unauthorized, api_error
 from operators.k8s.requests import MERGE_PATCH, Params, Request
 from operators.k8s.transport import AiohttpTransport, Transport
+from primitives import propagation
+from primitives.clocks import SYSTEM_CLOCK, Clock
 
 #: Watches: the server ends each after this long (we resume from the last resourceVersion);
 #: a watch silent for ``WATCH_TIMEOUT + WATCH_GRACE`` is taken as a dead connection.

@@ -3,7 +3,7 @@
 
 :class:`AiohttpTransport` is the production one: one bounded connection pool per API server,
 TLS and credentials from a :class:`~operators.k8s.config.ClusterAccess`. Unit tests replace it
-with :class:`~operators.k8s.memory.MemoryTransport`. A transport never interprets statuses:
+with :class:`~tests.fakes.k8s.MemoryTransport`. A transport never interprets statuses:
 :mod:`operators.k8s.client` does, in one place. Failures to get an answer at all (refused,
 reset, timed out) are :class:`~operators.k8s.errors.TransportError`.
 """
@@ -18,10 +18,10 @@ from typing import Protocol
 
 import aiohttp
 
-from operators.k8s.clock import SYSTEM_CLOCK, Clock
 from operators.k8s.config import ClusterAccess
 from operators.k8s.errors import TransportError
 from operators.k8s.requests import Request
+from primitives.clocks import SYSTEM_CLOCK, Clock
 
 #: How long an Authorization header is reused before asking the credentials again (tokens from
 #: files and exec plugins rotate; asking on every request would cost a lock and a clock read).

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from operators.k8s.client import Client
-from operators.k8s.clock import SYSTEM_CLOCK, Clock
 from operators.k8s.errors import Gone, K8sError
 from operators.k8s.retrying import Backoff
+from primitives.clocks import SYSTEM_CLOCK, Clock
 
 logger = logging.getLogger(__name__)
 

@@ -11,15 +11,15 @@ from typing import Any
 
 from opentelemetry import trace
 
-from operators.api.injections import FAULTS
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.engine.pooling import ClusterRef
 from operators.engine.running import ClusterEngine, EngineSettings
 from operators.engine.stages import Rules
 from operators.k8s.client import Client
-from operators.k8s.clock import FakeClock
-from operators.k8s.memory import MemoryTransport
 from operators.k8s.requests import MERGE_PATCH, STRATEGIC_PATCH
+from primitives import keys
+from tests.fakes.clocks import FakeClock
+from tests.fakes.k8s import MemoryTransport
 
 NODES = "/api/v1/nodes"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
@@ -139,7 +139,7 @@ def faults(*entries: dict[str, Any]) -> str:
 
 
 def entries_of(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = json.loads(obj["metadata"]["annotations"][FAULTS])
+    found: list[dict[str, Any]] = json.loads(obj["metadata"]["annotations"][keys.FAULTS])
     return found
 
 

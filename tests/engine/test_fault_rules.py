@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from operators.api.injections import FAULTS, mark_done
+from operators.api.injections import mark_done
 from operators.api.stages import NodeStage, StageError, load_lifecycle
 from operators.engine import stages
 from operators.engine.nodes import NodeFacts, NodeLife
 from operators.engine.pods import PodFacts, PodLife, life_from_status, render_status
 from operators.engine.stages import Rulebook
+from primitives import keys
 from tests.engine.harness import entry, faults
 
 NOW = "2026-01-01T00:10:00Z"
@@ -59,7 +60,7 @@ def test_an_object_s_rules_are_its_live_fault_stages_then_the_defaults() -> None
 def test_an_unreadable_annotation_gives_the_defaults_and_says_why() -> None:
     rules = Rulebook(stages.default_rules())('[{"id": "x", "state": "later"}]')
     assert rules.pods == stages.default_rules().pods
-    assert FAULTS in rules.problem
+    assert keys.FAULTS in rules.problem
     assert "ignored" in rules.problem
 
 
@@ -98,13 +99,13 @@ def test_end_fault_belongs_to_fault_entries_not_to_a_lifecycle() -> None:
 def test_marking_done_flips_one_entry_and_leaves_the_others_as_written() -> None:
     other = '{"id":"b","state":"inject","stages":[],"recovery":[],"extra":{"z":1,"a":2}}'
     text = f'[{{"id":"a","state":"recover"}}, {other}]'
-    ended = mark_done({FAULTS: text}, "a")
+    ended = mark_done({keys.FAULTS: text}, "a")
     assert ended is not None
     assert json.loads(ended)[0] == {"id": "a", "state": "done"}
     assert json.dumps(json.loads(ended)[1], separators=(",", ":")) == other
-    assert mark_done({FAULTS: ended}, "a") is None, "done already"
-    assert mark_done({FAULTS: text}, "gone") is None
-    assert mark_done({FAULTS: "{"}, "a") is None
+    assert mark_done({keys.FAULTS: ended}, "a") is None, "done already"
+    assert mark_done({keys.FAULTS: text}, "gone") is None
+    assert mark_done({keys.FAULTS: "{"}, "a") is None
     assert mark_done({}, "a") is None
 
 
@@ -193,11 +194,11 @@ def test_a_node_stage_cordons_and_ends_its_fault_in_one_conditional_patch() -> N
                         state="recover"), entry("f", []))
     rule = node_rule(unschedulable=False, endFault=True)
     patch = stages.node_object(rule, node_facts(unschedulable=True,
-                                                annotations={FAULTS: text}), NOW)
+                                                annotations={keys.FAULTS: text}), NOW)
     assert patch is not None
     assert patch["spec"] == {"unschedulable": None}
     assert patch["metadata"]["resourceVersion"] == "7"
-    assert [e["state"] for e in json.loads(patch["metadata"]["annotations"][FAULTS])] == [
+    assert [e["state"] for e in json.loads(patch["metadata"]["annotations"][keys.FAULTS])] == [
         "done", "inject"]
     assert stages.node_object(node_rule(unschedulable=True),
                               node_facts(unschedulable=True), NOW) is None
@@ -234,7 +235,7 @@ def test_a_one_shot_exit_fires_only_at_the_restart_count_it_was_written_for() ->
     written = pod_entry("ns/plan/exit/0", Fault(type="ContainerExit", exitCode=3), restarts=2)
     text = json.dumps([written.model_dump(mode="json", exclude_defaults=True)
                        | {"id": written.id, "state": "inject"}])
-    facts = PodFacts(manifest(**{FAULTS: text}))
+    facts = PodFacts(manifest(**{keys.FAULTS: text}))
     rules = book(text).pods
     before = stages.match_pod(rules, facts, PodLife(phase="Running", restarts=2))
     after = stages.match_pod(rules, facts, PodLife(phase="Running", restarts=3))
@@ -260,7 +261,7 @@ def test_two_one_shot_exits_waiting_on_one_pod_make_two_restarts() -> None:
     def firing(entries: list[FaultEntry], restarts: int) -> str | None:
         text = json.dumps([e.model_dump(mode="json", exclude_defaults=True)
                            | {"id": e.id, "state": e.state} for e in entries])
-        rule = stages.match_pod(book(text).pods, PodFacts(manifest(**{FAULTS: text})),
+        rule = stages.match_pod(book(text).pods, PodFacts(manifest(**{keys.FAULTS: text})),
                                 PodLife(phase="Running", restarts=restarts))
         return rule.entry if rule is not None and rule.name == "fault-exit" else None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from operators.api.injections import FAULTS, HELD_NODES
+from primitives import keys
 from tests.engine.harness import (
     LEASES,
     NODES,
@@ -75,7 +75,7 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
 
 async def inject(fleet: Fleet, name: str, *entries: dict[str, Any]) -> None:
     await fleet.member_client_patch(f"{NODES}/{name}", {"metadata": {"annotations": {
-        FAULTS: faults(*entries)}}}, bypass_faults=True)
+        keys.FAULTS: faults(*entries)}}}, bypass_faults=True)
 
 
 async def recover(fleet: Fleet, name: str) -> None:
@@ -83,7 +83,7 @@ async def recover(fleet: Fleet, name: str) -> None:
     for item in entries:
         item["state"] = "recover"
     await fleet.member_client_patch(f"{NODES}/{name}", {"metadata": {"annotations": {
-        FAULTS: json.dumps(entries)}}}, bypass_faults=True)
+        keys.FAULTS: json.dumps(entries)}}}, bypass_faults=True)
 
 
 async def test_a_held_not_ready_node_stays_not_ready_across_a_restart_until_it_recovers(
@@ -218,7 +218,7 @@ async def test_held_nodes_are_deleted_and_made_again_once_released() -> None:
         await fleet.clock.advance(2)
         first = fleet.uids()["cpu-1"]
         await fleet.host_client_patch(f"{POOLS}/cpu", {"metadata": {"annotations": {
-            HELD_NODES: json.dumps({"ns/plan/del/0": ["cpu-1", "elsewhere-0"]})}}})
+            keys.HELD_NODES: json.dumps({"ns/plan/del/0": ["cpu-1", "elsewhere-0"]})}}})
         await fleet.clock.advance(2)
         assert sorted(fleet.nodes()) == ["cpu-0", "cpu-2"]
         assert sorted(fleet.leases()) == ["cpu-0", "cpu-2"]
@@ -226,7 +226,7 @@ async def test_held_nodes_are_deleted_and_made_again_once_released() -> None:
         assert sorted(fleet.nodes()) == ["cpu-0", "cpu-2"], "not made again while held"
         assert engine.book.counts("cpu") == (2, 2)
         await fleet.host_client_patch(f"{POOLS}/cpu", {"metadata": {"annotations": {
-            HELD_NODES: None}}})
+            keys.HELD_NODES: None}}})
         await fleet.clock.advance(2)
         assert sorted(fleet.nodes()) == ["cpu-0", "cpu-1", "cpu-2"]
         assert fleet.uids()["cpu-1"] != first

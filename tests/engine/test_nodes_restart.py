@@ -103,7 +103,7 @@ async def test_renewals_stretch_while_pods_wait_for_the_api_server() -> None:
 
 async def test_the_pace_stretches_when_renewals_run_late_and_recovers() -> None:
     from operators.engine.heartbeating import Pace
-    from operators.k8s.clock import FakeClock
+    from tests.fakes.clocks import FakeClock
 
     clock = FakeClock()
     pace = Pace(clock)

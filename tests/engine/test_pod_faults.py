@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from operators.api.injections import FAULTS
+from primitives import keys
 from tests.engine.harness import (
     PODS,
     POOLS,
@@ -76,7 +76,7 @@ async def test_a_one_shot_exit_happens_once_and_its_entry_alone_is_marked_done()
         assert fleet.pod("train")["status"]["phase"] == "Running"
         fleet.member.fail("PATCH", f"{PODS}/train", status=409, reason="Conflict")
         await fleet.member_client_patch(f"{PODS}/train", {"metadata": {"annotations": {
-            FAULTS: faults(OTHER, entry("ns/plan/exit/0", [EXIT], END))}}}, bypass_faults=True)
+            keys.FAULTS: faults(OTHER, entry("ns/plan/exit/0", [EXIT], END))}}}, bypass_faults=True)
         await fleet.clock.advance(1)
         train = fleet.pod("train")
         assert container(train)["lastState"]["terminated"]["exitCode"] == 3
@@ -105,10 +105,10 @@ async def test_a_conflict_finding_the_entry_gone_writes_nothing_more() -> None:
         fleet.member.fail("PATCH", f"{PODS}/train", status=409, reason="Conflict")
         fleet.member.fail("GET", f"{PODS}/train", delay=1)  # the read again is slow
         await fleet.member_client_patch(f"{PODS}/train", {"metadata": {"annotations": {
-            FAULTS: faults(OTHER, entry("ns/plan/exit/0", [EXIT], END))}}}, bypass_faults=True)
+            keys.FAULTS: faults(OTHER, entry("ns/plan/exit/0", [EXIT], END))}}}, bypass_faults=True)
         await fleet.clock.advance(0.5)
         await fleet.member_client_patch(f"{PODS}/train", {"metadata": {"annotations": {
-            FAULTS: faults(OTHER)}}}, bypass_faults=True)
+            keys.FAULTS: faults(OTHER)}}}, bypass_faults=True)
         await fleet.clock.advance(2)
         train = fleet.pod("train")
         assert entries_of(train) == [OTHER]
@@ -125,7 +125,7 @@ async def test_an_evicted_pod_fails_as_the_kubelet_reports_it_whatever_its_resta
     async with fleet.running(fleet.engine()):
         await started(fleet)
         fleet.member.put(PODS, pod("web", "cpu-0", annotations={
-            FAULTS: faults(entry("ns/plan/evict/0", [EVICT], END))}))
+            keys.FAULTS: faults(entry("ns/plan/evict/0", [EVICT], END))}))
         await fleet.clock.advance(1)
         web = fleet.pod("web")
     status = web["status"]
@@ -150,7 +150,7 @@ async def test_a_stuck_pod_is_held_until_the_fault_recovers_then_starts() -> Non
     async with fleet.running(fleet.engine()):
         await started(fleet)
         fleet.member.put(PODS, pod("stuck", "cpu-0", annotations={
-            FAULTS: faults(entry("ns/plan/stuck/0", STUCK, END))}))
+            keys.FAULTS: faults(entry("ns/plan/stuck/0", STUCK, END))}))
         await fleet.clock.advance(120)
         stuck = fleet.pod("stuck")
         assert stuck["status"]["phase"] == "Pending"
@@ -159,7 +159,7 @@ async def test_a_stuck_pod_is_held_until_the_fault_recovers_then_starts() -> Non
         recovering = entries_of(stuck)
         recovering[0]["state"] = "recover"
         await fleet.member_client_patch(f"{PODS}/stuck", {"metadata": {"annotations": {
-            FAULTS: json.dumps(recovering)}}})
+            keys.FAULTS: json.dumps(recovering)}}})
         await fleet.clock.advance(1)
         assert states(fleet.pod("stuck")) == {"ns/plan/stuck/0": "done"}
         assert fleet.pod("stuck")["status"]["phase"] == "Running"
@@ -171,11 +171,11 @@ async def test_a_restart_neither_repeats_a_one_shot_exit_nor_loses_a_held_fault(
         await started(fleet)
         fleet.member.put(PODS, pod("train", "cpu-0"))
         fleet.member.put(PODS, pod("stuck", "cpu-0", annotations={
-            FAULTS: faults(entry("ns/plan/stuck/0", STUCK, END))}))
+            keys.FAULTS: faults(entry("ns/plan/stuck/0", STUCK, END))}))
         await fleet.clock.advance(1)
     # Injected while the engine is away: it happens when the engine is back, once.
     await fleet.member_client_patch(f"{PODS}/train", {"metadata": {"annotations": {
-        FAULTS: faults(entry("ns/plan/exit/0", [EXIT], END))}}})
+        keys.FAULTS: faults(entry("ns/plan/exit/0", [EXIT], END))}}})
     async with fleet.running(fleet.engine(seed=2)):
         await fleet.clock.advance(60)
         assert states(fleet.pod("train")) == {"ns/plan/exit/0": "done"}
@@ -191,7 +191,7 @@ async def test_an_unreadable_fault_annotation_is_ignored_with_one_warning() -> N
     fleet = Fleet()
     async with fleet.running(fleet.engine()):
         await started(fleet)
-        fleet.member.put(PODS, pod("odd", "cpu-0", annotations={FAULTS: "[{\"id\": 3}]"}))
+        fleet.member.put(PODS, pod("odd", "cpu-0", annotations={keys.FAULTS: "[{\"id\": 3}]"}))
         await fleet.clock.advance(1)
         await fleet.member_client_patch(f"{PODS}/odd", {"metadata": {"labels": {"a": "b"}}})
         await fleet.clock.advance(1)
@@ -199,7 +199,7 @@ async def test_an_unreadable_fault_annotation_is_ignored_with_one_warning() -> N
     events = fleet.member.objects("/api/v1/namespaces/default/events")
     assert [(e["reason"], e["involvedObject"]["name"]) for e in events] == [
         ("InvalidAnnotation", "odd")]
-    assert FAULTS in events[0]["message"]
+    assert keys.FAULTS in events[0]["message"]
 
 
 async def test_an_exit_written_during_the_back_off_of_another_happens_once_it_runs() -> None:
@@ -212,13 +212,13 @@ async def test_an_exit_written_during_the_back_off_of_another_happens_once_it_ru
         await fleet.clock.advance(1)
         first = entry("ns/plan/exit/0", [EXIT], END)
         await fleet.member_client_patch(f"{PODS}/train", {"metadata": {"annotations": {
-            FAULTS: faults(first)}}}, bypass_faults=True)
+            keys.FAULTS: faults(first)}}}, bypass_faults=True)
         await fleet.clock.advance(1)
         assert states(fleet.pod("train")) == {"ns/plan/exit/0": "done"}
         assert fleet.pod("train")["status"]["phase"] == "Running"  # BackOff shows as Running
         current = entries_of(fleet.pod("train"))
         await fleet.member_client_patch(f"{PODS}/train", {"metadata": {"annotations": {
-            FAULTS: json.dumps([*current, entry("ns/plan/exit-again/0", [EXIT], END)])}}},
+            keys.FAULTS: json.dumps([*current, entry("ns/plan/exit-again/0", [EXIT], END)])}}},
             bypass_faults=True)
         await fleet.clock.advance(5)
         assert container(fleet.pod("train"))["restartCount"] == 1  # still backing off

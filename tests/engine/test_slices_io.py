@@ -9,15 +9,15 @@ import dataclasses
 from typing import Any
 
 from operators.api.faultplans import Fault
-from operators.api.injections import FAULTS
-from operators.engine.devices import DEVICE_CLASSES, DIGEST, SLICES, UNHEALTHY
+from operators.engine.devices import DEVICE_CLASSES, SLICES, UNHEALTHY
 from operators.engine.publishing import NOT_SERVED, TAINTS_DROPPED
 from operators.faults import catalogue
 from operators.k8s.client import Client
-from operators.k8s.memory import MemoryTransport
 from operators.k8s.requests import Request, encode
 from operators.k8s.transport import Response, StreamResponse
+from primitives import keys
 from tests.engine.harness import NODES, POOLS, Fleet, faults, pool
+from tests.fakes.k8s import MemoryTransport
 
 H100 = {"preset": "H100-SXM5-80GB", "allocation": "dra", "count": 4}
 
@@ -306,14 +306,14 @@ async def test_a_fatal_xid_on_a_dra_node_takes_its_first_gpus_out_until_it_recov
             mode="json", exclude_none=True)
         fleet.member.fail("PATCH", f"{SLICES}/.*", status=503)  # the stage is retried
         await fleet.member_client_patch(f"{NODES}/h100-0", {"metadata": {"annotations": {
-            FAULTS: faults(entry)}}}, bypass_faults=True)
+            keys.FAULTS: faults(entry)}}}, bypass_faults=True)
         await fleet.clock.advance(5)
         assert sorted(taints(slices(fleet)["h100-0"])) == ["gpu-0", "gpu-1"]
         status = fleet.nodes()["h100-0"]["status"]
         assert "nvidia.com/gpu" not in status["allocatable"], "no extended resource to lower"
         assert {c["type"]: c["status"] for c in status["conditions"]}["GPUHealthy"] == "False"
         await fleet.member_client_patch(f"{NODES}/h100-0", {"metadata": {"annotations": {
-            FAULTS: faults({**entry, "state": "recover"})}}}, bypass_faults=True)
+            keys.FAULTS: faults({**entry, "state": "recover"})}}}, bypass_faults=True)
         await fleet.clock.advance(3)
         assert taints(slices(fleet)["h100-0"]) == {}
-        assert slices(fleet)["h100-0"]["metadata"]["annotations"][DIGEST]
+        assert slices(fleet)["h100-0"]["metadata"]["annotations"][keys.SLICE_DIGEST]

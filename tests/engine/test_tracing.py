@@ -13,14 +13,13 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from federation.telemetry import propagation
-from operators.api.injections import FAULTS
 from operators.engine import tracing
 from operators.k8s.client import Client
-from operators.k8s.clock import FakeClock
-from operators.k8s.memory import MemoryTransport
 from operators.k8s.requests import Request
+from primitives import keys, propagation
 from tests.engine.harness import LEASES, NODES, PODS, POOLS, Fleet, entry, faults, pod, pool
+from tests.fakes.clocks import FakeClock
+from tests.fakes.k8s import MemoryTransport
 
 XID = [{"name": "fault-xid", "resource": "Node",
         "selector": {"matchExpressions": [{"key": "conditions[GPUHealthy]", "operator": "NotIn",
@@ -87,7 +86,7 @@ def gpu_fleet(replicas: int) -> Fleet:
 
 async def inject(fleet: Fleet, path: str, *entries: dict[str, Any]) -> None:
     await fleet.member_client_patch(path, {"metadata": {"annotations": {
-        FAULTS: faults(*entries)}}}, bypass_faults=True)
+        keys.FAULTS: faults(*entries)}}}, bypass_faults=True)
 
 
 # -- the HTTP client --------------------------------------------------------------------------

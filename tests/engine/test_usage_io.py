@@ -14,10 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from operators.api.faultplans import Fault
 from operators.api.gpus import gpu_uuid
-from operators.api.injections import FAULTS, render_entries
+from operators.api.injections import render_entries
 from operators.engine.running import ClusterEngine
 from operators.faults import catalogue
 from operators.k8s.times import parse
+from primitives import keys
 from tests.engine.harness import ENGINE_NAME, NODES, PODS, POOLS, Fleet, pod, pool
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -202,7 +203,7 @@ async def test_gpus_follow_their_pods_and_an_xid_shows_on_the_gpu_it_hit(
         assert util["0"][1]["UUID"] == gpu_uuid(ENGINE_NAME, "h100-0", 0)
         assert "pod" not in util["2"][1]
         await fleet.member_client_patch(f"{NODES}/h100-0", {"metadata": {"annotations": {
-            FAULTS: xid(79, gpus=3)}}})
+            keys.FAULTS: xid(79, gpus=3)}}})
         await fleet.clock.advance(1)
         _, text = await scrape(http, "127.0.0.1", port, "/metrics")
         xids = by_gpu(text, "DCGM_FI_DEV_XID_ERRORS")
@@ -221,11 +222,11 @@ async def test_gpus_follow_their_pods_and_an_xid_shows_on_the_gpu_it_hit(
         await fleet.clock.advance(1)
         _, text = await scrape(http, "127.0.0.1", engine.registrar.kubelet_port, "/metrics")
         assert by_gpu(text, "DCGM_FI_DEV_XID_ERRORS")["2"][0] == 79
-        entries = json.loads(fleet.nodes()["h100-0"]["metadata"]["annotations"][FAULTS])
+        entries = json.loads(fleet.nodes()["h100-0"]["metadata"]["annotations"][keys.FAULTS])
         for item in entries:
             item["state"] = "recover"
         await fleet.member_client_patch(f"{NODES}/h100-0", {"metadata": {"annotations": {
-            FAULTS: json.dumps(entries)}}})
+            keys.FAULTS: json.dumps(entries)}}})
         await fleet.clock.advance(1)
         _, text = await scrape(http, "127.0.0.1", engine.registrar.kubelet_port, "/metrics")
     assert {value for value, _ in by_gpu(text, "DCGM_FI_DEV_XID_ERRORS").values()} == {0}, \
@@ -244,7 +245,7 @@ async def test_a_condition_fault_heats_and_throttles_the_node_s_gpus(
     async with fleet.running(served(fleet)) as engine:
         await fleet.clock.advance(1)
         await fleet.member_client_patch(f"{NODES}/h100-0", {"metadata": {"annotations": {
-            FAULTS: entries or ""}}})
+            keys.FAULTS: entries or ""}}})
         await fleet.clock.advance(1)
         _, text = await scrape(http, "127.0.0.1", engine.registrar.kubelet_port, "/metrics")
     assert {v for v, _ in by_gpu(text, "DCGM_FI_DEV_GPU_TEMP").values()} == {93}

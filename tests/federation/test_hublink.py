@@ -20,16 +20,17 @@ from federation.client.member import NO_FAULTS, LinkFaults, MemberLink
 from federation.client.simulated import SimulatedMember
 from federation.hub import validation
 from operators.api.base import API_VERSION
-from operators.api.clusters import CLUSTER_LABEL, FakeCluster
+from operators.api.clusters import FakeCluster
 from operators.api.faultplans import FaultPlan
-from operators.api.injections import FAULTS
 from operators.api.nodepools import FakeNodePool
 from operators.hublink import convert
 from operators.hublink import member as host_module
 from operators.hublink.member import HostMember
 from operators.k8s.client import Client
-from operators.k8s.clock import SYSTEM_CLOCK, Clock, FakeClock
-from operators.k8s.memory import MemoryTransport
+from primitives import keys
+from primitives.clocks import SYSTEM_CLOCK, Clock
+from tests.fakes.clocks import FakeClock
+from tests.fakes.k8s import MemoryTransport
 from tests.federation.hubs import GRACE, RunningHub, running_hub
 
 T = TypeVar("T")
@@ -90,11 +91,11 @@ def fleet_plan(cluster: str = "west", run_id: str = "r1", *, annotated: bool = T
     obj: dict[str, Any] = {
         "apiVersion": API_VERSION, "kind": "FaultPlan",
         "metadata": {"name": convert.plan_name(run_id, cluster), "namespace": NAMESPACE,
-                     "labels": {convert.RUN_LABEL: run_id, CLUSTER_LABEL: cluster}},
+                     "labels": {keys.FLEET_RUN: run_id, keys.CLUSTER: cluster}},
         "spec": SPEC | {"clusters": [cluster]}}
     if annotated:
         obj["metadata"]["annotations"] = {
-            convert.COMMAND_ANNOTATION: f"{run_id}/{cluster}/start"}
+            keys.FLEET_COMMAND: f"{run_id}/{cluster}/start"}
     if status is not None:
         obj["status"] = status
     return obj
@@ -111,8 +112,8 @@ def test_a_start_command_makes_a_fault_plan_for_this_cluster_only() -> None:
     made = convert.fault_plan(start(), cluster)
     assert made["metadata"] == {
         "name": "r1-west", "namespace": NAMESPACE,
-        "labels": {convert.RUN_LABEL: "r1", CLUSTER_LABEL: "west"},
-        "annotations": {convert.COMMAND_ANNOTATION: "r1/west/start"}}
+        "labels": {keys.FLEET_RUN: "r1", keys.CLUSTER: "west"},
+        "annotations": {keys.FLEET_COMMAND: "r1/west/start"}}
     assert made["spec"] == SPEC | {"startAt": "2026-01-01T00:01:00.250000Z",
                                    "clusters": ["west"]}
     # What the API server would check of it, the models check too (startAt's pattern).
@@ -328,7 +329,7 @@ async def test_resync_reports_the_fleet_plans_of_this_cluster_only(host: Host) -
     host.api.put(PLANS, fleet_plan("east", "r1"))  # another member on the same host
     host.api.put(PLANS, fleet_plan("west", "r3", annotated=False))  # no command: not ours
     host.api.put(PLANS, {"apiVersion": API_VERSION, "kind": "FaultPlan",
-                         "metadata": {"name": "by-hand", "labels": {CLUSTER_LABEL: "west"}},
+                         "metadata": {"name": "by-hand", "labels": {keys.CLUSTER: "west"}},
                          "spec": SPEC})
     host.api.fail("POST", PLANS, status=422, reason="Invalid")
     await host.member.execute(start("r4"))
@@ -391,7 +392,7 @@ async def test_observe_reports_a_result_when_it_changes_and_only_then(host: Host
 
 async def test_link_faults_come_from_the_cluster_annotations(host: Host) -> None:
     assert host.member.faults() == NO_FAULTS
-    host.annotations[FAULTS] = json.dumps([
+    host.annotations[keys.FAULTS] = json.dumps([
         {"id": "p/0", "state": "inject", "hub": {"partition": "toHub"}},
         {"id": "p/1", "state": "inject", "hub": {"latency": "1500ms"}},
         {"id": "p/2", "state": "inject", "hub": {"latency": "2s"}},
@@ -399,11 +400,11 @@ async def test_link_faults_come_from_the_cluster_annotations(host: Host) -> None
     ])
     assert host.member.faults() == LinkFaults(to_hub_dropped=True, from_hub_dropped=False,
                                               latency=2.0)
-    host.annotations[FAULTS] = json.dumps([
+    host.annotations[keys.FAULTS] = json.dumps([
         {"id": "p/3", "state": "inject", "hub": {"partition": "both"}}])
     assert host.member.faults().partitioned
     assert host.member.faults() == LinkFaults(True, True, 0.0)
-    host.annotations[FAULTS] = "not json"
+    host.annotations[keys.FAULTS] = "not json"
     assert host.member.faults() == NO_FAULTS
 
 

@@ -16,8 +16,9 @@ from operators.api.base import API_VERSION
 from operators.hublink import jobs
 from operators.hublink.member import HostMember
 from operators.k8s.client import Client
-from operators.k8s.clock import FakeClock
-from operators.k8s.memory import MemoryTransport
+from primitives import keys
+from tests.fakes.clocks import FakeClock
+from tests.fakes.k8s import MemoryTransport
 
 T = TypeVar("T")
 JOBS = "/apis/batch/v1/namespaces/team/jobs"
@@ -42,7 +43,7 @@ def test_a_create_job_makes_a_gang_that_tolerates_gpu_nodes_and_runs_its_time() 
                                          "kueue.x-k8s.io/queue-name": "user-queue"}
     assert job["metadata"]["annotations"] == {jobs.COMMAND_ANNOTATION: "w1/west/job-0-1"}
     template = spec["template"]
-    assert template["metadata"]["annotations"] == {jobs.RUN_TIME_ANNOTATION: "12.500s"}
+    assert template["metadata"]["annotations"] == {keys.RUN_TIME: "12.500s"}
     assert "kueue.x-k8s.io/queue-name" not in template["metadata"]["labels"]
     pod = template["spec"]
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8", "cpu": "1"}

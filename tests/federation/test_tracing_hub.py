@@ -30,7 +30,8 @@ from federation.client.tracing import CLUSTER, COMMAND_ID, COMMAND_KIND, RESEND,
 from federation.client.tracing import WORKLOAD_ID as WORKLOAD
 from federation.hub.core import HubSettings
 from federation.hub.server import ServeSettings, serve
-from federation.telemetry import propagation, setup
+from federation.telemetry import setup
+from primitives import propagation
 from tests.federation.hubs import GRACE, HEARTBEAT, RawMember, RunningHub
 
 PLAN = json.dumps({"steps": [{"name": "xid", "target": {}, "fault": {"type": "GPUXid",

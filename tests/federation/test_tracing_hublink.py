@@ -19,13 +19,14 @@ from federation.hub import store
 from federation.hub.membership import Identity, Inventory, Member, State
 from federation.hub.runs import MemberPart, Run
 from federation.hub.workloads import JobRecord, JobState
-from federation.telemetry import propagation, setup
+from federation.telemetry import setup
 from operators.api.clusters import FakeCluster
 from operators.hublink import convert, jobs
 from operators.hublink.member import HostMember
 from operators.k8s.client import Client
-from operators.k8s.clock import FakeClock
-from operators.k8s.memory import MemoryTransport
+from primitives import keys, propagation
+from tests.fakes.clocks import FakeClock
+from tests.fakes.k8s import MemoryTransport
 from tests.federation.test_hublink import (
     CLUSTERS,
     NAMESPACE,
@@ -56,13 +57,13 @@ def tracer(monkeypatch: pytest.MonkeyPatch) -> Iterator[trace.Tracer]:
 def test_a_fault_plan_and_a_job_carry_the_context_of_their_commands_execution() -> None:
     cluster = FakeCluster.model_validate(fake_cluster())
     plan = convert.fault_plan(start(), cluster, CONTEXT)
-    assert plan["metadata"]["annotations"] == {convert.COMMAND_ANNOTATION: "r1/west/start",
-                                               propagation.ANNOTATION: CONTEXT}
+    assert plan["metadata"]["annotations"] == {keys.FLEET_COMMAND: "r1/west/start",
+                                               keys.TRACEPARENT: CONTEXT}
     job = jobs.job_object(create(), CONTEXT)
     assert job["metadata"]["annotations"] == {jobs.COMMAND_ANNOTATION: "w1/west/job-0-1",
-                                              propagation.ANNOTATION: CONTEXT}
+                                              keys.TRACEPARENT: CONTEXT}
     # Untraced: no annotation at all (not an empty one).
-    assert propagation.ANNOTATION not in convert.fault_plan(start(), cluster)["metadata"][
+    assert keys.TRACEPARENT not in convert.fault_plan(start(), cluster)["metadata"][
         "annotations"]
 
 

@@ -18,9 +18,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-#: The annotation that carries a trace context on a Kubernetes object (FaultPlans, and the
-#: objects a fault touched).
-ANNOTATION = "fakefleet.dev/traceparent"
+from primitives import keys
+
 HEADER = "traceparent"
 
 _PROPAGATOR = TraceContextTextMapPropagator()
@@ -63,8 +62,8 @@ def links(*values: str | None) -> list[trace.Link]:
 
 
 def from_annotations(annotations: Mapping[str, str] | None) -> str:
-    """The traceparent an object carries in :data:`ANNOTATION`, or ""."""
-    return (annotations or {}).get(ANNOTATION, "")
+    """The traceparent an object carries in :data:`~primitives.keys.TRACEPARENT`, or ""."""
+    return (annotations or {}).get(keys.TRACEPARENT, "")
 
 
 def headers() -> dict[str, str]:

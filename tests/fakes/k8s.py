@@ -29,11 +29,11 @@ import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
-from operators.k8s.clock import Clock
 from operators.k8s.errors import TransportError
 from operators.k8s.requests import APPLY_PATCH, MERGE_PATCH, STRATEGIC_PATCH, Request
 from operators.k8s.times import rfc3339
 from operators.k8s.transport import Response, StreamResponse
+from primitives.clocks import Clock
 
 #: Kinds whose status is a subresource: the main path ignores status, /status takes only it.
 WITH_STATUS = frozenset({"nodes", "pods", "namespaces", "fakeclusters", "fakenodepools"})

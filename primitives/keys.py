@@ -1,0 +1,66 @@
+"""Every key fakefleet writes into Kubernetes objects under its own name, spelled once.
+
+The operator, the engine, the hub link and the hub read and write these on both sides of the
+wire (a hub's workload labels its Jobs, a member's engine reads the run time the hub put on
+them), so they are constants here and nowhere else. Each says who writes it and who reads it.
+"""
+
+from __future__ import annotations
+
+#: The API group of fakefleet's kinds, and the prefix of every key below.
+GROUP = "fakefleet.dev"
+
+# -- on FakeClusters, FakeNodePools and FaultPlans ---------------------------------------------
+
+#: The operator's finalizer on the three kinds.
+FINALIZER = f"{GROUP}/finalizer"
+#: The W3C traceparent an object carries (a FaultPlan the hub link made, a FakeCluster, the
+#: objects a fault touched), so that what acts on it later joins its trace.
+TRACEPARENT = f"{GROUP}/traceparent"
+#: An object's fault entries: JSON, written by the FaultPlan runner, read by the engine (nodes,
+#: pods) and by the operator (FakeClusters: control-plane faults).
+FAULTS = f"{GROUP}/faults"
+#: A pool's node names a Delete fault holds (JSON ``{"<entry id>": ["<node>", ...]}``).
+HELD_NODES = f"{GROUP}/held-nodes"
+#: On a FaultPlan the hub link made: the fleet run it belongs to, and the command that made it.
+FLEET_RUN = f"{GROUP}/fleet-run"
+FLEET_COMMAND = f"{GROUP}/fleet-command"
+
+# -- on the members' nodes -----------------------------------------------------------------------
+
+#: The FakeCluster a node belongs to; objects made for a FakeCluster (its kubeconfig Secret)
+#: carry the cluster's name here too. A label value, so a cluster's name has at most 63
+#: characters.
+CLUSTER = f"{GROUP}/cluster"
+#: Every fake node carries the name of its pool here; the engine lists its nodes by it, and the
+#: pool's scale selector uses it.
+POOL = f"{GROUP}/pool"
+#: The rack a node stands in (``spec.topology.racksPerZone``).
+RACK = f"{GROUP}/rack"
+#: What the pool's template gave the node: a hash of it, and the keys it set (JSON), so a
+#: changed template removes what it no longer gives and leaves what others added.
+TEMPLATE_HASH = f"{GROUP}/template-hash"
+TEMPLATE_KEYS = f"{GROUP}/template-keys"
+#: A node's state by hand (``NotReady``, ``Unreachable``): read by the default node stages.
+STATE = f"{GROUP}/state"
+#: The taint a GPU that needs a reset or a drain puts on its node (a GPU Xid fault). NoExecute:
+#: pods that do not tolerate it are evicted by the node-lifecycle controller, as after a drain.
+GPU_XID = f"{GROUP}/gpu-xid"
+#: On a ResourceSlice: the digest of the devices the engine last published in it.
+SLICE_DIGEST = f"{GROUP}/slice-digest"
+
+# -- on pods (annotations a user or the hub link sets, the engine reads) ------------------------
+
+RUN_TIME = f"{GROUP}/run-time"
+EXIT_CODE = f"{GROUP}/exit-code"
+START_DELAY = f"{GROUP}/start-delay"
+SEED = f"{GROUP}/seed"
+USAGE_CPU = f"{GROUP}/usage-cpu"
+USAGE_MEMORY = f"{GROUP}/usage-memory"
+USAGE_GPU_UTIL = f"{GROUP}/usage-gpu-util"
+USAGE_GPU_MEMORY = f"{GROUP}/usage-gpu-memory"
+
+# -- on Jobs the hub link creates for a fleet workload --------------------------------------------
+
+#: The hub's workload id, set by the hub on every Job; a workload cannot set it.
+WORKLOAD = f"{GROUP}/workload"
