@@ -35,12 +35,13 @@ from federation.api import common_pb2, fleet_pb2
 from federation.client.channels import HubAddress
 from federation.client.discovery import HubFiles, HubInfo
 from federation.client.fleet import FleetClient
-from federation.client.selectors import SelectorError, parse
+from federation.client.selectors import parse
 from operators.api.base import API_VERSION
 from operators.api.faultplans import FaultPlan
 from operators.controlplane.state import StateDir
 from operators.faults import progress
 from operators.terminal import console, state_dir_option, stdout
+from primitives.selectors import SelectorError
 
 T = TypeVar("T")
 Command = TypeVar("Command", bound=Callable[..., Any])

@@ -19,7 +19,8 @@ from operators.faults.expectations import (
     resolve,
     verdict,
 )
-from operators.faults.targets import LabelSelector, Victim
+from operators.faults.targets import Victim
+from primitives.selectors import LabelSelector
 
 NODE: dict[str, Any] = {
     "metadata": {"name": "gpu-3", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},

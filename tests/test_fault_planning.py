@@ -24,19 +24,18 @@ from operators.faults.targets import (
     Clusters,
     ClusterView,
     Fleet,
-    LabelSelector,
     Mode,
     Nodes,
     NodeView,
     Pods,
     PodView,
-    Requirement,
     Target,
     TargetError,
     Victim,
     how_many,
     unknown_names,
 )
+from primitives.selectors import LabelSelector, Requirement
 
 
 def cluster(name: str, nodes: int, *, region: str = "eu", pool: str = "gpu",

@@ -23,6 +23,7 @@ from federation.hub.runs import (
     Run,
     start_id,
 )
+from primitives.selectors import LabelSelector
 
 _STATES = {State.READY: common_pb2.MEMBER_STATE_READY,
            State.UNREACHABLE: common_pb2.MEMBER_STATE_UNREACHABLE}
@@ -126,22 +127,7 @@ def selects(value: Mapping[str, Any], member: Identity) -> bool:
     names = value.get("names") or []
     if names and member.name not in names:
         return False
-    labels = member.labels
-    if any(labels.get(k) != v for k, v in (value.get("matchLabels") or {}).items()):
-        return False
-    for requirement in value.get("matchExpressions") or []:
-        key, operator, values = requirement["key"], requirement["operator"], \
-            requirement.get("values", [])
-        present = key in labels
-        if operator == "In" and not (present and labels[key] in values):
-            return False
-        if operator == "NotIn" and present and labels[key] in values:
-            return False
-        if operator == "Exists" and not present:
-            return False
-        if operator == "DoesNotExist" and present:
-            return False
-    return True
+    return LabelSelector.of(value).matches(member.labels)
 
 
 def run_message(run: Run) -> fleet_pb2.Run:

@@ -47,7 +47,7 @@ from operators.engine.nodes import (
 )
 from operators.engine.pods import ExtraCondition, PodFacts, PodLife
 from operators.k8s.times import parse
-from primitives import keys
+from primitives import keys, selectors
 
 #: Distinct fault annotation texts whose rules are kept compiled (a plan's thousands of victims
 #: share a handful: one per step and state).
@@ -122,15 +122,8 @@ def _test(requirement: Requirement, views: Mapping[str, Callable[..., str | None
             return mapped(obj, life, key)
     else:
         view = views[field]
-    values = frozenset(requirement.values)
-    operator = requirement.operator
-    if operator == "In":
-        return lambda obj, life: view(obj, life) in values
-    if operator == "NotIn":
-        return lambda obj, life: view(obj, life) not in values
-    if operator == "Exists":
-        return lambda obj, life: view(obj, life) is not None
-    return lambda obj, life: view(obj, life) is None
+    holds = selectors.test(requirement.operator, requirement.values)
+    return lambda obj, life: holds(view(obj, life))
 
 
 def _compile(selector: Selector, views: Mapping[str, Callable[..., str | None]],

@@ -23,6 +23,7 @@ from operators.faults import planning, targets
 from operators.faults.cel import CelMatcher
 from operators.faults.planning import PlanError
 from operators.k8s.times import parse
+from primitives.selectors import LabelSelector, Requirement
 
 #: States after which an occurrence has nothing more to do (Injected is one for a fault that
 #: stays until the plan is deleted).
@@ -31,12 +32,12 @@ SETTLED = frozenset({"Recovered", "Done", "Skipped"})
 
 # -- from the API to the planner ---------------------------------------------------------------
 
-def _selector(selector: api.LabelSelector | None) -> targets.LabelSelector | None:
+def _selector(selector: api.LabelSelector | None) -> LabelSelector | None:
     if selector is None:
         return None
-    return targets.LabelSelector(
+    return LabelSelector(
         dict(selector.matchLabels),
-        tuple(targets.Requirement(r.key, r.operator, tuple(r.values))
+        tuple(Requirement(r.key, r.operator, tuple(r.values))
               for r in selector.matchExpressions))
 
 

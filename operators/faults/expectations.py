@@ -26,7 +26,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from operators.faults.targets import LabelSelector, Victim
+from operators.faults.targets import Victim
+from primitives.selectors import LabelSelector
 
 
 class ExpectationError(ValueError):

@@ -17,48 +17,11 @@ import random
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Literal
 
+from primitives.selectors import EVERYTHING, LabelSelector
+
 
 class TargetError(ValueError):
     """A target that cannot be planned; the message names the field and the fix."""
-
-
-# -- label selectors ---------------------------------------------------------------------------
-
-Operator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Requirement:
-    """One of a label selector's matchExpressions, with Kubernetes' semantics."""
-
-    key: str
-    operator: Operator
-    values: tuple[str, ...] = ()
-
-    def holds(self, labels: Mapping[str, str]) -> bool:
-        if self.operator == "Exists":
-            return self.key in labels
-        if self.operator == "DoesNotExist":
-            return self.key not in labels
-        if self.operator == "In":
-            return labels.get(self.key) in self.values
-        # NotIn: as in Kubernetes, an object without the label is not in the values
-        return labels.get(self.key) not in self.values
-
-
-@dataclasses.dataclass(frozen=True)
-class LabelSelector:
-    """matchLabels and matchExpressions, all of which must hold; empty matches everything."""
-
-    match_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    match_expressions: tuple[Requirement, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        return (all(labels.get(key) == value for key, value in self.match_labels.items())
-                and all(requirement.holds(labels) for requirement in self.match_expressions))
-
-
-EVERYTHING = LabelSelector()
 
 
 # -- the fleet as observed ---------------------------------------------------------------------

@@ -34,6 +34,7 @@ from operators.k8s.requests import APPLY_PATCH, MERGE_PATCH, STRATEGIC_PATCH, Re
 from operators.k8s.times import rfc3339
 from operators.k8s.transport import Response, StreamResponse
 from primitives.clocks import Clock
+from primitives.selectors import LabelSelector, parse
 
 #: Kinds whose status is a subresource: the main path ignores status, /status takes only it.
 WITH_STATUS = frozenset({"nodes", "pods", "namespaces", "fakeclusters", "fakenodepools"})
@@ -237,7 +238,7 @@ class MemoryTransport:
         return _ok({"kind": "List", "apiVersion": "v1", "metadata": metadata, "items": page})
 
     def _matching(self, target: _Target, query: Mapping[str, str]) -> Iterator[dict[str, Any]]:
-        labels = _label_selector(query.get("labelSelector", ""))
+        labels = parse(query.get("labelSelector", ""))
         fields = _field_selector(query.get("fieldSelector", ""))
         for (namespace, _), obj in self._objects.get(target.key, {}).items():
             if target.namespace and namespace != target.namespace:
@@ -341,7 +342,7 @@ class MemoryTransport:
                 "kind": "Status", "code": 410, "reason": "Expired",
                 "message": f"too old resource version: {since} ({self._compacted})"}})
             return
-        labels = _label_selector(query.get("labelSelector", ""))
+        labels = parse(query.get("labelSelector", ""))
         fields = _field_selector(query.get("fieldSelector", ""))
         deadline = self.clock.now() + int(query.get("timeoutSeconds", "300"))
         epoch = self._epoch
@@ -435,22 +436,6 @@ def _merge(target: Any, patch: Any, strategic: bool) -> Any:
     return target
 
 
-def _label_selector(text: str) -> list[tuple[str, str, str]]:
-    terms = []
-    for term in filter(None, (t.strip() for t in text.split(","))):
-        if "!=" in term:
-            key, value = term.split("!=", 1)
-            terms.append((key, "!=", value))
-        elif "=" in term:
-            key, value = term.replace("==", "=").split("=", 1)
-            terms.append((key, "=", value))
-        elif term.startswith("!"):
-            terms.append((term[1:], "!", ""))
-        else:
-            terms.append((term, "exists", ""))
-    return terms
-
-
 def _field_selector(text: str) -> list[tuple[str, str, str]]:
     terms = []
     for term in filter(None, (t.strip() for t in text.split(","))):
@@ -460,18 +445,10 @@ def _field_selector(text: str) -> list[tuple[str, str, str]]:
     return terms
 
 
-def _selected(obj: dict[str, Any], labels: list[tuple[str, str, str]],
+def _selected(obj: dict[str, Any], labels: LabelSelector,
               fields: list[tuple[str, str, str]]) -> bool:
-    present = obj["metadata"].get("labels") or {}
-    for key, operator, value in labels:
-        if operator == "exists" and key not in present:
-            return False
-        if operator == "!" and key in present:
-            return False
-        if operator == "=" and present.get(key) != value:
-            return False
-        if operator == "!=" and present.get(key) == value:
-            return False
+    if not labels.matches(obj["metadata"].get("labels") or {}):
+        return False
     for path, operator, value in fields:
         found: Any = obj
         for part in path.split("."):
