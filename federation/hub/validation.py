@@ -16,19 +16,16 @@ from google.protobuf.duration_pb2 import Duration
 from federation.api import common_pb2, fleet_pb2, member_pb2
 from federation.hub.arrivals import DistributionError
 from federation.hub.convert import arrivals, run_time
-from primitives import keys
+from primitives import keys, names
+from primitives.selectors import OPERATORS
 
 #: Patterns end in \Z, not $: $ also matches before a final newline ("west\n").
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 _QUANTITY = re.compile(r"^[+]?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?\Z")
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 _VERSION = re.compile(r"^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?\Z")
 _RESOURCE = re.compile(
     r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
-OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 MAX_LABELS = 64
 MAX_POOLS = 1000
 MAX_RESOURCES = 64
@@ -44,18 +41,10 @@ MAX_ID = 256
 
 
 def cluster_name(value: str, field: str) -> list[str]:
-    if not DNS_LABEL.match(value):
-        return [f"{field}: {value[:80]!r} is not a cluster name; use a DNS label: lowercase "
-                f"letters, digits and '-', starting and ending with a letter or digit, at most "
-                f"63 characters (e.g. west-1)"]
+    if not names.is_dns_label(value):
+        return [f"{field}: {value[:80]!r} is not a cluster name; use {names.DNS_LABEL_SYNTAX} "
+                f"(e.g. west-1)"]
     return []
-
-
-def _label_key(key: str) -> bool:
-    prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        return False
-    return bool(_LABEL_NAME.match(name))
 
 
 def labels(values: Mapping[str, str], field: str) -> list[str]:
@@ -63,10 +52,10 @@ def labels(values: Mapping[str, str], field: str) -> list[str]:
         return [f"{field}: {len(values)} labels; at most {MAX_LABELS}"]
     problems = []
     for key, value in sorted(values.items()):
-        if not _label_key(key):
+        if not names.is_qualified_name(key):
             problems.append(f"{field}[{key[:80]!r}]: not a label key; use [prefix/]name with "
                             f"name of at most 63 letters, digits, '-', '_' or '.'")
-        if value and not _LABEL_NAME.match(value):
+        if not names.is_label_value(value):
             problems.append(f"{field}[{key[:80]!r}]: {value[:80]!r} is not a label value; use "
                             f"at most 63 letters, digits, '-', '_' or '.', starting and ending "
                             f"with a letter or digit")
@@ -108,7 +97,7 @@ def inventory(message: common_pb2.Inventory, field: str) -> list[str]:
         problems.append(f"{field}.pools: {len(message.pools)} pools; at most {MAX_POOLS}")
     for index, pool in enumerate(message.pools[:MAX_POOLS]):
         at = f"{field}.pools[{index}]"
-        if not DNS_LABEL.match(pool.name) and not _DNS_SUBDOMAIN.match(pool.name):
+        if not names.is_dns_subdomain(pool.name):
             problems.append(f"{at}.name: {pool.name[:80]!r} is not an object name (lowercase "
                             f"letters, digits, '-' and '.')")
         problems += _count(pool.ready, f"{at}.ready") + _count(pool.total, f"{at}.total")
@@ -212,7 +201,7 @@ def selector(message: common_pb2.ClusterSelector, field: str) -> list[str]:
         problems.append(f"{field}.match_expressions: at most {MAX_LABELS}")
     for index, requirement in enumerate(message.match_expressions[:MAX_LABELS]):
         at = f"{field}.match_expressions[{index}]"
-        if not _label_key(requirement.key):
+        if not names.is_qualified_name(requirement.key):
             problems.append(f"{at}.key: {requirement.key[:80]!r} is not a label key")
         if requirement.operator not in OPERATORS:
             problems.append(f"{at}.operator: {requirement.operator[:80]!r}; use one of "
@@ -222,7 +211,7 @@ def selector(message: common_pb2.ClusterSelector, field: str) -> list[str]:
         elif requirement.operator in ("Exists", "DoesNotExist") and requirement.values:
             problems.append(f"{at}.values: {requirement.operator} takes no values; remove them")
         for position, value in enumerate(requirement.values[:MAX_LABELS]):
-            if not _LABEL_NAME.match(value):
+            if not (value and names.is_label_value(value)):
                 problems.append(f"{at}.values[{position}]: {value[:80]!r} is not a label value")
     return problems
 
@@ -280,7 +269,7 @@ def run_plan(request: fleet_pb2.RunPlanRequest) -> list[str]:
     problems = plan(request.plan)
     problems += selector(request.clusters, "clusters")
     problems += start_delay(request.start_delay)
-    if request.name and not _DNS_SUBDOMAIN.match(request.name):
+    if request.name and not names.is_dns_subdomain(request.name):
         problems.append(f"name: {request.name[:80]!r}; use lowercase letters, digits, '-' and "
                         f"'.' (at most 253)")
     return problems + traceparent(request.traceparent)
@@ -321,10 +310,10 @@ def workload_spec(spec: fleet_pb2.WorkloadSpec, field: str = "spec") -> list[str
     problems += labels(spec.labels, f"{field}.labels")
     if keys.WORKLOAD in spec.labels:
         problems.append(f"{field}.labels[{keys.WORKLOAD}]: set by the hub; remove it")
-    if spec.namespace and not DNS_LABEL.match(spec.namespace):
+    if spec.namespace and not names.is_dns_label(spec.namespace):
         problems.append(f"{field}.namespace: {spec.namespace[:80]!r} is not a namespace name; "
                         f"use a DNS label (e.g. default)")
-    if spec.priority_class and not _DNS_SUBDOMAIN.match(spec.priority_class):
+    if spec.priority_class and not names.is_dns_subdomain(spec.priority_class):
         problems.append(f"{field}.priority_class: {spec.priority_class[:80]!r} is not a "
                         f"PriorityClass name; use lowercase letters, digits, '-' and '.'")
     if spec.arrivals.process not in _PROCESSES:
@@ -363,7 +352,7 @@ def _target(target: fleet_pb2.WorkloadTarget, field: str) -> list[str]:
                             f"kueue.x-k8s.io/queue-name) that takes the Jobs")
     elif target.manager:
         problems.append(f"{field}.manager: only for placement manager; remove it")
-    if target.queue and not _DNS_SUBDOMAIN.match(target.queue):
+    if target.queue and not names.is_dns_subdomain(target.queue):
         problems.append(f"{field}.queue: {target.queue[:80]!r} is not a LocalQueue name")
     if placement == "clusters" and not target.clusters.names:
         problems.append(f"{field}.clusters.names: placement clusters takes turns among named "

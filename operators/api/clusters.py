@@ -15,8 +15,9 @@ from operators.api.base import (
     immutable,
 )
 from operators.api.durations import DURATION_PATTERN
-from operators.api.names import LABEL_VALUE_MAX_LENGTH, Labels, rule, validations
+from operators.api.names import Labels, rule, validations
 from primitives import keys
+from primitives.names import LABEL_VALUE_MAX_LENGTH
 
 DEFAULT_KUBERNETES_VERSION = "v1.36.3"
 KUBECONFIG_KEY = "kubeconfig"

@@ -42,13 +42,9 @@ from pydantic import Field
 from operators.api.base import Condition, CustomResource, Model, PrinterColumn, ResourceInfo
 from operators.api.durations import DURATION_PATTERN
 from operators.api.injections import TRACEPARENT_PATTERN, HubDirection
-from operators.api.names import (
-    LABEL_VALUE_MAX_LENGTH,
-    QUALIFIED_NAME_MAX_LENGTH,
-    rule,
-    validations,
-)
+from operators.api.names import rule, validations
 from operators.api.nodepools import Taint
+from primitives.names import LABEL_VALUE_MAX_LENGTH, QUALIFIED_NAME_MAX_LENGTH
 
 #: Bounds on every list: they bound the cost of the CEL rules over them, and no plan needs more.
 MAX_STEPS = 20

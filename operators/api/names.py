@@ -9,8 +9,9 @@ when the object is submitted, with messages that spell out what would be accepte
 
 Every string, map and list here is bounded (maxLength, maxProperties, maxItems): the API server
 estimates the worst-case cost of each rule from those bounds and refuses a CRD whose rules could
-cost too much. This module is only schema; which names a resource derives from its own name is
-said next to that resource.
+cost too much. This module is only schema (the lengths and the words come from
+:mod:`primitives.names`, which the hub checks with too); which names a resource derives from
+its own name is said next to that resource.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-#: Label values, and so every name that becomes one, hold at most 63 characters.
-LABEL_VALUE_MAX_LENGTH = 63
-#: A qualified name: an optional DNS-subdomain prefix (≤ 253) and '/', then a name (≤ 63).
-QUALIFIED_NAME_MAX_LENGTH = 253 + 1 + 63
+from primitives.names import (
+    LABEL_VALUE_MAX_LENGTH,
+    LABEL_VALUE_SYNTAX,
+    QUALIFIED_NAME_MAX_LENGTH,
+    QUALIFIED_NAME_SYNTAX,
+)
+
 #: Labels or annotations one map may hold: more than any fleet needs, and it bounds rule cost.
 MAX_ENTRIES = 64
 
@@ -43,17 +47,6 @@ def rule(expression: str, message: str, *, message_expression: str = "",
 def validations(*rules: dict[str, str]) -> dict[str, Any]:
     """Schema fragment carrying ``rules``."""
     return {CEL: list(rules)}
-
-
-LABEL_VALUE_SYNTAX = (
-    f"at most {LABEL_VALUE_MAX_LENGTH} characters (letters, digits, '-', '_' or '.'), "
-    "alphanumeric at both ends, or empty"
-)
-QUALIFIED_NAME_SYNTAX = (
-    "such as example.com/role: an optional DNS-subdomain prefix (at most 253 characters) and "
-    "'/', then a name of at most 63 characters (letters, digits, '-', '_' or '.'), alphanumeric "
-    "at both ends"
-)
 
 
 def label_value(what: str) -> Any:

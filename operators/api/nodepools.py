@@ -20,7 +20,6 @@ from operators.api.clusters import MAX_CLUSTER_NAME_LENGTH
 from operators.api.durations import DURATION_PATTERN
 from operators.api.gpus import PRESETS, GPUAllocation, GPUPresetName
 from operators.api.names import (
-    LABEL_VALUE_MAX_LENGTH,
     MAX_ENTRIES,
     Annotations,
     Labels,
@@ -31,6 +30,7 @@ from operators.api.names import (
     validations,
 )
 from primitives import keys
+from primitives.names import LABEL_VALUE_MAX_LENGTH
 
 #: Every node gets a /24 pod CIDR of 10.128.0.0/9 (2**(24-9) of them), so no cluster can
 #: address more nodes than this, whatever its pools ask for.

@@ -23,13 +23,13 @@ from typing import Any
 from operators.api import stages as stage_api
 from operators.api.gpus import gfd_labels
 from operators.api.injections import read_entries
-from operators.api.names import LABEL_VALUE_MAX_LENGTH
 from operators.api.nodepools import INSTANCE_TYPE_PREFIX, FakeNodePoolSpec
 
 # The API defines these (its limits come from them); the engine speaks of nodes through here.
 from operators.api.nodepools import MAX_NODES_PER_CLUSTER as MAX_NODES_PER_CLUSTER
 from operators.api.nodepools import node_name as node_name
 from primitives import keys
+from primitives.names import LABEL_VALUE_MAX_LENGTH
 
 MANAGED_SELECTOR = keys.POOL  # every node we own carries the pool label
 
