@@ -23,6 +23,7 @@ from federation.hub.runs import (
     Run,
     start_id,
 )
+from primitives import keys
 from primitives.selectors import LabelSelector
 
 _STATES = {State.READY: common_pb2.MEMBER_STATE_READY,
@@ -204,7 +205,7 @@ def progress(message: member_pb2.CommandResult) -> wl.Progress:
 def job_command_message(workload: wl.Workload, job: wl.JobRecord) -> member_pb2.HubMessage:
     command = workload.command(job)
     settings = workload.settings
-    labels = dict(settings.labels) | {"fakefleet.dev/workload": workload.id}
+    labels = dict(settings.labels) | {keys.WORKLOAD: workload.id}
     return member_pb2.HubMessage(command=member_pb2.Command(
         id=command.id, run_id=workload.id,
         create_job=member_pb2.CreateJob(
