@@ -60,35 +60,47 @@ CLIENTS = {
 }
 
 
+class _File:
+    """A file of a PKI, at a fixed name in its directory: ``pki.ca_cert`` is a Path."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, pki: _Files, owner: type[_Files]) -> Path:
+        return pki.directory / self.name
+
+
+def _pair(stem: str) -> tuple[_File, _File]:
+    """A certificate and its key: ``<stem>.crt`` and ``<stem>.key``."""
+    return _File(f"{stem}.crt"), _File(f"{stem}.key")
+
+
 @dataclasses.dataclass(frozen=True)
-class ClusterPKI:
-    """Paths of one cluster's certificates and keys."""
+class _Files:
+    """The paths of one PKI: its CA and the files its class names (class attributes that are
+    :class:`_File`, in the order they are declared)."""
 
     directory: Path
 
-    @property
-    def ca_cert(self) -> Path:
-        return self.directory / "ca.crt"
+    ca_cert, ca_key = _pair("ca")
 
-    @property
-    def ca_key(self) -> Path:
-        return self.directory / "ca.key"
+    def files(self) -> Iterator[Path]:
+        """Every file of a complete PKI."""
+        seen: set[str] = set()
+        for kind in reversed(type(self).__mro__):
+            for name, value in vars(kind).items():
+                if isinstance(value, _File) and name not in seen:
+                    seen.add(name)
+                    yield self.directory / value.name
 
-    @property
-    def serving_cert(self) -> Path:
-        return self.directory / "apiserver.crt"
 
-    @property
-    def serving_key(self) -> Path:
-        return self.directory / "apiserver.key"
+@dataclasses.dataclass(frozen=True)
+class ClusterPKI(_Files):
+    """Paths of one cluster's certificates and keys."""
 
-    @property
-    def service_account_key(self) -> Path:
-        return self.directory / "sa.key"
-
-    @property
-    def service_account_pub(self) -> Path:
-        return self.directory / "sa.pub"
+    serving_cert, serving_key = _pair("apiserver")
+    service_account_key = _File("sa.key")
+    service_account_pub = _File("sa.pub")
 
     def client_cert(self, client: str) -> Path:
         return self.directory / f"{client}.crt"
@@ -97,158 +109,47 @@ class ClusterPKI:
         return self.directory / f"{client}.key"
 
     def files(self) -> Iterator[Path]:
-        """Every file of a complete PKI."""
-        yield from (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key)
+        yield from super().files()
         for client in CLIENTS:
             yield from (self.client_cert(client), self.client_key(client))
-        yield from (self.service_account_key, self.service_account_pub)
 
 
 @dataclasses.dataclass(frozen=True)
-class EtcdPKI:
+class EtcdPKI(_Files):
     """Paths of the shared etcd's CA, its serving and peer certificates, and its two clients:
     the kube-apiservers, and fakefleet itself (the JSON gateway calls and health probes)."""
 
-    directory: Path
-
-    @property
-    def ca_cert(self) -> Path:
-        return self.directory / "ca.crt"
-
-    @property
-    def ca_key(self) -> Path:
-        return self.directory / "ca.key"
-
-    @property
-    def serving_cert(self) -> Path:
-        return self.directory / "server.crt"
-
-    @property
-    def serving_key(self) -> Path:
-        return self.directory / "server.key"
-
-    @property
-    def peer_cert(self) -> Path:
-        return self.directory / "peer.crt"
-
-    @property
-    def peer_key(self) -> Path:
-        return self.directory / "peer.key"
-
-    @property
-    def apiserver_client_cert(self) -> Path:
-        return self.directory / "apiserver-client.crt"
-
-    @property
-    def apiserver_client_key(self) -> Path:
-        return self.directory / "apiserver-client.key"
-
-    @property
-    def fakefleet_client_cert(self) -> Path:
-        return self.directory / "fakefleet-client.crt"
-
-    @property
-    def fakefleet_client_key(self) -> Path:
-        return self.directory / "fakefleet-client.key"
-
-    def files(self) -> Iterator[Path]:
-        """Every file of a complete PKI."""
-        yield from (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key,
-                    self.peer_cert, self.peer_key)
-        yield from (self.apiserver_client_cert, self.apiserver_client_key)
-        yield from (self.fakefleet_client_cert, self.fakefleet_client_key)
+    serving_cert, serving_key = _pair("server")
+    peer_cert, peer_key = _pair("peer")
+    apiserver_client_cert, apiserver_client_key = _pair("apiserver-client")
+    fakefleet_client_cert, fakefleet_client_key = _pair("fakefleet-client")
 
 
 @dataclasses.dataclass(frozen=True)
-class HubPKI:
+class HubPKI(_Files):
     """The federation hub's CA and serving certificate (loopback names and addresses)."""
 
-    directory: Path
-
-    @property
-    def ca_cert(self) -> Path:
-        return self.directory / "ca.crt"
-
-    @property
-    def ca_key(self) -> Path:
-        return self.directory / "ca.key"
-
-    @property
-    def serving_cert(self) -> Path:
-        return self.directory / "hub.crt"
-
-    @property
-    def serving_key(self) -> Path:
-        return self.directory / "hub.key"
-
-    def files(self) -> Iterator[Path]:
-        yield from (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key)
+    serving_cert, serving_key = _pair("hub")
 
 
 @dataclasses.dataclass(frozen=True)
-class AddonPKI:
+class AddonPKI(_Files):
     """A member's add-on (Kueue, metrics-server): its serving certificate under a CA of its own
     (the ``caBundle`` the member's API server verifies it with; ``tls.crt``/``tls.key``, the
     names Kueue's webhook server reads from its certDir), and its client identity, issued by
     the member's CA."""
 
-    directory: Path
-
-    @property
-    def ca_cert(self) -> Path:
-        return self.directory / "ca.crt"
-
-    @property
-    def ca_key(self) -> Path:
-        return self.directory / "ca.key"
-
-    @property
-    def serving_cert(self) -> Path:
-        return self.directory / "tls.crt"
-
-    @property
-    def serving_key(self) -> Path:
-        return self.directory / "tls.key"
-
-    @property
-    def client_cert(self) -> Path:
-        return self.directory / "client.crt"
-
-    @property
-    def client_key(self) -> Path:
-        return self.directory / "client.key"
-
-    def files(self) -> Iterator[Path]:
-        yield from (self.ca_cert, self.ca_key, self.serving_cert, self.serving_key,
-                    self.client_cert, self.client_key)
+    serving_cert, serving_key = _pair("tls")
+    client_cert, client_key = _pair("client")
 
 
 @dataclasses.dataclass(frozen=True)
-class FrontProxyPKI:
+class FrontProxyPKI(_Files):
     """A member's aggregation layer: the front-proxy CA its API server trusts for the
     requestheader identities it forwards, and the client certificate it forwards them with to
     aggregated API servers (metrics-server)."""
 
-    directory: Path
-
-    @property
-    def ca_cert(self) -> Path:
-        return self.directory / "ca.crt"
-
-    @property
-    def ca_key(self) -> Path:
-        return self.directory / "ca.key"
-
-    @property
-    def client_cert(self) -> Path:
-        return self.directory / "front-proxy-client.crt"
-
-    @property
-    def client_key(self) -> Path:
-        return self.directory / "front-proxy-client.key"
-
-    def files(self) -> Iterator[Path]:
-        yield from (self.ca_cert, self.ca_key, self.client_cert, self.client_key)
+    client_cert, client_key = _pair("front-proxy-client")
 
 
 #: The name aggregated API servers accept forwarded identities from (the front-proxy client's
