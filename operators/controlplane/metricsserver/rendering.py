@@ -22,16 +22,13 @@ from __future__ import annotations
 import base64
 import copy
 import dataclasses
-import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from operators.controlplane.errors import BuildError
 from operators.controlplane.metricsserver import METRICS_SERVER_MODULE, METRICS_SERVER_VERSION
+from operators.controlplane.modules import download, find_go
 
 NAMESPACE = "kube-system"
 SERVICE = "metrics-server"
@@ -63,21 +60,11 @@ class Manifests:
 def module_dir(version: str = METRICS_SERVER_VERSION) -> Path:
     """Where ``go mod download`` put metrics-server's source (fetched from the proxy if
     needed)."""
-    go = shutil.which("go")
-    if go is None:
-        raise BuildError(f"reading metrics-server {version}'s manifests needs the Go toolchain "
-                         f"('go') on PATH: install Go 1.26 or newer")
-    proc = subprocess.run([go, "mod", "download", "-json", f"{METRICS_SERVER_MODULE}@{version}"],
-                          capture_output=True, text=True, check=False)
-    try:
-        info = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        info = {}
-    if proc.returncode != 0 or "Dir" not in info:
-        reason = info.get("Error") or proc.stderr.strip() or "no answer"
-        raise BuildError(f"cannot fetch {METRICS_SERVER_MODULE}@{version} from the Go module "
-                         f"proxy ({reason})")
-    return Path(info["Dir"])
+    go = find_go(f"reading metrics-server {version}'s manifests needs the Go toolchain ('go') "
+                 f"on PATH: install Go 1.26 or newer")
+    return download(go, METRICS_SERVER_MODULE, version, failed=lambda reason: (
+        f"cannot fetch {METRICS_SERVER_MODULE}@{version} from the Go module proxy "
+        f"({reason})")).source
 
 
 def load(directory: Path) -> Manifests:
