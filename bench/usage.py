@@ -40,10 +40,10 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.engines import RESULTS, Tally, bounded, node_ready, pod_running, untraced_environment
+from operators.addons.metricsserver import building as metrics_server_building
+from operators.addons.metricsserver import rendering
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
-from operators.controlplane.metricsserver import building as metrics_server_building
-from operators.controlplane.metricsserver import rendering
 from operators.controlplane.pki import ensure_addon_pki
 from operators.controlplane.ports import free_port
 from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate

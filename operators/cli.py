@@ -41,6 +41,10 @@ from operators import (
     tracecli,
     workloadcli,  # noqa: F401  (adds fleet submit, workload, workloads)
 )
+from operators.addons.kueue import KUEUE_VERSION
+from operators.addons.kueue import building as kueue_building
+from operators.addons.metricsserver import METRICS_SERVER_VERSION
+from operators.addons.metricsserver import building as metrics_server_building
 from operators.api.base import API_VERSION
 from operators.api.clusters import KUBECONFIG_KEY
 from operators.api.faultplans import FaultPlan, FaultPlanSpec
@@ -50,10 +54,6 @@ from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.controlplane.etcd import shared_etcd
 from operators.controlplane.helm import HELM_VERSION
-from operators.controlplane.kueue import KUEUE_VERSION
-from operators.controlplane.kueue import building as kueue_building
-from operators.controlplane.metricsserver import METRICS_SERVER_VERSION
-from operators.controlplane.metricsserver import building as metrics_server_building
 from operators.controlplane.pki import ClusterPKI
 from operators.controlplane.state import (
     ComponentState,

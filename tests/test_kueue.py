@@ -14,16 +14,8 @@ import pytest
 import yaml
 
 from operators import kueuecli
-from operators.api.clusters import FakeCluster
-from operators.controlplane.errors import BinaryError
-from operators.controlplane.kueue import building, rendering, source
-from operators.handlers import kueue as kueue_handler
-from operators.k8s.client import Client
-from operators.k8s.clock import FakeClock
-from operators.k8s.memory import MemoryTransport
-from operators.reconciling import clusters as cluster_planning
-from operators.reconciling import kueue as planning
-from operators.reconciling.kueue import (
+from operators.addons.kueue import building, planning, rendering, source
+from operators.addons.kueue.planning import (
     ApplyMultiKueue,
     BuildKueue,
     HookKueue,
@@ -33,6 +25,13 @@ from operators.reconciling.kueue import (
     StopKueue,
     Worker,
 )
+from operators.api.clusters import FakeCluster
+from operators.controlplane.errors import BinaryError
+from operators.handlers import kueue as kueue_handler
+from operators.k8s.client import Client
+from operators.k8s.clock import FakeClock
+from operators.k8s.memory import MemoryTransport
+from operators.reconciling import clusters as cluster_planning
 
 NOW = "2026-12-01T09:00:00Z"
 CA = b"-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"

@@ -14,15 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from operators.api.clusters import METRICS_SERVER_LOCAL_RULE, FakeCluster
-from operators.controlplane.errors import BinaryError
-from operators.controlplane.metricsserver import building, rendering
-from operators.controlplane.state import EngineEndpoint, StateDir, publish
-from operators.handlers import runtime as runtime_module
-from operators.k8s.config import HostConfig
-from operators.reconciling import clusters as cluster_planning
-from operators.reconciling import metricsserver as planning
-from operators.reconciling.metricsserver import (
+from operators.addons.metricsserver import building, planning, rendering, source
+from operators.addons.metricsserver.planning import (
     BuildMetricsServer,
     HookMetricsServer,
     MetricsServerState,
@@ -30,6 +23,12 @@ from operators.reconciling.metricsserver import (
     StartMetricsServer,
     StopMetricsServer,
 )
+from operators.api.clusters import METRICS_SERVER_LOCAL_RULE, FakeCluster
+from operators.controlplane.errors import BinaryError
+from operators.controlplane.state import EngineEndpoint, StateDir, publish
+from operators.handlers import runtime as runtime_module
+from operators.k8s.config import HostConfig
+from operators.reconciling import clusters as cluster_planning
 
 CA = b"-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"
 NOW = "2026-12-01T09:00:00Z"
@@ -126,7 +125,7 @@ def module_tree(root: Path) -> Path:
 
 
 def test_upstream_rbac_is_bound_to_metrics_server_s_user(tmp_path: Path) -> None:
-    objects = rendering.rbac(rendering.load(module_tree(tmp_path)))
+    objects = rendering.rbac(source.load(module_tree(tmp_path)))
     assert [o["kind"] for o in objects] == ["ClusterRole", "ClusterRoleBinding"]
     assert objects[1]["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                                        "name": "fakefleet:metrics-server"}]
@@ -134,7 +133,7 @@ def test_upstream_rbac_is_bound_to_metrics_server_s_user(tmp_path: Path) -> None
 
 def test_the_apiservice_reaches_loopback_through_an_externalname_service(
         tmp_path: Path) -> None:
-    manifests = rendering.load(module_tree(tmp_path))
+    manifests = source.load(module_tree(tmp_path))
     apiservice = rendering.apiservice(manifests, port=9444, ca_pem=CA)
     assert apiservice["spec"]["service"] == {"name": "metrics-server",
                                              "namespace": "kube-system", "port": 9444}

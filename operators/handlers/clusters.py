@@ -19,6 +19,8 @@ from typing import Any
 
 import kopf
 
+from operators.addons.kueue.planning import KueueState
+from operators.addons.metricsserver.planning import MetricsServerState
 from operators.api.base import API_VERSION
 from operators.api.clusters import CLUSTER_LABEL, KUBECONFIG_KEY, FakeCluster, FakeClusterStatus
 from operators.api.injections import read_entries
@@ -39,8 +41,6 @@ from operators.k8s.config import ClusterAccess, load_kubeconfig, load_kubeconfig
 from operators.k8s.errors import ConfigError, K8sError, NotFound
 from operators.k8s.times import parse, rfc3339
 from operators.reconciling import clusters as planning
-from operators.reconciling.kueue import KueueState
-from operators.reconciling.metricsserver import MetricsServerState
 
 logger = logging.getLogger(__name__)
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import yaml
 
+from operators.addons.kueue import KUEUE_VERSION, building, planning, rendering, source
 from operators.api.clusters import FakeCluster
 from operators.controlplane import health, kubeconfigs
 from operators.controlplane.errors import AddonError, ControlPlaneError
 from operators.controlplane.files import private_directory, write_private
-from operators.controlplane.kueue import KUEUE_VERSION, building, rendering, source
 from operators.controlplane.limits import check_inotify
 from operators.controlplane.pki import ensure_kueue_pki, ensure_serving_pair
 from operators.controlplane.ports import free_port
@@ -38,7 +38,6 @@ from operators.k8s.applying import CRDS, collection_path
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.errors import K8sError, NotFound
-from operators.reconciling import kueue as planning
 
 logger = logging.getLogger(__name__)
 

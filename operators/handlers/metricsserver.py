@@ -16,12 +16,12 @@ import logging
 import shutil
 from typing import Any
 
+from operators.addons.metricsserver import building, planning, rendering, source
 from operators.api.clusters import FakeCluster
 from operators.controlplane import health, kubeconfigs
 from operators.controlplane.errors import AddonError, ControlPlaneError
 from operators.controlplane.files import private_directory, write_private
 from operators.controlplane.limits import check_inotify
-from operators.controlplane.metricsserver import building, rendering
 from operators.controlplane.pki import ensure_addon_pki
 from operators.controlplane.ports import free_port
 from operators.controlplane.state import ComponentState, MetricsServerFiles, StateDir
@@ -32,7 +32,6 @@ from operators.k8s.applying import collection_path
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.errors import K8sError, NotFound
-from operators.reconciling import metricsserver as planning
 
 logger = logging.getLogger(__name__)
 
@@ -227,11 +226,11 @@ def _stored_port(files: MetricsServerFiles) -> int:
         return 0
 
 
-async def _manifests(runtime: Runtime) -> rendering.Manifests:
+async def _manifests(runtime: Runtime) -> source.Manifests:
     addons = runtime.metrics_servers
     if addons.manifests is None:
-        directory = await asyncio.to_thread(rendering.module_dir)
-        addons.manifests = await asyncio.to_thread(rendering.load, directory)
+        directory = await asyncio.to_thread(source.module_dir)
+        addons.manifests = await asyncio.to_thread(source.load, directory)
     return addons.manifests
 
 

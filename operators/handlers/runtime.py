@@ -13,14 +13,14 @@ from pathlib import Path
 
 from opentelemetry import trace
 
+from operators.addons.kueue import building as kueue_building
+from operators.addons.kueue.source import Manifests
+from operators.addons.metricsserver import building as metricsserver_building
+from operators.addons.metricsserver import source as metricsserver_source
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError
 from operators.controlplane.files import private_directory
-from operators.controlplane.kueue import building as kueue_building
-from operators.controlplane.kueue.source import Manifests
-from operators.controlplane.metricsserver import building as metricsserver_building
-from operators.controlplane.metricsserver import rendering as metricsserver_rendering
 from operators.controlplane.ports import free_port
 from operators.controlplane.state import (
     EngineEndpoint,
@@ -228,7 +228,7 @@ class MetricsServerAddons:
     build: ToolBuild = dataclasses.field(default_factory=lambda: ToolBuild(
         "metrics-server", metricsserver_building.find, metricsserver_building.ensure))
     #: Its RBAC and APIService from its module source, read once.
-    manifests: metricsserver_rendering.Manifests | None = None
+    manifests: metricsserver_source.Manifests | None = None
 
 
 async def wait_until_none(count: Callable[[], Awaitable[int]], timeout: float) -> int:

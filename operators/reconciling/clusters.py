@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from operators.addons.kueue.planning import KueueState
+from operators.addons.metricsserver.planning import MetricsServerState
 from operators.api.clusters import FakeCluster, FakeClusterStatus
 from operators.api.status import condition
-from operators.reconciling.kueue import KueueState
-from operators.reconciling.metricsserver import MetricsServerState
 
 Phase = Literal["Pending", "Provisioning", "Ready", "Failed", "Terminating"]
 

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from operators.addons.metricsserver import METRICS_SERVER_MODULE, METRICS_SERVER_VERSION
 from operators.controlplane.compiling import Progress, Spawn, popen
-from operators.controlplane.metricsserver import METRICS_SERVER_MODULE, METRICS_SERVER_VERSION
 from operators.controlplane.tools import GoTool
 
 OVERRIDE = "FAKEFLEET_METRICS_SERVER"

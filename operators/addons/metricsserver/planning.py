@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from operators.addons.kueue.planning import crash_summary
+from operators.addons.metricsserver import METRICS_SERVER_VERSION
 from operators.api.clusters import FakeCluster
-from operators.controlplane.metricsserver import METRICS_SERVER_VERSION
-from operators.reconciling.kueue import crash_summary
 
 
 @dataclasses.dataclass(frozen=True)

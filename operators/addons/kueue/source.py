@@ -5,7 +5,7 @@ the CRDs (``config/components/crd/bases``) with the conversion webhooks that
 ``config/components/crd/kustomization.yaml`` patches in, the manager's RBAC
 (``config/components/rbac``: its ClusterRole, the Role on Secrets of its namespace, the
 metrics-auth ClusterRole) and the webhook configurations (``config/components/webhook``) with the
-namespace selectors that kustomization adds. :mod:`operators.controlplane.kueue.rendering` then
+namespace selectors that kustomization adds. :mod:`operators.addons.kueue.rendering` then
 points them at loopback.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from operators.controlplane.kueue import KUEUE_MODULE, KUEUE_VERSION
+from operators.addons.kueue import KUEUE_MODULE, KUEUE_VERSION
 from operators.controlplane.modules import download, find_go
 
 CRD_DIR = "config/components/crd"

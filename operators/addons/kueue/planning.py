@@ -16,9 +16,9 @@ import hashlib
 import json
 from typing import Any
 
+from operators.addons.kueue import KUEUE_VERSION
+from operators.addons.kueue.rendering import NAMESPACE
 from operators.api.clusters import MULTIKUEUE_CONFIG, FakeCluster
-from operators.controlplane.kueue import KUEUE_VERSION
-from operators.controlplane.kueue.rendering import NAMESPACE
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "fakefleet"}
 KUEUE_API = "kueue.x-k8s.io/v1beta2"

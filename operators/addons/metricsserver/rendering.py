@@ -21,14 +21,10 @@ from __future__ import annotations
 
 import base64
 import copy
-import dataclasses
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from operators.controlplane.metricsserver import METRICS_SERVER_MODULE, METRICS_SERVER_VERSION
-from operators.controlplane.modules import download, find_go
+from operators.addons.metricsserver.source import Manifests
 
 NAMESPACE = "kube-system"
 SERVICE = "metrics-server"
@@ -43,34 +39,8 @@ NODE_SELECTOR = "fakefleet.dev/pool"
 #: Longest a scrape of one node may take (metrics-server wants it under 9/10 of the
 #: resolution, which is at least 10 s).
 KUBELET_REQUEST_TIMEOUT = "5s"
-RBAC_FILE = "manifests/base/rbac.yaml"
-APISERVICE_FILE = "manifests/base/apiservice.yaml"
 
 Object = dict[str, Any]
-
-
-@dataclasses.dataclass(frozen=True)
-class Manifests:
-    """metrics-server's RBAC and APIService as upstream ships them."""
-
-    rbac: tuple[Object, ...]
-    apiservice: Object
-
-
-def module_dir(version: str = METRICS_SERVER_VERSION) -> Path:
-    """Where ``go mod download`` put metrics-server's source (fetched from the proxy if
-    needed)."""
-    go = find_go(f"reading metrics-server {version}'s manifests needs the Go toolchain ('go') "
-                 f"on PATH: install Go 1.26 or newer")
-    return download(go, METRICS_SERVER_MODULE, version, failed=lambda reason: (
-        f"cannot fetch {METRICS_SERVER_MODULE}@{version} from the Go module proxy "
-        f"({reason})")).source
-
-
-def load(directory: Path) -> Manifests:
-    rbac = tuple(doc for doc in yaml.safe_load_all((directory / RBAC_FILE).read_text()) if doc)
-    apiservice: Object = yaml.safe_load((directory / APISERVICE_FILE).read_text())
-    return Manifests(rbac=rbac, apiservice=apiservice)
 
 
 def argv(binary: Path, *, kubeconfig: Path, port: int, cert: Path, key: Path,

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from operators.addons.kueue import KUEUE_MODULE, KUEUE_VERSION
 from operators.controlplane.compiling import Progress, Spawn, popen
-from operators.controlplane.kueue import KUEUE_MODULE, KUEUE_VERSION
 from operators.controlplane.tools import GoTool
 
 OVERRIDE = "FAKEFLEET_KUEUE"
