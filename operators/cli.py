@@ -42,9 +42,9 @@ from operators import (
     workloadcli,  # noqa: F401  (adds fleet submit, workload, workloads)
 )
 from operators.addons.kueue import KUEUE_VERSION
-from operators.addons.kueue import building as kueue_building
+from operators.addons.kueue import TOOL as KUEUE
 from operators.addons.metricsserver import METRICS_SERVER_VERSION
-from operators.addons.metricsserver import building as metrics_server_building
+from operators.addons.metricsserver import TOOL as METRICS_SERVER
 from operators.api.base import API_VERSION
 from operators.api.clusters import KUBECONFIG_KEY
 from operators.api.faultplans import FaultPlan, FaultPlanSpec
@@ -119,10 +119,10 @@ def binaries(kubernetes_version: str, no_kueue: bool, no_metrics_server: bool,
     for name in binaries_.OVERRIDES:
         click.echo(f"{name}\t{found.path(name)}")
     if not no_kueue:
-        click.echo(f"kueue\t{_resolve_tool(f'Kueue {KUEUE_VERSION}', kueue_building.ensure)}")
+        click.echo(f"kueue\t{_resolve_tool(f'Kueue {KUEUE_VERSION}', KUEUE.ensure)}")
     if not no_metrics_server:
         click.echo("metrics-server\t" + str(_resolve_tool(
-            f"metrics-server {METRICS_SERVER_VERSION}", metrics_server_building.ensure)))
+            f"metrics-server {METRICS_SERVER_VERSION}", METRICS_SERVER.ensure)))
     if not no_helm:
         click.echo(f"helm\t{_resolve_tool(f'Helm {HELM_VERSION}', helm.ensure)}")
 
