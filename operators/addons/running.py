@@ -46,8 +46,8 @@ logger = logging.getLogger(__name__)
 #: An add-on that ran this long is healthy: its next crash restarts it after the shortest wait.
 STABLE_AFTER = 60.0
 
-O = TypeVar("O", bound=Observed)  # noqa: E741  (an add-on's Observed)
-A = TypeVar("A")  # an add-on's own actions, beyond the lifecycle's steps
+ObservedT = TypeVar("ObservedT", bound=Observed)  # what an add-on observes of itself
+ActionT = TypeVar("ActionT")  # an add-on's own actions, beyond the lifecycle's steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,8 +118,8 @@ class Launch:
     """See :attr:`Instance.settings`."""
 
 
-class Addon(Protocol[O, A]):
-    """One add-on: what is its own. ``plan`` and ``condition`` are pure; the rest does I/O."""
+class Addon(Protocol[ObservedT, ActionT]):
+    """One add-on: what is its own. ``plan`` and ``state`` are pure; the rest does I/O."""
 
     name: str
     """Its process (``<key>/<name>``), its directory in the member's state, its log lines."""
@@ -137,15 +137,15 @@ class Addon(Protocol[O, A]):
         """Its files on the member ``key`` (a :class:`Files` with its own besides)."""
 
     async def observe(self, site: Site, cluster: FakeCluster, lifecycle: Observed,
-                      instance: Instance | None) -> O:
+                      instance: Instance | None) -> ObservedT:
         """``lifecycle``, what the runner saw, with what the add-on sees itself (its health
         probes, its log while it does not answer, what it applied)."""
 
-    def plan(self, cluster: FakeCluster, observed: O) -> Sequence[Step | A]:
+    def plan(self, cluster: FakeCluster, observed: ObservedT) -> Sequence[Step | ActionT]:
         """The actions that bring it to the spec (:func:`operators.addons.lifecycle.plan`
         first)."""
 
-    def state(self, cluster: FakeCluster, observed: O) -> AddonState | None:
+    def state(self, cluster: FakeCluster, observed: ObservedT) -> AddonState | None:
         """What its condition says; None when the spec does not ask for it."""
 
     async def setup(self, site: Site, cluster: FakeCluster, binary: Path) -> Launch:
@@ -158,7 +158,7 @@ class Addon(Protocol[O, A]):
     async def unhook(self, site: Site) -> None:
         """Remove from the member what points at it."""
 
-    async def act(self, site: Site, cluster: FakeCluster, action: A,
+    async def act(self, site: Site, cluster: FakeCluster, action: ActionT,
                   instance: Instance) -> None:
         """One of its own actions."""
 
@@ -166,11 +166,11 @@ class Addon(Protocol[O, A]):
         """Its port and health URL on the member ``key``, for ``fakefleet status``."""
 
 
-class Runner(Generic[O, A]):
+class Runner(Generic[ObservedT, ActionT]):
     """One add-on as the operator runs it: its background build, its instance on each member.
     All of it is observed again (or redone, idempotently) after a restart."""
 
-    def __init__(self, addon: Addon[O, A]) -> None:
+    def __init__(self, addon: Addon[ObservedT, ActionT]) -> None:
         self.addon = addon
         self.build = ToolBuild(addon.tool.title, addon.tool.find, addon.tool.ensure)
         self.instances: dict[str, Instance] = {}
@@ -199,7 +199,8 @@ class Runner(Generic[O, A]):
             return AddonState(False, "SetupFailed", failure)
         return state
 
-    async def observe(self, site: Site, cluster: FakeCluster, control_plane_running: bool) -> O:
+    async def observe(self, site: Site, cluster: FakeCluster,
+                      control_plane_running: bool) -> ObservedT:
         binary, build_error, building_for = self.build.observe()
         instance = self.instances.get(site.key)
         return await self.addon.observe(site, cluster, Observed(
@@ -213,7 +214,7 @@ class Runner(Generic[O, A]):
             restarts=instance.process.restarts if instance is not None else 0,
         ), instance)
 
-    async def execute(self, site: Site, cluster: FakeCluster, action: Step | A) -> None:
+    async def execute(self, site: Site, cluster: FakeCluster, action: Step | ActionT) -> None:
         if isinstance(action, Build):
             self.build.start()
         elif isinstance(action, Start):
@@ -278,7 +279,7 @@ class Runner(Generic[O, A]):
                 restarts=instance.process.restarts))
         return found
 
-    def _named(self, action: Step | A) -> str:
+    def _named(self, action: Step | ActionT) -> str:
         """How logs and messages name an action: a step with the add-on's name (StartKueue,
         HookMetricsServer), its own actions as they are (ApplyMultiKueue)."""
         name = type(action).__name__
