@@ -8,14 +8,11 @@ ahead (``make test`` and ``make bench`` do), so that no test or run waits for th
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from operators.controlplane.errors import BuildError
+from operators.controlplane.modules import download, find_go
 from operators.controlplane.tools import GoTool
 
 KWOK_MODULE = "sigs.k8s.io/kwok"
@@ -46,12 +43,10 @@ def kwok_binary(version: str = KWOK_VERSION, *,
 
 def stage_config(version: str = KWOK_VERSION) -> str:
     """KWOK's fast stages from its module source, as one multi-document YAML."""
-    go = shutil.which("go") or "go"
-    proc = subprocess.run([go, "mod", "download", "-json", f"{KWOK_MODULE}@{version}"],
-                          capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise BuildError(f"cannot fetch {KWOK_MODULE}@{version}: {proc.stdout}{proc.stderr}")
-    source = Path(json.loads(proc.stdout)["Dir"])
+    go = find_go(f"reading KWOK {version}'s stages needs the Go toolchain ('go') on PATH: "
+                 f"install Go 1.26 or newer")
+    source = download(go, KWOK_MODULE, version, failed=lambda reason: (
+        f"cannot fetch {KWOK_MODULE}@{version}: {reason}")).source
     return "\n---\n".join((source / stage).read_text() for stage in STAGES)
 
 

@@ -40,10 +40,10 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.engines import RESULTS, Tally, bounded, node_ready, pod_running, untraced_environment
+from operators.addons.metricsserver import TOOL as METRICS_SERVER
+from operators.addons.metricsserver import rendering
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
-from operators.controlplane.metricsserver import building as metrics_server_building
-from operators.controlplane.metricsserver import rendering
 from operators.controlplane.pki import ensure_addon_pki
 from operators.controlplane.ports import free_port
 from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
@@ -321,7 +321,7 @@ def main() -> None:
         parser.error("--resolution: metrics-server scrapes at most every 10 s")
     console = Console() if sys.stdout.isatty() else Console(width=200)
     binaries = binaries_.resolve()
-    metrics_server = metrics_server_building.ensure(progress=console.print) \
+    metrics_server = METRICS_SERVER.ensure(progress=console.print) \
         if "on" in modes else None
     runs: dict[str, Run] = {}
     with tempfile.TemporaryDirectory(prefix="fakefleet-bench-") as workdir:

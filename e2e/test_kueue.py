@@ -27,6 +27,7 @@ from e2e.conftest import (
     kubectl_json,
     processes_mentioning,
 )
+from operators.addons.kueue.running import Kueue
 from operators.controlplane.state import StateDir
 from operators.k8s.times import rfc3339
 
@@ -289,7 +290,7 @@ def test_kill_of_the_operator_brings_kueue_back_as_it_was(fleet: Fleet,
 def test_removing_the_addon_stops_kueue_and_its_webhooks(fleet: Fleet,
                                                          members: dict[str, Path]) -> None:
     worker = members["mk-worker-b"]
-    config = str(StateDir(fleet.state).kueue(f"{NAMESPACE}.mk-worker-b").config)
+    config = str(Kueue().files(StateDir(fleet.state), f"{NAMESPACE}.mk-worker-b").config)
     assert processes_mentioning(config)
     kubectl(fleet.host, "-n", NAMESPACE, "patch", "fc", "mk-worker-b", "--type=merge",
             "-p", '{"spec":{"addons":{"kueue":{"enabled":false}}}}')

@@ -41,7 +41,7 @@ from operators.controlplane.etcd import shared_etcd
 from operators.controlplane.state import ComponentState, OperatorState, StateDir, publish
 from operators.controlplane.substrate import Substrate
 from operators.controlplane.supervising import Supervised
-from operators.handlers import kueue, metricsserver, permissions, registry
+from operators.handlers import addons, permissions, registry
 from operators.handlers.runtime import Runtime
 from operators.k8s.applying import install_crds
 from operators.k8s.client import Client
@@ -155,8 +155,7 @@ async def _publish(runtime: Runtime, ready_flag: asyncio.Event) -> None:
                 else None))
         try:
             publish(path, OperatorState(pid=os.getpid(), ready=True, components=[
-                *runtime.substrate.components(), *engines, *kueue.components(runtime),
-                *metricsserver.components(runtime)]))
+                *runtime.substrate.components(), *engines, *addons.components(runtime)]))
         except OSError as error:  # a full disk, say: `fakefleet status` goes stale, not dark
             logger.warning("cannot write %s: %s", path, error)
         await asyncio.sleep(PUBLISH_INTERVAL)

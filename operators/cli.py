@@ -41,6 +41,10 @@ from operators import (
     tracecli,
     workloadcli,  # noqa: F401  (adds fleet submit, workload, workloads)
 )
+from operators.addons.kueue import KUEUE_VERSION
+from operators.addons.kueue import TOOL as KUEUE
+from operators.addons.metricsserver import METRICS_SERVER_VERSION
+from operators.addons.metricsserver import TOOL as METRICS_SERVER
 from operators.api.base import API_VERSION
 from operators.api.clusters import KUBECONFIG_KEY
 from operators.api.faultplans import FaultPlan, FaultPlanSpec
@@ -50,10 +54,6 @@ from operators.controlplane.components import Profile
 from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.controlplane.etcd import shared_etcd
 from operators.controlplane.helm import HELM_VERSION
-from operators.controlplane.kueue import KUEUE_VERSION
-from operators.controlplane.kueue import building as kueue_building
-from operators.controlplane.metricsserver import METRICS_SERVER_VERSION
-from operators.controlplane.metricsserver import building as metrics_server_building
 from operators.controlplane.pki import ClusterPKI
 from operators.controlplane.state import (
     ComponentState,
@@ -119,10 +119,10 @@ def binaries(kubernetes_version: str, no_kueue: bool, no_metrics_server: bool,
     for name in binaries_.OVERRIDES:
         click.echo(f"{name}\t{found.path(name)}")
     if not no_kueue:
-        click.echo(f"kueue\t{_resolve_tool(f'Kueue {KUEUE_VERSION}', kueue_building.ensure)}")
+        click.echo(f"kueue\t{_resolve_tool(f'Kueue {KUEUE_VERSION}', KUEUE.ensure)}")
     if not no_metrics_server:
         click.echo("metrics-server\t" + str(_resolve_tool(
-            f"metrics-server {METRICS_SERVER_VERSION}", metrics_server_building.ensure)))
+            f"metrics-server {METRICS_SERVER_VERSION}", METRICS_SERVER.ensure)))
     if not no_helm:
         click.echo(f"helm\t{_resolve_tool(f'Helm {HELM_VERSION}', helm.ensure)}")
 

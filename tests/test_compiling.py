@@ -1,5 +1,6 @@
 """Every go build says what it does at least every 15 s: the tracker and the runner, over a
-fake process on a fake clock; the Go tools (Kueue, Helm) through the cache with a fake ``go``."""
+fake process on a fake clock; the Go tools (Kueue, Helm) through the cache and ``go mod download``
+with a fake ``go``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from operators.controlplane import building, compiling, helm
+from operators.controlplane import building, compiling, helm, modules
 from operators.controlplane.errors import BinaryError, BuildError
 from operators.controlplane.tools import GoTool
 
@@ -218,3 +219,42 @@ def test_the_override_must_be_an_executable(tmp_path: Path,
     monkeypatch.setenv(TOOL.override, str(tmp_path / "missing"))
     with pytest.raises(BinaryError, match=r"FAKEFLEET_THING=.* does not name an executable"):
         TOOL.find()
+
+
+# -- go mod download, with a fake go ------------------------------------------------------------
+
+def test_a_module_is_found_where_go_mod_download_says(tmp_path: Path, go_path: Path) -> None:
+    fake_go(go_path, """
+        echo "$@" > "$PWD/argv"
+        echo '{"Path": "example.com/thing", "Version": "v1.2.3", "Dir": "/cache/thing@v1.2.3",'
+        echo ' "GoMod": "/cache/download/thing/@v/v1.2.3.mod"}'
+    """)
+    found = modules.download(modules.find_go("unused"), "example.com/thing", "v1.2.3",
+                             cwd=tmp_path, failed=lambda reason: reason)
+    assert found == modules.Module(source=Path("/cache/thing@v1.2.3"),
+                                   gomod=Path("/cache/download/thing/@v/v1.2.3.mod"))
+    assert (tmp_path / "argv").read_text().split() == [
+        "mod", "download", "-json", "example.com/thing@v1.2.3"]
+
+
+@pytest.mark.parametrize(("script", "reason"), [
+    ("""echo '{"Path": "example.com/thing", "Error": "unknown revision v9"}'; exit 1""",
+     "unknown revision v9"),
+    ("""echo 'go: no such host' >&2; exit 1""", "go: no such host"),
+    ("exit 1", "no answer"),
+])
+def test_a_module_that_cannot_be_fetched_says_why(go_path: Path, script: str,
+                                                  reason: str) -> None:
+    fake_go(go_path, script)
+    with pytest.raises(BuildError) as raised:
+        modules.download(modules.find_go("unused"), "example.com/thing", "v9", failed=lambda
+                         why: f"cannot fetch example.com/thing@v9 ({why})")
+    assert str(raised.value) == f"cannot fetch example.com/thing@v9 ({reason})"
+
+
+def test_no_go_on_path_says_what_needs_it(monkeypatch: pytest.MonkeyPatch,
+                                          tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BuildError) as raised:
+        modules.find_go("reading Thing needs Go")
+    assert str(raised.value) == "reading Thing needs Go"

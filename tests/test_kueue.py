@@ -14,23 +14,15 @@ import pytest
 import yaml
 
 from operators import kueuecli
+from operators.addons import lifecycle
+from operators.addons.kueue import TOOL, planning, rendering, running, source
+from operators.addons.kueue.planning import ApplyMultiKueue, Observed, Worker
+from operators.addons.lifecycle import Build, Hook, Start, Stop
 from operators.api.clusters import FakeCluster
 from operators.controlplane.errors import BinaryError
-from operators.controlplane.kueue import building, rendering, source
-from operators.handlers import kueue as kueue_handler
 from operators.k8s.client import Client
 from operators.reconciling import clusters as cluster_planning
-from operators.reconciling import kueue as planning
-from operators.reconciling.kueue import (
-    ApplyMultiKueue,
-    BuildKueue,
-    HookKueue,
-    KueueState,
-    Observed,
-    StartKueue,
-    StopKueue,
-    Worker,
-)
+from operators.reconciling.clusters import AddonState
 from tests.fakes.clocks import FakeClock
 from tests.fakes.k8s import MemoryTransport
 
@@ -68,19 +60,19 @@ def test_build_installs_the_kueue_command_into_its_cache(tmp_path: Path,
         printf '#!/bin/sh\\n' > "$GOBIN/kueue"; chmod +x "$GOBIN/kueue"
     """)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    monkeypatch.delenv(building.OVERRIDE, raising=False)
-    path = building.ensure(root=tmp_path / "cache")
+    monkeypatch.delenv(TOOL.override, raising=False)
+    path = TOOL.ensure(root=tmp_path / "cache")
     assert path == tmp_path / "cache" / "kueue" / "v0.17.0" / "kueue"
     assert (path.parent / "argv").read_text().split()[-1] == \
         "sigs.k8s.io/kueue/cmd/kueue@v0.17.0"
-    assert building.find(root=tmp_path / "cache") == path
+    assert TOOL.find(root=tmp_path / "cache") == path
 
 
 def test_override_must_be_an_executable(tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(building.OVERRIDE, str(tmp_path / "missing"))
+    monkeypatch.setenv(TOOL.override, str(tmp_path / "missing"))
     with pytest.raises(BinaryError, match=r"FAKEFLEET_KUEUE=.* does not name"):
-        building.find()
+        TOOL.find()
 
 
 # -- manifests and rendering -------------------------------------------------------------------
@@ -219,7 +211,7 @@ def test_no_addon_no_actions_no_condition() -> None:
 
 def test_missing_binary_is_built_in_the_background_and_said() -> None:
     kueue = cluster(addons={"kueue": {}})
-    assert planning.plan(kueue, Observed(control_plane_running=True)) == [BuildKueue()]
+    assert planning.plan(kueue, Observed(control_plane_running=True)) == [Build()]
     building_ = Observed(control_plane_running=True, building_for=42.0)
     assert planning.plan(kueue, building_) == []
     state = planning.condition(kueue, building_)
@@ -232,11 +224,11 @@ def test_missing_binary_is_built_in_the_background_and_said() -> None:
 def test_kueue_starts_then_hooks_then_runs() -> None:
     kueue = cluster(addons={"kueue": {}})
     started = Observed(control_plane_running=True, binary=True)
-    assert planning.plan(kueue, started) == [StartKueue()]
+    assert planning.plan(kueue, started) == [Start()]
     ready = Observed(control_plane_running=True, binary=True, supervised=True, ready=True)
-    assert planning.plan(kueue, ready) == [HookKueue()]
+    assert planning.plan(kueue, ready) == [Hook()]
     assert planning.plan(kueue, RUNNING) == []
-    assert planning.condition(kueue, RUNNING) == KueueState(
+    assert planning.condition(kueue, RUNNING) == AddonState(
         True, "Running", "Kueue v0.17.0 running, webhooks at https://127.0.0.1:9443")
 
 
@@ -261,15 +253,15 @@ def test_crash_is_reported_with_the_log() -> None:
 def test_crash_summary_reads_kueues_json_log() -> None:
     log = ('{"level":"error","msg":"Unable to start manager","error":"no route"}\n'
            '{"level":"info","msg":"bye"}\n')
-    assert planning.crash_summary(log) == "Unable to start manager: no route"
-    assert planning.crash_summary("just text\n") == "just text"
-    assert planning.crash_summary("") == "(its log is empty)"
+    assert lifecycle.crash_summary(log) == "Unable to start manager: no route"
+    assert lifecycle.crash_summary("just text\n") == "just text"
+    assert lifecycle.crash_summary("") == "(its log is empty)"
 
 
 def test_removed_or_disabled_addon_stops_kueue() -> None:
     for spec in ({}, {"addons": {"kueue": {"enabled": False}}}):
-        assert planning.plan(cluster(**spec), RUNNING) == [StopKueue()]
-    assert planning.plan(cluster(), Observed(installed=True)) == [StopKueue()]
+        assert planning.plan(cluster(**spec), RUNNING) == [Stop()]
+    assert planning.plan(cluster(), Observed(installed=True)) == [Stop()]
 
 
 def workers(**overrides: Any) -> tuple[Worker, ...]:
@@ -330,20 +322,20 @@ def test_worker_activity_is_told() -> None:
 def test_cluster_is_ready_only_with_kueue() -> None:
     up = cluster_planning.Observed(control_plane_running=True, secret_current=True,
                                    engine_running=True, endpoint="https://127.0.0.1:1")
-    waiting = KueueState(False, "Building", "building Kueue")
-    status = cluster_planning.status(cluster(addons={"kueue": {}}),
-                                     cluster_planning.Observed(**{**up.__dict__,
-                                                                  "kueue": waiting}),
-                                     now=NOW, previous=None)
+    waiting = AddonState(False, "Building", "building Kueue")
+    kueue_waiting = cluster_planning.Observed(**{**up.__dict__, "addons": (
+        (planning.CONDITION, waiting),)})
+    status = cluster_planning.status(cluster(addons={"kueue": {}}), kueue_waiting, now=NOW,
+                                     previous=None)
     assert status.phase == "Provisioning"
     ready = {c.type: c for c in status.conditions}
     assert ready["Ready"].status == "False"
     assert ready["Ready"].reason == "KueueNotReady"
     assert ready["Ready"].message == "Kueue: building Kueue"
     assert ready["KueueReady"].reason == "Building"
-    running = cluster_planning.Observed(**{**up.__dict__, "kueue": KueueState(
-        True, "Running", "ok")})
-    status = cluster_planning.status(cluster(addons={"kueue": {}}), running, now=NOW,
+    kueue_running = cluster_planning.Observed(**{**up.__dict__, "addons": (
+        (planning.CONDITION, AddonState(True, "Running", "ok")),)})
+    status = cluster_planning.status(cluster(addons={"kueue": {}}), kueue_running, now=NOW,
                                      previous=None)
     assert status.phase == "Ready"
     assert {c.type: c.status for c in status.conditions}["KueueReady"] == "True"
@@ -383,7 +375,7 @@ async def test_multikueue_objects_are_applied_and_stale_workers_pruned() -> None
     observed = Observed(**{**RUNNING.__dict__, "workers": workers()})
     (action,) = planning.plan(cluster(**MANAGER), observed)
     assert isinstance(action, ApplyMultiKueue)
-    await kueue_handler.apply_multikueue(client, action, key="default.manager")
+    await running.apply_multikueue(client, action, key="default.manager")
     clusters = api.objects("/apis/kueue.x-k8s.io/v1beta2/multikueueclusters")
     assert sorted(c["metadata"]["name"] for c in clusters) == ["a", "b"]
     secrets = api.objects("/api/v1/namespaces/kueue-system/secrets")
@@ -396,7 +388,7 @@ async def test_multikueue_objects_are_applied_and_stale_workers_pruned() -> None
     assert {r.content_type for r in applies} == {"application/apply-patch+yaml"}
     assert ("fieldManager", "fakefleet-kueue") in applies[0].params
     # Applied again (an operator restart): the same objects, nothing deleted.
-    await kueue_handler.apply_multikueue(client, action, key="default.manager")
+    await running.apply_multikueue(client, action, key="default.manager")
     assert len(api.objects("/apis/kueue.x-k8s.io/v1beta2/multikueueclusters")) == 2
     assert not api.sent("DELETE", "/apis/kueue.x-k8s.io/v1beta2/multikueueclusters/[ab]")
 

@@ -14,22 +14,16 @@ from typing import Any
 import pytest
 import yaml
 
+from operators.addons.lifecycle import Build, Hook, Start, Stop
+from operators.addons.metricsserver import TOOL, planning, rendering, source
+from operators.addons.metricsserver.planning import Observed
 from operators.api.clusters import METRICS_SERVER_LOCAL_RULE, FakeCluster
 from operators.controlplane.errors import BinaryError
-from operators.controlplane.metricsserver import building, rendering
 from operators.controlplane.state import EngineEndpoint, StateDir, publish
 from operators.handlers import runtime as runtime_module
 from operators.k8s.config import HostConfig
 from operators.reconciling import clusters as cluster_planning
-from operators.reconciling import metricsserver as planning
-from operators.reconciling.metricsserver import (
-    BuildMetricsServer,
-    HookMetricsServer,
-    MetricsServerState,
-    Observed,
-    StartMetricsServer,
-    StopMetricsServer,
-)
+from operators.reconciling.clusters import AddonState
 
 CA = b"-----BEGIN CERTIFICATE-----\nfake\n-----END CERTIFICATE-----\n"
 NOW = "2026-12-01T09:00:00Z"
@@ -81,21 +75,21 @@ def test_build_installs_the_metrics_server_command_into_its_cache(
         printf '#!/bin/sh\\n' > "$GOBIN/metrics-server"; chmod +x "$GOBIN/metrics-server"
     """)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
-    monkeypatch.delenv(building.OVERRIDE, raising=False)
+    monkeypatch.delenv(TOOL.override, raising=False)
     said: list[str] = []
-    path = building.ensure(root=tmp_path / "cache", progress=said.append)
+    path = TOOL.ensure(root=tmp_path / "cache", progress=said.append)
     assert path == tmp_path / "cache" / "metrics-server" / "v0.8.0" / "metrics-server"
     assert (path.parent / "argv").read_text().split()[-1] == \
         "sigs.k8s.io/metrics-server/cmd/metrics-server@v0.8.0"
     assert said[0] == "building metrics-server v0.8.0 with go install (from the Go module proxy)"
-    assert building.find(root=tmp_path / "cache") == path
+    assert TOOL.find(root=tmp_path / "cache") == path
 
 
 def test_override_must_be_an_executable(tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(building.OVERRIDE, str(tmp_path / "missing"))
+    monkeypatch.setenv(TOOL.override, str(tmp_path / "missing"))
     with pytest.raises(BinaryError, match=r"FAKEFLEET_METRICS_SERVER=.* does not name"):
-        building.find()
+        TOOL.find()
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -126,7 +120,7 @@ def module_tree(root: Path) -> Path:
 
 
 def test_upstream_rbac_is_bound_to_metrics_server_s_user(tmp_path: Path) -> None:
-    objects = rendering.rbac(rendering.load(module_tree(tmp_path)))
+    objects = rendering.rbac(source.load(module_tree(tmp_path)))
     assert [o["kind"] for o in objects] == ["ClusterRole", "ClusterRoleBinding"]
     assert objects[1]["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
                                        "name": "fakefleet:metrics-server"}]
@@ -134,7 +128,7 @@ def test_upstream_rbac_is_bound_to_metrics_server_s_user(tmp_path: Path) -> None
 
 def test_the_apiservice_reaches_loopback_through_an_externalname_service(
         tmp_path: Path) -> None:
-    manifests = rendering.load(module_tree(tmp_path))
+    manifests = source.load(module_tree(tmp_path))
     apiservice = rendering.apiservice(manifests, port=9444, ca_pem=CA)
     assert apiservice["spec"]["service"] == {"name": "metrics-server",
                                              "namespace": "kube-system", "port": 9444}
@@ -169,7 +163,7 @@ RUNNING = Observed(control_plane_running=True, binary=True, installed=True, supe
 
 def test_missing_binary_is_built_in_the_background_and_said() -> None:
     assert planning.plan(cluster(), Observed(control_plane_running=True)) == [
-        BuildMetricsServer()]
+        Build()]
     building_ = Observed(control_plane_running=True, building_for=30.0)
     assert planning.plan(cluster(), building_) == []
     state = planning.condition(cluster(), building_)
@@ -179,14 +173,14 @@ def test_missing_binary_is_built_in_the_background_and_said() -> None:
 
 
 def test_starts_then_hooks_once_it_answers_then_runs() -> None:
-    assert planning.plan(cluster(), UP) == [StartMetricsServer()]
+    assert planning.plan(cluster(), UP) == [Start()]
     started = Observed(**{**UP.__dict__, "supervised": True, "resolution": "15s"})
     assert planning.plan(cluster(), started) == [], "no APIService before it answers"
     live = Observed(**{**started.__dict__, "live": True})
-    assert planning.plan(cluster(), live) == [HookMetricsServer()]
+    assert planning.plan(cluster(), live) == [Hook()]
     assert planning.plan(cluster(), RUNNING) == []
     state = planning.condition(cluster(), RUNNING)
-    assert state == MetricsServerState(
+    assert state == AddonState(
         True, "Running", "metrics-server v0.8.0 serving metrics.k8s.io (kubectl top, HPAs) at "
                          "https://127.0.0.1:9444, scraping every 15s")
     unscraped = planning.condition(cluster(), Observed(**{**RUNNING.__dict__, "ready": False}))
@@ -196,10 +190,10 @@ def test_starts_then_hooks_once_it_answers_then_runs() -> None:
 
 def test_a_new_resolution_restarts_it_and_disabling_it_removes_its_apiservice() -> None:
     slower = cluster(addons={"metricsServer": {"resolution": "30s"}})
-    assert planning.plan(slower, RUNNING) == [StopMetricsServer(unhook=False),
-                                              StartMetricsServer()]
+    assert planning.plan(slower, RUNNING) == [Stop(unhook=False),
+                                              Start()]
     off = cluster(addons={"metricsServer": {"enabled": False}})
-    assert planning.plan(off, RUNNING) == [StopMetricsServer()]
+    assert planning.plan(off, RUNNING) == [Stop()]
     assert planning.plan(off, Observed()) == []
     assert planning.condition(off, RUNNING) is None
 
@@ -217,7 +211,7 @@ def test_the_cluster_status_names_its_dcgm_endpoint_and_metrics_server() -> None
     observed = cluster_planning.Observed(
         control_plane_running=True, secret_current=True, engine_running=True,
         endpoint="https://127.0.0.1:1", dcgm_endpoint="http://127.0.0.1:41000/metrics",
-        metrics_server=MetricsServerState(False, "Starting", "starting metrics-server"))
+        addons=((planning.CONDITION, AddonState(False, "Starting", "starting metrics-server")),))
     status = cluster_planning.status(cluster(), observed, now=NOW, previous=None)
     assert status.phase == "Ready", "kubectl top waits for scrapes; nothing else does"
     assert status.dcgmEndpoint == "http://127.0.0.1:41000/metrics"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from operators.addons import building
+from operators.addons.building import ToolBuild
 from operators.controlplane.errors import BinaryError, BuildError
-from operators.handlers import runtime
-from operators.handlers.runtime import ToolBuild
 
 
 async def test_one_build_runs_however_often_it_is_started(tmp_path: Path) -> None:
@@ -52,7 +52,7 @@ async def test_a_failed_build_is_reported_then_forgotten_so_that_it_is_tried_aga
         await build.future
     await asyncio.sleep(0)  # the done callback
     assert build.observe() == (False, "go install failed: no such host", None)
-    build.failed_at -= runtime.BUILD_RETRY + 1  # as if it failed that long ago
+    build.failed_at -= building.BUILD_RETRY + 1  # as if it failed that long ago
     assert build.observe() == (False, "", None)
 
 

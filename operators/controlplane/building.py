@@ -16,10 +16,8 @@ through :func:`operators.controlplane.compiling.run_go`, which says what it does
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
-import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -27,6 +25,7 @@ from pathlib import Path
 
 from operators.controlplane.compiling import Progress, run_go
 from operators.controlplane.errors import BuildError
+from operators.controlplane.modules import download, find_go
 
 #: Bump when anything below changes what comes out of a build: it is part of the cache key.
 RECIPE_REVISION = 1
@@ -192,33 +191,18 @@ def build_argv(go: str, name: str, package: str, ldflags: str, out_dir: Path) ->
 
 
 def _find_go() -> str:
-    go = shutil.which("go")
-    if go is None:
-        raise BuildError(
-            "the Go toolchain ('go') is not on PATH, and it is needed once to build etcd and "
-            "the Kubernetes binaries: install Go 1.26 or newer, or point FAKEFLEET_ETCD, "
-            "FAKEFLEET_KUBE_APISERVER, FAKEFLEET_KUBE_SCHEDULER and "
-            "FAKEFLEET_KUBE_CONTROLLER_MANAGER at existing binaries"
-        )
-    return go
+    return find_go(
+        "the Go toolchain ('go') is not on PATH, and it is needed once to build etcd and "
+        "the Kubernetes binaries: install Go 1.26 or newer, or point FAKEFLEET_ETCD, "
+        "FAKEFLEET_KUBE_APISERVER, FAKEFLEET_KUBE_SCHEDULER and "
+        "FAKEFLEET_KUBE_CONTROLLER_MANAGER at existing binaries")
 
 
 def _download_gomod(go: str, version: str, work_dir: Path) -> str:
-    proc = subprocess.run(
-        [go, "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
-        cwd=work_dir, capture_output=True, text=True, check=False,
-    )
-    try:
-        info = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        info = {}
-    if proc.returncode != 0 or "GoMod" not in info:
-        reason = info.get("Error") or proc.stderr.strip() or "no answer"
-        raise BuildError(
-            f"Kubernetes version {version} cannot be fetched from the Go module proxy "
-            f"({reason}); use a released version such as v1.36.3"
-        )
-    return Path(info["GoMod"]).read_text()
+    module = download(go, "k8s.io/kubernetes", version, cwd=work_dir, failed=lambda reason: (
+        f"Kubernetes version {version} cannot be fetched from the Go module proxy "
+        f"({reason}); use a released version such as v1.36.3"))
+    return module.gomod.read_text()
 
 
 def _go_env(go: str, name: str) -> str:

@@ -10,16 +10,14 @@ instead.
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from operators.controlplane.compiling import Progress, Spawn, popen
 from operators.controlplane.errors import BuildError
+from operators.controlplane.modules import download, find_go
 from operators.controlplane.tools import GoTool
 
 HELM_MODULE = "helm.sh/helm/v3"
@@ -67,18 +65,8 @@ def ensure(version: str = HELM_VERSION, *, root: Path | None = None,
 
 
 def _download_gomod(version: str) -> str:
-    go = shutil.which("go")
-    if go is None:
-        raise BuildError(f"building Helm {version} needs the Go toolchain ('go') on PATH: "
-                         f"install Go 1.26 or newer, or set {OVERRIDE} to a helm binary")
-    proc = subprocess.run([go, "mod", "download", "-json", f"{HELM_MODULE}@{version}"],
-                          capture_output=True, text=True, check=False)
-    try:
-        info = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        info = {}
-    if proc.returncode != 0 or "GoMod" not in info:
-        reason = info.get("Error") or proc.stderr.strip() or "no answer"
-        raise BuildError(f"Helm {version} cannot be fetched from the Go module proxy "
-                         f"({reason})")
-    return Path(info["GoMod"]).read_text()
+    go = find_go(f"building Helm {version} needs the Go toolchain ('go') on PATH: install Go "
+                 f"1.26 or newer, or set {OVERRIDE} to a helm binary")
+    module = download(go, HELM_MODULE, version, failed=lambda reason: (
+        f"Helm {version} cannot be fetched from the Go module proxy ({reason})"))
+    return module.gomod.read_text()

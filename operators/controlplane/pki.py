@@ -188,12 +188,6 @@ def ensure_hub_pki(directory: Path) -> HubPKI:
     return HubPKI(directory)
 
 
-def ensure_kueue_pki(directory: Path, cluster: ClusterPKI, user: str) -> AddonPKI:
-    """A member's Kueue PKI: its webhooks' serving certificate for 127.0.0.1."""
-    return ensure_addon_pki(directory, cluster, user, ca_name="fakefleet-kueue-webhook-ca",
-                            serving_name="kueue-webhook", hosts=("localhost", "127.0.0.1"))
-
-
 def ensure_addon_pki(directory: Path, cluster: ClusterPKI, user: str, *, ca_name: str,
                      serving_name: str, hosts: tuple[str, ...]) -> AddonPKI:
     """A member's add-on PKI, serving ``hosts`` (DNS names and IP addresses): reused if complete

@@ -12,16 +12,17 @@
                                         (the kube-apiserver's, while spans are exported), and
                                         for members engine.log, member.kubeconfig (an adopted
                                         cluster's)
-    <state>/clusters/<key>/kueue/       a member's Kueue add-on (KueueFiles): config.yaml,
-                                        kubeconfig, ports.json, pki/, kueue.log
     <state>/clusters/<key>/front-proxy/ the aggregation layer's PKI (FrontProxyPKI)
     <state>/clusters/<key>/engine.json  the engine's kubelet port (EngineEndpoint), kept so its
                                         nodes' daemonEndpoints stay right across restarts
-    <state>/clusters/<key>/metrics-server/  a member's metrics-server (MetricsServerFiles):
-                                        kubeconfig, port, pki/, metrics-server.log
+    <state>/clusters/<key>/<add-on>/    a member's add-on while it is set up there: kubeconfig,
+                                        pki/, <add-on>.log and its own files (kueue/:
+                                        config.yaml, ports.json; metrics-server/: port), spelled
+                                        by its package (operators.addons.running.Files)
 
 ``host`` is the key of the daemon's host cluster; members are keyed ``<namespace>.<name>``.
-Every reader and writer of these files imports this module; the JSON files are written
+Every reader and writer of these files imports this module (an add-on's, through its
+package); the JSON files are written
 atomically (a reader never sees half of one).
 """
 
@@ -115,19 +116,11 @@ class StateDir:
         """The kubeconfig of an adopted cluster, as its engine reads it."""
         return self.cluster(key) / "member.kubeconfig"
 
-    def kueue(self, key: str) -> KueueFiles:
-        """The files of a member's Kueue add-on."""
-        return KueueFiles(self.cluster(key) / "kueue")
-
     def front_proxy_pki(self, key: str) -> Path:
         return self.cluster(key) / "front-proxy"
 
     def engine_file(self, key: str) -> Path:
         return self.cluster(key) / "engine.json"
-
-    def metrics_server(self, key: str) -> MetricsServerFiles:
-        """The files of a member's metrics-server add-on."""
-        return MetricsServerFiles(self.cluster(key) / "metrics-server")
 
     @property
     def host_kubeconfig(self) -> Path:
@@ -136,56 +129,6 @@ class StateDir:
     def create(self) -> StateDir:
         private_directory(self.root)
         return self
-
-
-@dataclasses.dataclass(frozen=True)
-class KueueFiles:
-    """A member's Kueue: its directory exists while Kueue is set up there."""
-
-    directory: Path
-
-    @property
-    def config(self) -> Path:
-        return self.directory / "config.yaml"
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.directory / "kubeconfig"
-
-    @property
-    def ports(self) -> Path:
-        return self.directory / "ports.json"
-
-    @property
-    def pki(self) -> Path:
-        return self.directory / "pki"
-
-    @property
-    def log(self) -> Path:
-        return self.directory / "kueue.log"
-
-
-@dataclasses.dataclass(frozen=True)
-class MetricsServerFiles:
-    """A member's metrics-server: its directory exists while it is set up there."""
-
-    directory: Path
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.directory / "kubeconfig"
-
-    @property
-    def port(self) -> Path:
-        return self.directory / "port"
-
-    @property
-    def pki(self) -> Path:
-        return self.directory / "pki"
-
-    @property
-    def log(self) -> Path:
-        return self.directory / "metrics-server.log"
 
 
 class _Published(BaseModel):

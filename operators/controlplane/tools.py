@@ -22,7 +22,8 @@ from pathlib import Path
 
 from operators.controlplane.binaries import cache_root
 from operators.controlplane.compiling import Progress, Spawn, popen, run_go
-from operators.controlplane.errors import BinaryError, BuildError
+from operators.controlplane.errors import BinaryError
+from operators.controlplane.modules import find_go
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,11 +88,9 @@ class GoTool:
 
     def _install(self, staging: Path, progress: Progress, clock: Callable[[], float],
                  spawn: Spawn) -> None:
-        go = shutil.which("go")
-        if go is None:
-            raise BuildError(f"building {self.title} {self.version} needs the Go toolchain "
-                             f"('go') on PATH: install Go 1.26 or newer, or set "
-                             f"{self.override} to a {self.name} binary")
+        go = find_go(f"building {self.title} {self.version} needs the Go toolchain ('go') on "
+                     f"PATH: install Go 1.26 or newer, or set {self.override} to a "
+                     f"{self.name} binary")
         env = {**os.environ, "GOBIN": str(staging), "CGO_ENABLED": "0"}
         env.pop("GOFLAGS", None)  # a -mod=... of the caller's environment breaks go install
         what = f"building {self.title} {self.version}"

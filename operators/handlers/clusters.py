@@ -29,7 +29,7 @@ from operators.controlplane.errors import BinaryError, ControlPlaneError, PortIn
 from operators.controlplane.state import StateDir
 from operators.controlplane.substrate import ClusterOptions
 from operators.engine.registering import remove_all
-from operators.handlers import kueue, metricsserver
+from operators.handlers import addons
 from operators.handlers.provisioning import TEARDOWN, Provisioning
 from operators.handlers.runtime import Member, Runtime, wait_until_none
 from operators.k8s.applying import apply
@@ -38,8 +38,6 @@ from operators.k8s.config import ClusterAccess, load_kubeconfig, load_kubeconfig
 from operators.k8s.errors import ConfigError, K8sError, NotFound
 from operators.k8s.times import parse, rfc3339
 from operators.reconciling import clusters as planning
-from operators.reconciling.kueue import KueueState
-from operators.reconciling.metricsserver import MetricsServerState
 from primitives import keys
 from primitives.files import private_directory, write_private
 
@@ -87,8 +85,8 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 # Say what is missing before mending it: a restart shows as not Ready. (A cluster
                 # not Ready keeps its last message, say why it failed, until there is news.)
                 reported = await report(runtime, cluster, planning.Observed(**{
-                    **observed.__dict__, "kueue": _last_kueue(reported),
-                    "metrics_server": _last_metrics_server(reported)}), reported)
+                    **observed.__dict__, "addons": addons.reported(runtime, reported)}),
+                    reported)
             for action in actions:
                 try:
                     await execute(runtime, cluster, key, action)
@@ -111,48 +109,12 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 observed = await observe(runtime, cluster, key)
             observed = planning.Observed(**{**observed.__dict__, "error": error,
                                             "stalled": stalled}) if error else observed
-            observed = planning.Observed(**{**observed.__dict__, "kueue": await _kueue(
-                runtime, cluster, key, observed.control_plane_running),
-                "metrics_server": await _metrics_server(
-                    runtime, cluster, key, observed.control_plane_running)})
+            conditions = await addons.reconcile(
+                runtime, cluster, key, control_plane_running=observed.control_plane_running)
+            observed = planning.Observed(**{**observed.__dict__, "addons": conditions})
             await report(runtime, cluster, observed, reported)
     if error and not stalled:
         raise kopf.TemporaryError(error, delay=delay)
-
-
-def _last_kueue(status: FakeClusterStatus) -> KueueState | None:
-    """KueueReady as the status says it, for a report made before Kueue is looked at."""
-    found = next((c for c in status.conditions if c.type == "KueueReady"), None)
-    return KueueState(found.status == "True", found.reason, found.message) if found else None
-
-
-def _last_metrics_server(status: FakeClusterStatus) -> MetricsServerState | None:
-    found = next((c for c in status.conditions if c.type == "MetricsServerReady"), None)
-    return MetricsServerState(found.status == "True", found.reason, found.message) \
-        if found else None
-
-
-async def _metrics_server(runtime: Runtime, cluster: FakeCluster, key: str,
-                          control_plane_running: bool) -> MetricsServerState | None:
-    """The metrics-server add-on's reconcile; a failure to look is reported, not raised."""
-    try:
-        return await metricsserver.reconcile(runtime, cluster, key,
-                                             control_plane_running=control_plane_running)
-    except (ControlPlaneError, K8sError) as failure:
-        logger.warning("cluster %s: metrics-server: %s", key, failure)
-        return MetricsServerState(False, "SetupFailed", str(failure))
-
-
-async def _kueue(runtime: Runtime, cluster: FakeCluster, key: str,
-                 control_plane_running: bool) -> KueueState | None:
-    """The Kueue add-on's reconcile; a failure to look is reported, not raised: the
-    cluster's own reconcile is done by then."""
-    try:
-        return await kueue.reconcile(runtime, cluster, key,
-                                     control_plane_running=control_plane_running)
-    except (ControlPlaneError, K8sError) as failure:
-        logger.warning("cluster %s: kueue: %s", key, failure)
-        return KueueState(False, "SetupFailed", str(failure))
 
 
 async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -167,8 +129,7 @@ async def delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                           backend=cluster.spec.controlPlane.backend,
                           name_of_span=TEARDOWN) as teardown:
             teardown.open([type(action).__name__ for action in actions])
-            await kueue.remove(runtime, key)
-            await metricsserver.remove(runtime, key)
+            await addons.remove(runtime, key)
             for action in actions:
                 await execute(runtime, cluster, key, action)
         await _tell_pools(runtime, cluster, f"FakeCluster {cluster.metadata['name']} is gone: "

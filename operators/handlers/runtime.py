@@ -10,16 +10,14 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from opentelemetry import trace
 
+from operators.addons.registry import runners
+from operators.addons.running import Runner
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.components import Profile
-from operators.controlplane.errors import ControlPlaneError
-from operators.controlplane.kueue import building as kueue_building
-from operators.controlplane.kueue.source import Manifests
-from operators.controlplane.metricsserver import building as metricsserver_building
-from operators.controlplane.metricsserver import rendering as metricsserver_rendering
 from operators.controlplane.ports import free_port
 from operators.controlplane.state import (
     EngineEndpoint,
@@ -38,8 +36,6 @@ logger = logging.getLogger(__name__)
 
 #: An engine that ran this long is healthy: its next crash restarts it after the shortest wait.
 ENGINE_STABLE_AFTER = 60.0
-#: Seconds after a failed build of an add-on's binary before a reconcile builds it again.
-BUILD_RETRY = 120.0
 
 
 @dataclasses.dataclass
@@ -69,11 +65,8 @@ class Runtime:
     plans: set[str] = dataclasses.field(default_factory=set)
     #: Each member's hub link, as its daemon last saw it (the HubConnected condition).
     hub_links: dict[str, HubState] = dataclasses.field(default_factory=dict)
-    #: The members' Kueue add-ons and the one background build of its binary.
-    kueue: KueueAddons = dataclasses.field(default_factory=lambda: KueueAddons())
-    #: The members' metrics-servers and the one background build of its binary.
-    metrics_servers: MetricsServerAddons = dataclasses.field(
-        default_factory=lambda: MetricsServerAddons())
+    #: Every add-on, its one background build and its process on each member.
+    addons: tuple[Runner[Any, Any], ...] = dataclasses.field(default_factory=runners)
     #: Makes the handlers' spans: the entry point passes its configured provider's; the
     #: default is the API's global one (no spans until an SDK is configured).
     tracer: trace.Tracer = dataclasses.field(
@@ -138,12 +131,8 @@ class Runtime:
     async def stop_all(self) -> None:
         for key in list(self.engines):
             await self.stop_engine(key)
-        for process in self.kueue.processes.values():
-            await process.stop()
-        self.kueue.processes.clear()
-        for process in self.metrics_servers.processes.values():
-            await process.stop()
-        self.metrics_servers.processes.clear()
+        for runner in self.addons:
+            await runner.stop_all()
 
 
 def engine_host_arguments(host: HostConfig) -> list[str]:
@@ -152,83 +141,6 @@ def engine_host_arguments(host: HostConfig) -> list[str]:
     if host.kubeconfig is not None:
         return ["--host-kubeconfig", str(host.kubeconfig)]
     return ["--host-in-cluster", "--service-account-dir", str(host.service_account_dir)]
-
-
-@dataclasses.dataclass
-class ToolBuild:
-    """An add-on's binary, built once for every member in a thread while reconciles report it
-    in the member's condition. Nothing of it needs to survive a restart: the cache has the
-    binary or not, and a new operator builds again."""
-
-    title: str
-    find: Callable[[], Path | None]
-    ensure: Callable[..., Path]
-    future: asyncio.Future[Path] | None = None
-    started: float = 0.0
-    error: str = ""
-    failed_at: float = 0.0
-
-    def observe(self) -> tuple[bool, str, float | None]:
-        """Whether the binary is there; why it is not (a failed build, forgotten after
-        :data:`BUILD_RETRY` so that the plan builds again, or an override that names no
-        binary); how long the build has been running (None: none runs)."""
-        if self.error and time.monotonic() - self.failed_at > BUILD_RETRY:
-            self.error = ""
-        try:
-            found, error = self.find() is not None, self.error
-        except ControlPlaneError as problem:  # an override that names no binary
-            found, error = False, str(problem)
-        running = self.future is not None and not self.future.done()
-        return found, error, time.monotonic() - self.started if running else None
-
-    def start(self) -> None:
-        """Build in a thread, unless a build runs already."""
-        if self.future is not None and not self.future.done():
-            return
-        self.started, self.error = time.monotonic(), ""
-        self.future = asyncio.ensure_future(asyncio.to_thread(
-            self.ensure, progress=lambda line: logger.info("%s", line)))
-        self.future.add_done_callback(self._finished)
-
-    def _finished(self, done: asyncio.Future[Path]) -> None:
-        if done.cancelled():
-            return
-        error = done.exception()
-        if error is not None:
-            self.error, self.failed_at = str(error), time.monotonic()
-            logger.error("building %s failed: %s", self.title, error)
-
-
-@dataclasses.dataclass
-class KueueAddons:
-    """What the operator holds in memory of the Kueue add-ons; all of it is observed again
-    (or redone, idempotently) after a restart."""
-
-    processes: dict[str, Supervised] = dataclasses.field(default_factory=dict)
-    #: Members whose webhook configurations were applied since their Kueue started.
-    hooked: set[str] = dataclasses.field(default_factory=set)
-    #: Fingerprint of the MultiKueue objects last applied to each manager.
-    applied: dict[str, str] = dataclasses.field(default_factory=dict)
-    build: ToolBuild = dataclasses.field(default_factory=lambda: ToolBuild(
-        "Kueue", kueue_building.find, kueue_building.ensure))
-    #: Kueue's manifests from its module source, read once.
-    manifests: Manifests | None = None
-
-
-@dataclasses.dataclass
-class MetricsServerAddons:
-    """What the operator holds in memory of the metrics-servers; all of it is observed again
-    (or redone, idempotently) after a restart."""
-
-    processes: dict[str, Supervised] = dataclasses.field(default_factory=dict)
-    #: Members whose Service and APIService were applied since their metrics-server started.
-    hooked: set[str] = dataclasses.field(default_factory=set)
-    #: The resolution each running metrics-server was started with.
-    resolutions: dict[str, str] = dataclasses.field(default_factory=dict)
-    build: ToolBuild = dataclasses.field(default_factory=lambda: ToolBuild(
-        "metrics-server", metricsserver_building.find, metricsserver_building.ensure))
-    #: Its RBAC and APIService from its module source, read once.
-    manifests: metricsserver_rendering.Manifests | None = None
 
 
 async def wait_until_none(count: Callable[[], Awaitable[int]], timeout: float) -> int:

@@ -4,7 +4,9 @@
 running, is its kubeconfig Secret current, does the engine process run) and returns the actions
 that close the gap, in order. :func:`status` summarises the observation as kstatus conditions;
 its node counts are what the engine wrote in the pools' statuses (nodes the member API shows
-Ready). The kopf handlers (:mod:`operators.handlers.clusters`) observe, call these, and apply.
+Ready), and each add-on asked for adds its condition (what :mod:`operators.addons` said of it;
+the cluster is Ready only once its required add-ons are). The kopf handlers
+(:mod:`operators.handlers.clusters`) observe, call these, and apply.
 """
 
 from __future__ import annotations
@@ -14,8 +16,6 @@ from typing import Literal
 
 from operators.api.clusters import FakeCluster, FakeClusterStatus
 from operators.api.status import condition
-from operators.reconciling.kueue import KueueState
-from operators.reconciling.metricsserver import MetricsServerState
 
 Phase = Literal["Pending", "Provisioning", "Ready", "Failed", "Terminating"]
 
@@ -39,6 +39,37 @@ class HubState:
 
 
 @dataclasses.dataclass(frozen=True)
+class AddonState:
+    """What an add-on's condition says (KueueReady, MetricsServerReady)."""
+
+    ready: bool
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class AddonCondition:
+    """An add-on's place in the cluster's status: its condition's type, the name messages give
+    it, and whether the cluster is Ready only with it."""
+
+    type: str
+    title: str
+    #: The cluster is Ready only when this add-on is (Kueue: Jobs wait for its webhooks); the
+    #: others only say how they are (kubectl top waits for metrics-server, nothing else does).
+    required: bool = False
+
+    @property
+    def subject(self) -> str:
+        """What the condition is about, in the names made of it: ``KueueReady`` → ``Kueue``
+        (the Ready condition's reason ``KueueNotReady``)."""
+        return self.type.removesuffix("Ready")
+
+
+#: The add-ons asked for, each with what its condition says, in the order of their conditions.
+Addons = tuple[tuple[AddonCondition, AddonState], ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     """What the operator sees of one member cluster right now."""
 
@@ -52,11 +83,8 @@ class Observed:
     error: str = ""
     stalled: bool = False
     hub: HubState | None = None
-    #: KueueReady, when spec.addons.kueue asks for Kueue: the cluster is Ready only with it.
-    kueue: KueueState | None = None
-    #: MetricsServerReady, when metrics-server is wanted (not part of Ready: kubectl top
-    #: waits for its scrapes, nothing else does).
-    metrics_server: MetricsServerState | None = None
+    #: The conditions of the add-ons the cluster's spec asks for.
+    addons: Addons = ()
     #: The engine's DCGM endpoint ("" before it has one).
     dcgm_endpoint: str = ""
 
@@ -133,8 +161,9 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
     """The status that describes ``observed`` for the cluster's current generation."""
     generation = int(cluster.metadata.get("generation", 0))
     running = observed.control_plane_running and observed.engine_running
-    kueue_ready = observed.kueue is None or observed.kueue.ready
-    ready = running and kueue_ready
+    required = [(addon, state) for addon, state in observed.addons if addon.required]
+    waiting = next(((addon, state) for addon, state in required if not state.ready), None)
+    ready = running and waiting is None
     phase: Phase
     if ready:
         phase = "Ready"
@@ -146,10 +175,10 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
         phase = "Pending"
     if ready:
         reason, message = "Running", f"API server at {observed.endpoint}, engine running"
-        if observed.kueue is not None:
-            message += ", Kueue running"
-    elif running and observed.kueue is not None and not observed.error:
-        reason, message = "KueueNotReady", f"Kueue: {observed.kueue.message}"
+        message += "".join(f", {addon.title} running" for addon, _ in required)
+    elif running and waiting is not None and not observed.error:
+        addon, state = waiting
+        reason, message = f"{addon.subject}NotReady", f"{addon.title}: {state.message}"
     elif observed.error:
         reason, message = ("ProvisioningFailed" if observed.stalled else "Provisioning",
                            observed.error)
@@ -170,15 +199,9 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
         conditions.append(condition(
             "HubConnected", observed.hub.connected, reason=observed.hub.reason,
             message=observed.hub.message, generation=generation, now=now, previous=earlier))
-    if observed.kueue is not None:
-        conditions.append(condition(
-            "KueueReady", observed.kueue.ready, reason=observed.kueue.reason,
-            message=observed.kueue.message, generation=generation, now=now, previous=earlier))
-    if observed.metrics_server is not None:
-        conditions.append(condition(
-            "MetricsServerReady", observed.metrics_server.ready,
-            reason=observed.metrics_server.reason, message=observed.metrics_server.message,
-            generation=generation, now=now, previous=earlier))
+    conditions += [condition(addon.type, state.ready, reason=state.reason, message=state.message,
+                             generation=generation, now=now, previous=earlier)
+                   for addon, state in observed.addons]
     local = cluster.spec.controlPlane.backend == "local"
     ref = cluster.spec.controlPlane.kubeconfigSecretRef
     return FakeClusterStatus(

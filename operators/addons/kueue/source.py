@@ -5,23 +5,20 @@ the CRDs (``config/components/crd/bases``) with the conversion webhooks that
 ``config/components/crd/kustomization.yaml`` patches in, the manager's RBAC
 (``config/components/rbac``: its ClusterRole, the Role on Secrets of its namespace, the
 metrics-auth ClusterRole) and the webhook configurations (``config/components/webhook``) with the
-namespace selectors that kustomization adds. :mod:`operators.controlplane.kueue.rendering` then
+namespace selectors that kustomization adds. :mod:`operators.addons.kueue.rendering` then
 points them at loopback.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from operators.controlplane.errors import BuildError
-from operators.controlplane.kueue import KUEUE_MODULE, KUEUE_VERSION
+from operators.addons.kueue import KUEUE_MODULE, KUEUE_VERSION
+from operators.controlplane.modules import download, find_go
 
 CRD_DIR = "config/components/crd"
 RBAC_DIR = "config/components/rbac"
@@ -48,21 +45,10 @@ class Manifests:
 
 def module_dir(version: str = KUEUE_VERSION) -> Path:
     """Where ``go mod download`` put Kueue's source (fetched from the proxy if needed)."""
-    go = shutil.which("go")
-    if go is None:
-        raise BuildError(f"reading Kueue {version}'s manifests needs the Go toolchain ('go') "
-                         f"on PATH: install Go 1.26 or newer")
-    proc = subprocess.run([go, "mod", "download", "-json", f"{KUEUE_MODULE}@{version}"],
-                          capture_output=True, text=True, check=False)
-    try:
-        info = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        info = {}
-    if proc.returncode != 0 or "Dir" not in info:
-        reason = info.get("Error") or proc.stderr.strip() or "no answer"
-        raise BuildError(f"cannot fetch {KUEUE_MODULE}@{version} from the Go module proxy "
-                         f"({reason})")
-    return Path(info["Dir"])
+    go = find_go(f"reading Kueue {version}'s manifests needs the Go toolchain ('go') on PATH: "
+                 f"install Go 1.26 or newer")
+    return download(go, KUEUE_MODULE, version, failed=lambda reason: (
+        f"cannot fetch {KUEUE_MODULE}@{version} from the Go module proxy ({reason})")).source
 
 
 def load(directory: Path, version: str = KUEUE_VERSION) -> Manifests:

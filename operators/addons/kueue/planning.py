@@ -1,11 +1,11 @@
 """What to do about a member's Kueue add-on, and what its KueueReady condition says: pure.
 
-:func:`plan` compares ``spec.addons.kueue`` with what the operator observes (is the binary in
-the cache or being built, does the process run and answer its readiness probe, are the
-MultiKueue objects on a manager current) and returns actions; :func:`condition` tells the
-truth about it in one line a person can act on. :func:`multikueue_objects` renders what a
-MultiKueue manager needs for its workers. The kopf glue (:mod:`operators.handlers.kueue`)
-observes, calls these and applies.
+:func:`plan` compares ``spec.addons.kueue`` with what the operator observes (the life every
+add-on lives, :mod:`operators.addons.lifecycle`: built, started, hooked once its readiness
+probe answers; then, on a MultiKueue manager, are its MultiKueue objects current) and returns
+actions; :func:`condition` tells the truth about it in one line a person can act on.
+:func:`multikueue_objects` renders what a MultiKueue manager needs for its workers. The add-on
+runner (:mod:`operators.addons.kueue.running`) observes, calls these and applies.
 """
 
 from __future__ import annotations
@@ -14,16 +14,21 @@ import base64
 import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
+from operators.addons import lifecycle
+from operators.addons.kueue import KUEUE_VERSION
+from operators.addons.kueue.rendering import NAMESPACE
 from operators.api.clusters import MULTIKUEUE_CONFIG, FakeCluster
-from operators.controlplane.kueue import KUEUE_VERSION
-from operators.controlplane.kueue.rendering import NAMESPACE
+from operators.reconciling.clusters import AddonCondition, AddonState
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "fakefleet"}
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 #: Where the field that names a worker in error messages is.
 WORKERS_FIELD = "spec.addons.kueue.multiKueue.workers"
+#: The cluster is Ready only with Kueue: the member's Jobs and Pods go through its webhooks.
+CONDITION = AddonCondition("KueueReady", "Kueue", required=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,51 +46,15 @@ class Worker:
 
 
 @dataclasses.dataclass(frozen=True)
-class Observed:
-    """What the operator sees of one member's Kueue."""
+class Observed(lifecycle.Observed):
+    """What the operator sees of one member's Kueue (its hooks: its webhook configurations)."""
 
-    control_plane_running: bool = False
-    binary: bool = False
-    building_for: float | None = None
-    """Seconds the background build has run, None when none runs."""
-    build_error: str = ""
-    installed: bool = False
-    """Kueue's files exist in the member's state (it was set up, and may need tearing down)."""
-    supervised: bool = False
     ready: bool = False
     """Kueue's readiness probe answers 200 (its webhook server listens)."""
-    hooked: bool = False
-    """Its webhook configurations were applied since it started."""
-    restarts: int = 0
-    log_tail: str = ""
     webhook_port: int = 0
     workers: tuple[Worker, ...] = ()
     multikueue_applied: str = ""
     """Fingerprint of the MultiKueue objects last applied to this manager ("" none yet)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class BuildKueue:
-    """Build the Kueue binary into the cache, in the background."""
-
-
-@dataclasses.dataclass(frozen=True)
-class StartKueue:
-    """Install Kueue's CRDs, RBAC, namespace and webhooks in the member, then start it."""
-
-
-@dataclasses.dataclass(frozen=True)
-class HookKueue:
-    """Apply the webhook configurations: only once Kueue is ready, as before they would
-    refuse the member's Jobs and Pods (their failure policy is Fail)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class StopKueue:
-    """Stop Kueue; ``unhook``: delete its webhook configurations too (the member stays, and a
-    webhook whose server is gone would refuse the member's Pods and Jobs)."""
-
-    unhook: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,33 +65,17 @@ class ApplyMultiKueue:
     fingerprint: str
 
 
-Action = BuildKueue | StartKueue | HookKueue | StopKueue | ApplyMultiKueue
+Action = lifecycle.Step | ApplyMultiKueue
 
 
-@dataclasses.dataclass(frozen=True)
-class KueueState:
-    """The KueueReady condition."""
-
-    ready: bool
-    reason: str
-    message: str
-
-
-def plan(cluster: FakeCluster, observed: Observed) -> list[Action]:
+def plan(cluster: FakeCluster, observed: Observed) -> Sequence[Action]:
     """Actions that bring the member's Kueue to ``spec.addons.kueue``."""
     spec = cluster.spec.kueue
-    if spec is None:
-        return [StopKueue()] if observed.supervised or observed.installed else []
-    if not observed.binary:
-        return [BuildKueue()] if observed.building_for is None and not observed.build_error \
-            else []
-    if not observed.control_plane_running:
-        return []
-    if not observed.supervised:
-        return [StartKueue()]
-    if observed.ready and not observed.hooked:
-        return [HookKueue()]
-    if observed.ready and spec.multiKueue is not None:
+    steps = lifecycle.plan(observed, wanted=spec is not None, serving=observed.ready)
+    if steps is not None:
+        return steps
+    assert spec is not None, "the lifecycle is done only when Kueue is asked for"
+    if spec.multiKueue is not None:
         objects = multikueue_objects(observed.workers)
         if objects is not None:
             fingerprint = _fingerprint(objects)
@@ -131,58 +84,26 @@ def plan(cluster: FakeCluster, observed: Observed) -> list[Action]:
     return []
 
 
-def condition(cluster: FakeCluster, observed: Observed) -> KueueState | None:
+def condition(cluster: FakeCluster, observed: Observed) -> AddonState | None:
     """KueueReady, or None when the add-on is not asked for."""
     spec = cluster.spec.kueue
     if spec is None:
         return None
-    if observed.build_error:
-        return KueueState(False, "BuildFailed", f"Kueue {KUEUE_VERSION} could not be built: "
-                                                f"{observed.build_error}")
-    if not observed.binary:
-        so_far = f" ({observed.building_for:.0f}s so far)" if observed.building_for else ""
-        return KueueState(False, "Building",
-                          f"building Kueue {KUEUE_VERSION} from the Go module proxy into the "
-                          f"cache{so_far}; a cold build takes several minutes ('fakefleet "
-                          f"binaries' builds it ahead of time)")
-    if not observed.control_plane_running:
-        return KueueState(False, "Waiting", "waiting for the cluster's API server")
-    if not (observed.ready and observed.hooked):
-        if observed.restarts:
-            return KueueState(False, "Crashed",
-                              f"Kueue exited and was restarted {observed.restarts} times: "
-                              f"{crash_summary(observed.log_tail)}")
-        return KueueState(False, "Starting", f"starting Kueue {KUEUE_VERSION}")
+    said = lifecycle.condition(observed, serving=observed.ready, title=f"Kueue {KUEUE_VERSION}",
+                               crashed="Kueue", cold_build="several minutes")
+    if said is not None:
+        return said
     workers = observed.workers if spec.multiKueue is not None else ()
     for worker in workers:
         problem = _worker_problem(cluster, worker)
         if problem:
-            return KueueState(False, "WorkerMissing", problem)
+            return AddonState(False, "WorkerMissing", problem)
     message = f"Kueue {KUEUE_VERSION} running, webhooks at https://127.0.0.1:" \
               f"{observed.webhook_port}"
     if workers:
         message += "; MultiKueue workers: " + ", ".join(
             f"{w.name} {_activity(w)}" for w in workers)
-    return KueueState(True, "Running", message)
-
-
-def crash_summary(log: str) -> str:
-    """The line of Kueue's log that says why it stopped: a panic, else the last error's
-    message (its log is JSON lines), else its last line."""
-    lines = [line.strip() for line in log.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if line.startswith(("panic:", "fatal error:")):
-            return line
-    for line in reversed(lines):
-        if line.startswith("{"):
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if entry.get("level") == "error":
-                error = f": {entry['error']}" if entry.get("error") else ""
-                return f"{entry.get('msg', '')}{error}"
-    return lines[-1] if lines else "(its log is empty)"
+    return AddonState(True, "Running", message)
 
 
 def multikueue_objects(workers: tuple[Worker, ...]) -> list[dict[str, Any]] | None:

@@ -20,7 +20,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from operators.controlplane.kueue.source import Manifests
+from operators.addons.kueue.source import Manifests
 
 NAMESPACE = "kueue-system"
 PREFIX = "kueue-"

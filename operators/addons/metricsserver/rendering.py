@@ -21,17 +21,11 @@ from __future__ import annotations
 
 import base64
 import copy
-import dataclasses
-import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from operators.controlplane.errors import BuildError
-from operators.controlplane.metricsserver import METRICS_SERVER_MODULE, METRICS_SERVER_VERSION
+from operators.addons.metricsserver.source import Manifests
+from primitives import keys
 
 NAMESPACE = "kube-system"
 SERVICE = "metrics-server"
@@ -41,49 +35,11 @@ SERVICE_HOST = f"{SERVICE}.{NAMESPACE}.svc"
 USER = "fakefleet:metrics-server"
 FIELD_MANAGER = "fakefleet-metrics-server"
 APISERVICE = "v1beta1.metrics.k8s.io"
-#: Only the engine's nodes have kubelets to scrape.
-NODE_SELECTOR = "fakefleet.dev/pool"
 #: Longest a scrape of one node may take (metrics-server wants it under 9/10 of the
 #: resolution, which is at least 10 s).
 KUBELET_REQUEST_TIMEOUT = "5s"
-RBAC_FILE = "manifests/base/rbac.yaml"
-APISERVICE_FILE = "manifests/base/apiservice.yaml"
 
 Object = dict[str, Any]
-
-
-@dataclasses.dataclass(frozen=True)
-class Manifests:
-    """metrics-server's RBAC and APIService as upstream ships them."""
-
-    rbac: tuple[Object, ...]
-    apiservice: Object
-
-
-def module_dir(version: str = METRICS_SERVER_VERSION) -> Path:
-    """Where ``go mod download`` put metrics-server's source (fetched from the proxy if
-    needed)."""
-    go = shutil.which("go")
-    if go is None:
-        raise BuildError(f"reading metrics-server {version}'s manifests needs the Go toolchain "
-                         f"('go') on PATH: install Go 1.26 or newer")
-    proc = subprocess.run([go, "mod", "download", "-json", f"{METRICS_SERVER_MODULE}@{version}"],
-                          capture_output=True, text=True, check=False)
-    try:
-        info = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        info = {}
-    if proc.returncode != 0 or "Dir" not in info:
-        reason = info.get("Error") or proc.stderr.strip() or "no answer"
-        raise BuildError(f"cannot fetch {METRICS_SERVER_MODULE}@{version} from the Go module "
-                         f"proxy ({reason})")
-    return Path(info["Dir"])
-
-
-def load(directory: Path) -> Manifests:
-    rbac = tuple(doc for doc in yaml.safe_load_all((directory / RBAC_FILE).read_text()) if doc)
-    apiservice: Object = yaml.safe_load((directory / APISERVICE_FILE).read_text())
-    return Manifests(rbac=rbac, apiservice=apiservice)
 
 
 def argv(binary: Path, *, kubeconfig: Path, port: int, cert: Path, key: Path,
@@ -103,7 +59,8 @@ def argv(binary: Path, *, kubeconfig: Path, port: int, cert: Path, key: Path,
         "--kubelet-use-node-status-port",
         "--deprecated-kubelet-completely-insecure",
         f"--kubelet-request-timeout={KUBELET_REQUEST_TIMEOUT}",
-        f"--node-selector={NODE_SELECTOR}",
+        # Only the engine's nodes have kubelets to scrape.
+        f"--node-selector={keys.POOL}",
         "--authorization-always-allow-paths=/healthz,/readyz,/livez",
     ]
 
