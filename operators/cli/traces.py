@@ -21,7 +21,7 @@ from rich.text import Text
 from federation.telemetry import reading
 from federation.telemetry.files import CollectorFiles
 from federation.telemetry.reading import Node, StoredSpan, TraceStoreError, TraceSummary
-from operators.terminal import console, state_dir_option, stdout
+from operators.cli.terminal import console, state_dir_option, stdout
 
 #: OTLP's status code of a failed span.
 STATUS_ERROR = 2
