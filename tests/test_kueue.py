@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from operators import kueuecli
 from operators.addons import lifecycle
 from operators.addons.kueue import TOOL, planning, rendering, running, source
 from operators.addons.kueue.planning import ApplyMultiKueue, Observed, Worker
 from operators.addons.lifecycle import Build, Hook, Start, Stop
 from operators.api.clusters import FakeCluster
+from operators.cli import kueue as kueue_cli
 from operators.controlplane.errors import BinaryError
 from operators.k8s.client import Client
 from operators.reconciling import clusters as cluster_planning
@@ -344,9 +344,9 @@ def test_cluster_is_ready_only_with_kueue() -> None:
 # -- CLI -----------------------------------------------------------------------------------------
 
 def test_install_patch() -> None:
-    assert kueuecli.install_patch([], None) == {
+    assert kueue_cli.install_patch([], None) == {
         "spec": {"addons": {"kueue": {"enabled": True, "multiKueue": None}}}}
-    assert kueuecli.install_patch(["a", "b"], "1m") == {"spec": {"addons": {"kueue": {
+    assert kueue_cli.install_patch(["a", "b"], "1m") == {"spec": {"addons": {"kueue": {
         "enabled": True, "multiKueue": {"workers": ["a", "b"], "workerLostTimeout": "1m"}}}}}
 
 
@@ -354,10 +354,10 @@ def test_install_waits_for_the_current_generation() -> None:
     found = {"metadata": {"generation": 3}, "status": {"conditions": [
         {"type": "KueueReady", "status": "True", "reason": "Running", "message": "ok",
          "observedGeneration": 2}]}}
-    assert kueuecli.kueue_condition(found) == (False, "Running", "ok")
+    assert kueue_cli.kueue_condition(found) == (False, "Running", "ok")
     found["status"]["conditions"][0]["observedGeneration"] = 3
-    assert kueuecli.kueue_condition(found)[0]
-    assert kueuecli.kueue_condition({"metadata": {}})[1] == "Pending"
+    assert kueue_cli.kueue_condition(found)[0]
+    assert kueue_cli.kueue_condition({"metadata": {}})[1] == "Pending"
 
 
 # -- I/O: the MultiKueue objects through the client, on the in-memory API --------------------

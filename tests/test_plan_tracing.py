@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from federation.telemetry.setup import configure
-from operators import cli
 from operators.api.faultplans import FaultPlan
+from operators.cli import main, planreading, planwatching
 from operators.faults import tracing
 from operators.handlers.faultplans import PlanRunner, delete
 from operators.handlers.provisioning import PROVISION, Provisioning
@@ -308,14 +308,14 @@ def test_plan_watch_ends_with_the_trace_id_and_the_command_that_shows_it(
     async def watched(*_: Any, **__: Any) -> dict[tuple[str, str], dict[str, Any]]:
         return {("default", "p"): status}
 
-    monkeypatch.setattr(cli, "_watch_plans", watched)
-    monkeypatch.setattr(cli._PlanTarget, "client", lambda self: _NoClient())
-    result = CliRunner().invoke(cli.main, ["plan", "watch", "p", "--state-dir", str(tmp_path)])
+    monkeypatch.setattr(planwatching, "watch_plans", watched)
+    monkeypatch.setattr(planreading.PlanTarget, "client", lambda self: _NoClient())
+    result = CliRunner().invoke(main, ["plan", "watch", "p", "--state-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     last = result.stdout.strip().splitlines()[-1]
     assert last == f"trace {trace_id}: fakefleet trace show {trace_id} --state-dir {tmp_path}"
 
-    result = CliRunner().invoke(cli.main, ["plan", "watch", "p", "--state-dir", str(tmp_path),
+    result = CliRunner().invoke(main, ["plan", "watch", "p", "--state-dir", str(tmp_path),
                                            "-o", "json"])
     assert result.exit_code == 0, result.output
     (concluded,) = json.loads(result.stdout)

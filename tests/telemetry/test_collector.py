@@ -30,7 +30,7 @@ from federation.telemetry.collector import SERVICE
 from federation.telemetry.decoding import SpanRow
 from federation.telemetry.files import CollectorFiles, CollectorInfo
 from federation.telemetry.store import Retention, SpanStore
-from operators.tracecli import trace
+from operators.cli.traces import trace
 from tests.telemetry.collectors import flush, provider, running_collector
 
 T0 = 1_780_000_000 * 10**9

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 
 from federation.telemetry.files import CollectorFiles, CollectorInfo
-from operators.tracecli import trace
+from operators.cli.traces import trace
 from tests.telemetry.test_collector import T0, otlp_span, request
 
 COMMAND = [sys.executable, "-m", "federation.telemetry.collector"]

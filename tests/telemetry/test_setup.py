@@ -12,9 +12,9 @@ from click.testing import CliRunner
 
 from federation.telemetry import setup
 from federation.telemetry.files import CollectorFiles
+from operators.cli.traces import trace
 from operators.controlplane.daemon import collector_wanted
 from operators.controlplane.errors import StateError
-from operators.tracecli import trace
 from tests.telemetry.collectors import running_collector
 
 

@@ -16,35 +16,34 @@ import contextlib
 import datetime
 import json
 import sys
-import time
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TextIO
 
 import click
-import grpc
 import yaml
-from google.protobuf.json_format import MessageToDict
-from google.protobuf.message import Message
 from pydantic import ValidationError
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
 from federation.api import common_pb2, fleet_pb2
-from federation.client.channels import HubAddress
-from federation.client.discovery import HubFiles, HubInfo
 from federation.client.fleet import FleetClient
 from federation.client.selectors import parse
 from operators.api.base import API_VERSION
 from operators.api.faultplans import FaultPlan
-from operators.controlplane.state import StateDir
+from operators.cli.connecting import (
+    Command,
+    FleetError,
+    age,
+    connect,
+    hub_options,
+    output_option,
+    print_json,
+    run_hub,
+)
+from operators.cli.terminal import console, stdout
 from operators.faults import progress
-from operators.terminal import console, state_dir_option, stdout
 from primitives.selectors import SelectorError
-
-T = TypeVar("T")
-Command = TypeVar("Command", bound=Callable[..., Any])
 
 STATES = {common_pb2.MEMBER_STATE_READY: "Ready", common_pb2.MEMBER_STATE_UNREACHABLE:
           "Unreachable", common_pb2.MEMBER_STATE_UNSPECIFIED: "?"}
@@ -53,53 +52,6 @@ PARTS = {value: name.removeprefix("MEMBER_RUN_STATE_").title()
 PHASES = {value: name.removeprefix("RUN_PHASE_").title()
           for name, value in fleet_pb2.RunPhase.items()}
 EVENTS = {value: name.removeprefix("EVENT_TYPE_") for name, value in fleet_pb2.EventType.items()}
-
-
-class FleetError(click.ClickException):
-    exit_code = progress.EXIT_ERROR
-
-
-def hub_options(command: Command) -> Command:
-    for option in reversed((
-        state_dir_option,
-        click.option("--hub", envvar="FAKEFLEET_HUB", default=None,
-                     help="host:port of the hub [default: the one 'fakefleet up' started]"),
-        click.option("--hub-ca", type=click.Path(dir_okay=False, path_type=Path),
-                     default=None, help="the hub's CA certificate (PEM) [default: from the "
-                                        "state directory; none: plaintext]"),
-        click.option("--token-file", envvar="FAKEFLEET_HUB_TOKEN_FILE",
-                     type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="file with the fleet token [default: from the state directory]"),
-    )):
-        command = option(command)
-    return command
-
-
-def _connect(state_dir: Path, hub: str | None, hub_ca: Path | None,
-             token_file: Path | None) -> FleetClient:
-    files = HubFiles(StateDir(state_dir.resolve()).hub)
-    info = HubInfo.read(files.info)
-    if hub is None:
-        if info is None:
-            raise FleetError(f"no hub runs in {state_dir}: start one with 'fakefleet up', or "
-                             f"name one with --hub host:port")
-        hub = info.address
-        hub_ca = hub_ca or (Path(info.ca) if info.ca else None)
-    token_path = token_file or files.fleet_token
-    try:
-        token = token_path.read_text().strip()
-        address = HubAddress.of(hub, hub_ca)
-    except OSError as error:
-        raise FleetError(f"cannot read {error.filename}: {error.strerror} (--token-file and "
-                         f"--hub-ca name the fleet token and the hub's CA)") from error
-    return FleetClient(address, token)
-
-
-def _run(work: Coroutine[Any, Any, T]) -> T:
-    try:
-        return asyncio.run(work)
-    except grpc.aio.AioRpcError as error:
-        raise FleetError(f"the hub said {error.code().name}: {error.details()}") from None
 
 
 def _selector(selector: str, clusters: str) -> common_pb2.ClusterSelector:
@@ -116,17 +68,6 @@ selector_options = (
 )
 
 
-output_option = click.option("--output", "-o", type=click.Choice(["table", "json"]),
-                             default="table", show_default=True,
-                             help="json: the hub's messages as JSON (for scripts and CI)")
-
-
-def _print_json(message: Message | list[Message]) -> None:
-    data = [MessageToDict(m) for m in message] if isinstance(message, list) \
-        else MessageToDict(message)
-    click.echo(json.dumps(data, indent=2))
-
-
 def with_selector(command: Command) -> Command:
     for option in reversed(selector_options):
         command = option(command)
@@ -139,12 +80,6 @@ def fleet() -> None:
 
 
 # -- members -----------------------------------------------------------------------------------
-
-def _age(stamp: Any) -> str:
-    if not stamp.seconds:
-        return "-"
-    seconds = max(0.0, time.time() - stamp.ToNanoseconds() / 1e9)
-    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
 
 
 def members_table(members: list[common_pb2.Member], title: str) -> Table:
@@ -162,7 +97,7 @@ def members_table(members: list[common_pb2.Member], title: str) -> Table:
             member.reason, f"{inventory.nodes_ready}/{inventory.nodes_total}",
             inventory.allocatable.get("nvidia.com/gpu", "-"), pods,
             ",".join(f"{k}={v}" for k, v in sorted(member.cluster.labels.items())) or "-",
-            _age(member.last_heartbeat), _age(member.state_since))
+            age(member.last_heartbeat), age(member.state_since))
     return table
 
 
@@ -174,12 +109,12 @@ def ls(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Path |
        selector: str, clusters: str, output: str) -> None:
     """List the members of the fleet with their state (Ready, Unreachable)."""
     async def work() -> list[common_pb2.Member]:
-        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file) as client:
             return await client.list_clusters(_selector(selector, clusters))
 
-    members = _run(work())
+    members = run_hub(work())
     if output == "json":
-        _print_json(list(members))
+        print_json(list(members))
         return
     stdout.print(members_table(members, f"fleet: {len(members)} members"))
 
@@ -197,7 +132,7 @@ def watch(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Pat
     async def work() -> None:
         members: dict[str, common_pb2.Member] = {}
         synced = False
-        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file) as client:
             screen_or_none = Live(console=stdout, auto_refresh=False) if live \
                 else contextlib.nullcontext()
             with screen_or_none as screen:
@@ -222,7 +157,7 @@ def watch(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Pat
                             f"fleet: {len(members)} members"), refresh=True)
 
     try:
-        _run(asyncio.wait_for(work(), timeout) if timeout else work())
+        run_hub(asyncio.wait_for(work(), timeout) if timeout else work())
     except TimeoutError:
         pass
     except KeyboardInterrupt:
@@ -337,7 +272,7 @@ def run(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
     chosen = _selector(selector, clusters)
 
     async def work() -> fleet_pb2.Run:
-        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file) as client:
             started = await client.run_plan(spec, chosen, start_delay=start_delay, name=name)
             console.print(f"run {started.id}: {len(started.members)} members "
                           f"({', '.join(p.cluster for p in started.members)}), time zero in "
@@ -346,9 +281,9 @@ def run(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
                 return started
             return await _follow(client, started.id, timeout)
 
-    result = _run(work())
+    result = run_hub(work())
     if output == "json":
-        _print_json(result)
+        print_json(result)
     else:
         stdout.print(run_table(result))
     if not watch:
@@ -372,13 +307,13 @@ def get(run_id: str, state_dir: Path, hub: str | None, hub_ca: Path | None,
         token_file: Path | None, watch: bool, timeout: float, output: str) -> None:
     """Show a run, member by member."""
     async def work() -> fleet_pb2.Run:
-        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file) as client:
             return await (_follow(client, run_id, timeout) if watch else
                           client.get_run(run_id))
 
-    result = _run(work())
+    result = run_hub(work())
     if output == "json":
-        _print_json(result)
+        print_json(result)
     else:
         stdout.print(run_table(result))
     if watch:
@@ -391,15 +326,15 @@ def runs(state_dir: Path, hub: str | None, hub_ca: Path | None,
          token_file: Path | None) -> None:
     """List the hub's runs."""
     async def work() -> list[fleet_pb2.Run]:
-        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file) as client:
             return await client.list_runs()
 
     table = Table(title="fleet runs")
     for column in ("run", "name", "phase", "verdict", "members", "created"):
         table.add_column(column)
-    for item in _run(work()):
+    for item in run_hub(work()):
         table.add_row(item.id, item.name or "-", PHASES[item.phase], item.verdict or "-",
-                      str(len(item.members)), _age(item.created_at) + " ago")
+                      str(len(item.members)), age(item.created_at) + " ago")
     stdout.print(table)
 
 
@@ -410,9 +345,7 @@ def cancel(run_id: str, state_dir: Path, hub: str | None, hub_ca: Path | None,
            token_file: Path | None) -> None:
     """Stop a run: every member deletes its FaultPlan, which recovers its faults."""
     async def work() -> fleet_pb2.Run:
-        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file) as client:
             return await client.cancel_run(run_id)
 
-    stdout.print(run_table(_run(work())))
-
-
+    stdout.print(run_table(run_hub(work())))

@@ -24,18 +24,17 @@ from rich.table import Table
 
 from federation.api import fleet_pb2
 from federation.client.fleet import FleetClient
-from operators.faults import progress
-from operators.fleetcli import (
+from operators.cli.connecting import (
     FleetError,
-    _age,
-    _connect,
-    _print_json,
-    _run,
-    fleet,
+    age,
+    connect,
     hub_options,
     output_option,
+    print_json,
+    run_hub,
 )
-from operators.terminal import console, stdout
+from operators.cli.terminal import console, stdout
+from operators.faults import progress
 
 KIND = "Workload"
 PHASES = {value: name.removeprefix("WORKLOAD_PHASE_").title()
@@ -112,7 +111,7 @@ async def _follow(client: FleetClient, workload_id: str, timeout: float) -> flee
 
 def _finish(workload: fleet_pb2.Workload, output: str, watch: bool, timeout: float) -> None:
     if output == "json":
-        _print_json(workload)
+        print_json(workload)
     else:
         stdout.print(report_table(workload))
     if not watch:
@@ -126,7 +125,7 @@ def _finish(workload: fleet_pb2.Workload, output: str, watch: bool, timeout: flo
              else progress.EXIT_FAILED)
 
 
-@fleet.command("submit")
+@click.command("submit")
 @click.argument("file", type=click.File("r"))
 @hub_options
 @click.option("--start-delay", type=float, default=2.0, show_default=True,
@@ -145,7 +144,7 @@ def submit(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
     name, spec = read_workload(file)
 
     async def work() -> fleet_pb2.Workload:
-        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file) as client:
             submitted = await client.submit_workload(spec, name=name, start_delay=start_delay)
             console.print(f"workload {submitted.id}: {spec.jobs} Jobs of {spec.pods_per_job} "
                           f"pods, placement {spec.target.placement}, first arrivals in "
@@ -158,10 +157,10 @@ def submit(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
                 report_file.write_text(json.dumps(json_format.MessageToDict(full), indent=2))
             return workload
 
-    _finish(_run(work()), output, watch, timeout)
+    _finish(run_hub(work()), output, watch, timeout)
 
 
-@fleet.command("workload")
+@click.command("workload")
 @click.argument("workload_id")
 @hub_options
 @click.option("--watch", is_flag=True, help="follow it to its end (exit 0 all completed)")
@@ -173,12 +172,12 @@ def workload(workload_id: str, state_dir: Path, hub: str | None, hub_ca: Path | 
              output: str) -> None:
     """Show a workload's report: per cluster and overall."""
     async def work() -> fleet_pb2.Workload:
-        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file) as client:
             if watch:
                 await _follow(client, workload_id, timeout)
             return await client.get_workload(workload_id, jobs=with_jobs)
 
-    result = _run(work())
+    result = run_hub(work())
     if with_jobs and output != "json":
         table = Table(title=f"Jobs of {result.id}")
         for column in ("job", "cluster", "ran on", "attempt", "state", "run s", "message"):
@@ -190,22 +189,22 @@ def workload(workload_id: str, state_dir: Path, hub: str | None, hub_ca: Path | 
     _finish(result, output, watch, timeout)
 
 
-@fleet.command("workloads")
+@click.command("workloads")
 @hub_options
 def workloads(state_dir: Path, hub: str | None, hub_ca: Path | None,
               token_file: Path | None) -> None:
     """List the hub's workloads."""
     async def work() -> list[fleet_pb2.Workload]:
-        async with _connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file) as client:
             return await client.list_workloads()
 
     table = Table(title="fleet workloads")
     for column in ("workload", "name", "phase", "jobs", "succeeded", "failed", "placement",
                    "created"):
         table.add_column(column)
-    for item in _run(work()):
+    for item in run_hub(work()):
         counts = item.report.counts
         table.add_row(item.id, item.name or "-", PHASES[item.phase], str(counts.jobs),
                       str(counts.succeeded), str(counts.failed), item.spec.target.placement,
-                      _age(item.created_at) + " ago")
+                      age(item.created_at) + " ago")
     stdout.print(table)

@@ -16,11 +16,11 @@ from typing import Any
 import click
 
 from operators.api.base import API_VERSION
+from operators.cli.terminal import console, state_dir_option
 from operators.controlplane.state import StateDir
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.errors import Invalid, K8sError, NotFound
-from operators.terminal import console, state_dir_option
 
 POLL_INTERVAL = 1.0
 #: A line at least this often while nothing changes, so a long build never looks hung.

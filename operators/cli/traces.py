@@ -3,7 +3,8 @@ stored, read straight from its SQLite file (read-only; the collector need not ru
 
 ``ls`` lists recent traces, newest first; ``show`` prints one trace as a tree of spans with
 each span's offset from the trace's start, its duration, its service and its cluster, the
-links it carries, and a marker on spans whose parent is not in the store.
+links it carries, and a marker on spans whose parent is not in the store, laid out to the
+terminal's width by :mod:`operators.cli.spantrees`.
 """
 
 from __future__ import annotations
@@ -20,12 +21,9 @@ from rich.text import Text
 
 from federation.telemetry import reading
 from federation.telemetry.files import CollectorFiles
-from federation.telemetry.reading import Node, StoredSpan, TraceStoreError, TraceSummary
-from operators.terminal import console, state_dir_option, stdout
-
-#: OTLP's status code of a failed span.
-STATUS_ERROR = 2
-BAR_WIDTH = 24
+from federation.telemetry.reading import Node, TraceStoreError, TraceSummary
+from operators.cli.spantrees import duration, flatten, render
+from operators.cli.terminal import console, state_dir_option, stdout
 
 
 class TraceGroup(click.Group):
@@ -86,7 +84,7 @@ def trace_show(trace_id: str, state_dir: Path, output: str) -> None:
         full = reading.resolve(db, trace_id)
         summary = reading.summary(db, full)
         nodes = reading.tree(reading.spans(db, full))
-    rows = list(_flatten(nodes))
+    rows = flatten(nodes)
     if output == "json":
         click.echo(json.dumps({
             "trace": _summary_json(summary),
@@ -97,86 +95,16 @@ def trace_show(trace_id: str, state_dir: Path, output: str) -> None:
         ("trace ", "bold"), (summary.trace_id, "bold cyan"), "  ", _root_name(summary), "  ",
         f"{summary.span_count} spans, {duration(summary.duration_ns)}, started "
         f"{_timestamp(summary.start_ns)}"))
-    stdout.print(render(rows, start_ns=summary.start_ns, total_ns=summary.duration_ns))
-
-
-def render(rows: list[tuple[Node, int, str]], *, start_ns: int, total_ns: int) -> Table:
-    """The span tree as a table: tree guides, then service, cluster, offset, duration, a bar
-    of where in the trace the span ran, and its status."""
-    names = {node.span.span_id: node.span.name for node, _, _ in rows}
-    table = Table(box=None, pad_edge=False)
-    for column in ("span", "service", "cluster", "offset", "duration", "timeline", "status"):
-        table.add_column(column, justify="right" if column in ("offset", "duration") else "left",
-                         no_wrap=column != "status")
-    for node, _, guide in rows:
-        span = node.span
-        name = Text(guide, style="dim")
-        name.append(span.name or "(unnamed)")
-        if node.orphan:
-            name.append(f"  ⚠ parent {span.parent_span_id} missing", style="yellow")
-        error = span.status_code == STATUS_ERROR
-        table.add_row(
-            name, span.service, span.cluster or "-",
-            f"+{duration(span.start_ns - start_ns)}", duration(span.duration_ns),
-            _bar(span, start_ns, total_ns),
-            Text(f"error: {span.status_message}" if error else "", style="red"))
-        for link in span.links:
-            target = names.get(link["span_id"]) if link["trace_id"] == span.trace_id else None
-            where = "this trace" if target else f"trace {link['trace_id']}"
-            text = Text(f"{_continuation(guide)}  ↪ link to span {link['span_id']} of {where}",
-                        style="dim")
-            if target:
-                text.append(f" ({target})", style="dim")
-            table.add_row(text)
-    return table
-
-
-def _flatten(nodes: list[Node]) -> list[tuple[Node, int, str]]:
-    """Depth-first (node, depth, tree guide) rows; top-level spans have no guide."""
-    rows: list[tuple[Node, int, str]] = []
-
-    def walk(node: Node, depth: int, prefix: str, last: bool) -> None:
-        guide = "" if depth == 0 else prefix + ("└─ " if last else "├─ ")
-        rows.append((node, depth, guide))
-        below = "" if depth == 0 else prefix + ("   " if last else "│  ")
-        for i, child in enumerate(node.children):
-            walk(child, depth + 1, below, i == len(node.children) - 1)
-
-    for node in nodes:
-        walk(node, 0, "", True)
-    return rows
-
-
-def _continuation(guide: str) -> str:
-    """The guide of a line under a span's own line (its links)."""
-    return guide.replace("├─", "│ ").replace("└─", "  ")
-
-
-def _bar(span: StoredSpan, start_ns: int, total_ns: int) -> str:
-    if total_ns <= 0:
-        return "▏"
-    begin = int((span.start_ns - start_ns) / total_ns * BAR_WIDTH)
-    length = max(1, round(span.duration_ns / total_ns * BAR_WIDTH))
-    begin = min(begin, BAR_WIDTH - 1)
-    return " " * begin + "█" * min(length, BAR_WIDTH - begin)
+    # Printed as laid out, never cropped: on a terminal too narrow even for the columns that
+    # are never cut, the terminal wraps the lines rather than rich cutting their ends off.
+    stdout.print(render(rows, start_ns=summary.start_ns, total_ns=summary.duration_ns,
+                        width=stdout.width), soft_wrap=True)
 
 
 def _root_name(summary: TraceSummary) -> str:
     """The root span's name; while it has not arrived, the earliest span's, marked."""
     return summary.root_name if summary.root_name is not None else \
         f"{summary.first_name} (root not stored)"
-
-
-def duration(ns: int) -> str:
-    """A duration as a person reads it: 412µs, 12.3ms, 1.24s, 2m03s."""
-    if ns < 1_000_000:
-        return f"{ns / 1000:.0f}µs"
-    if ns < 1_000_000_000:
-        return f"{ns / 1e6:.1f}ms"
-    if ns < 60 * 10**9:
-        return f"{ns / 1e9:.2f}s"
-    minutes, seconds = divmod(ns // 10**9, 60)
-    return f"{minutes}m{seconds:02d}s"
 
 
 def _timestamp(ns: int) -> str:

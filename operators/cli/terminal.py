@@ -1,0 +1,65 @@
+"""What every ``fakefleet`` command shares: the consoles it writes to, where its state is, and
+how it reaches the host cluster of that state.
+
+It defines no command and prints nothing itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from operators.controlplane.errors import StateError
+from operators.controlplane.state import StateDir
+from operators.k8s.client import Client
+from operators.k8s.config import load_kubeconfig_file
+from operators.k8s.errors import K8sError
+
+T = TypeVar("T")
+
+# Messages to a file, a pipe or a test are not wrapped: an error stays one line that scripts
+# can search (rich would break it at 80 columns).
+console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
+# Tables piped to a file or a test keep their columns instead of wrapping at 80.
+stdout = Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def default_state_dir() -> Path:
+    """``$FAKEFLEET_STATE_DIR``, else ``$XDG_STATE_HOME/fakefleet``, else ~/.local/state/."""
+    explicit = os.environ.get("FAKEFLEET_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "fakefleet"
+
+
+state_dir_option = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=default_state_dir,
+    show_default="$FAKEFLEET_STATE_DIR or ~/.local/state/fakefleet",
+    help="Where the control plane keeps its data, certificates and logs.",
+)
+
+
+def host_client(state_dir: Path) -> Client:
+    """A client of the host cluster that ``fakefleet up`` started in ``state_dir``."""
+    path = StateDir(state_dir.resolve()).host_kubeconfig
+    if not path.exists():
+        raise StateError(f"no host cluster in {state_dir}: start it with 'fakefleet up'")
+    return Client.connect(load_kubeconfig_file(path))
+
+
+def run_k8s(work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` against the host cluster; an unexpected answer is a readable error."""
+    try:
+        return asyncio.run(work)
+    except K8sError as error:
+        raise StateError(f"the host cluster did not answer as expected: {error}") from error
