@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Mapping
 
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -31,27 +30,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+from federation.telemetry.exporting import PROTOCOL_VARIABLES, exporting
 
 logger = logging.getLogger(__name__)
 
 _configured: TracerProvider | None = None
-
-
-def exporting(environ: Mapping[str, str]) -> bool:
-    """Whether spans leave a process that runs with ``environ``."""
-    return (any(environ.get(name) for name in ENDPOINT_VARIABLES)
-            and environ.get("OTEL_SDK_DISABLED", "").lower() != "true"
-            and environ.get("OTEL_TRACES_EXPORTER", "otlp").lower() != "none")
-
-
-def exporter_environment(endpoint: str, environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables that point a child's exporter at ``endpoint`` (``http://host:port``),
-    unless ``environ`` already names an endpoint: the user's Jaeger or Tempo wins."""
-    if any(environ.get(name) for name in ENDPOINT_VARIABLES):
-        return {}
-    return {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
 
 
 def configure(service_name: str, cluster: str | None = None, *,

@@ -28,7 +28,7 @@ import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
-from federation.telemetry.setup import exporting
+from federation.telemetry.exporting import exporting
 from operators.controlplane.pki import (
     FRONT_PROXY_CLIENT,
     SERVICE_CLUSTER_IP_RANGE,

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import IO
 
 from federation.client.discovery import HubFiles, HubInfo
+from federation.telemetry.exporting import exporter_environment
 from federation.telemetry.files import CollectorFiles, CollectorInfo
-from federation.telemetry.setup import exporter_environment
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import (

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from federation.telemetry import setup
+from federation.telemetry import exporting, setup
 from federation.telemetry.files import CollectorFiles
 from operators.cli.traces import trace
 from operators.controlplane.daemon import collector_wanted
@@ -29,7 +29,7 @@ def clean_otel_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatc
 async def test_a_configured_process_exports_to_the_endpoint_in_its_environment(
         tmp_path: Path, clean_otel_environment: pytest.MonkeyPatch) -> None:
     async with running_collector(CollectorFiles.of(tmp_path).root) as info:
-        for name, value in setup.exporter_environment(info.endpoint, os.environ).items():
+        for name, value in exporting.exporter_environment(info.endpoint, os.environ).items():
             clean_otel_environment.setenv(name, value)
         provider = setup.configure("fakefleet-engine", "west", set_global=False)
         with provider.get_tracer("test").start_as_current_span("engine.batch"):
@@ -50,7 +50,7 @@ def test_without_an_endpoint_spans_are_made_but_not_exported(
         clean_otel_environment: pytest.MonkeyPatch) -> None:
     provider = setup.configure("fakefleet-hub", set_global=False)
     assert "k8s.cluster.name" not in provider.resource.attributes
-    assert not setup.exporting(os.environ)
+    assert not exporting.exporting(os.environ)
     with provider.get_tracer("test").start_as_current_span("sampled") as span:
         assert span.get_span_context().trace_flags.sampled  # parent-based, always on
     provider.shutdown()
@@ -58,13 +58,13 @@ def test_without_an_endpoint_spans_are_made_but_not_exported(
 
 def test_the_users_endpoint_wins_over_the_collector() -> None:
     collector = "http://127.0.0.1:4317"
-    assert setup.exporter_environment(collector, {}) == {
+    assert exporting.exporter_environment(collector, {}) == {
         "OTEL_EXPORTER_OTLP_ENDPOINT": collector, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
-    for name in setup.ENDPOINT_VARIABLES:
-        assert setup.exporter_environment(collector, {name: "http://tempo:4317"}) == {}
-    assert not setup.exporting({"OTEL_EXPORTER_OTLP_ENDPOINT": collector,
+    for name in exporting.ENDPOINT_VARIABLES:
+        assert exporting.exporter_environment(collector, {name: "http://tempo:4317"}) == {}
+    assert not exporting.exporting({"OTEL_EXPORTER_OTLP_ENDPOINT": collector,
                                 "OTEL_SDK_DISABLED": "true"})
-    assert not setup.exporting({"OTEL_EXPORTER_OTLP_ENDPOINT": collector,
+    assert not exporting.exporting({"OTEL_EXPORTER_OTLP_ENDPOINT": collector,
                                 "OTEL_TRACES_EXPORTER": "none"})
 
 
