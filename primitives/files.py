@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self
 
@@ -58,6 +59,33 @@ def _sync_directory(directory: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+class Named:
+    """A file at a fixed name in its owner's directory: ``files.log`` reads as a Path."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, owner: Directory, kind: type[Directory]) -> Path:
+        return owner.directory / self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class Directory:
+    """The paths of one directory that a process keeps (a hub's, a collector's, a PKI's), each
+    spelled once: a class attribute that is :class:`Named`."""
+
+    directory: Path
+
+    def declared(self) -> Iterator[Path]:
+        """Every file the class names, in the order they are declared (base classes first)."""
+        seen: set[str] = set()
+        for kind in reversed(type(self).__mro__):
+            for attribute, value in vars(kind).items():
+                if isinstance(value, Named) and attribute not in seen:
+                    seen.add(attribute)
+                    yield self.directory / value.name
 
 
 class Published:

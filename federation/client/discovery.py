@@ -7,32 +7,18 @@ contract between them, so the file names are spelled here only).
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-from primitives.files import Published
+from primitives.files import Directory, Named, Published
 
 
 @dataclasses.dataclass(frozen=True)
-class HubFiles:
+class HubFiles(Directory):
     """The paths of a hub's state directory, spelled once."""
 
-    root: Path
-
-    @property
-    def key(self) -> Path:
-        return self.root / "hub.key"
-
-    @property
-    def fleet_token(self) -> Path:
-        return self.root / "fleet.token"
-
-    @property
-    def info(self) -> Path:
-        return self.root / "hub.json"
-
-    @property
-    def log(self) -> Path:
-        return self.root / "hub.log"
+    key = Named("hub.key")
+    fleet_token = Named("fleet.token")
+    info = Named("hub.json")
+    log = Named("hub.log")
 
 
 @dataclasses.dataclass(frozen=True)

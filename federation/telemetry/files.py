@@ -15,35 +15,22 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from primitives.files import Published
+from primitives.files import Directory, Named, Published
 
 
 @dataclasses.dataclass(frozen=True)
-class CollectorFiles:
+class CollectorFiles(Directory):
     """The paths of a collector's directory."""
 
-    root: Path
+    database = Named("spans.db")
+    info = Named("collector.json")
+    port = Named("port")
+    log = Named("collector.log")
 
     @classmethod
     def of(cls, state_dir: Path) -> CollectorFiles:
         """The collector's directory inside a fakefleet state directory."""
         return cls(state_dir / "collector")
-
-    @property
-    def database(self) -> Path:
-        return self.root / "spans.db"
-
-    @property
-    def info(self) -> Path:
-        return self.root / "collector.json"
-
-    @property
-    def port(self) -> Path:
-        return self.root / "port"
-
-    @property
-    def log(self) -> Path:
-        return self.root / "collector.log"
 
 
 @dataclasses.dataclass(frozen=True)

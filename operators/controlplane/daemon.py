@@ -191,10 +191,10 @@ async def _start_collector(state_dir: Path, timeout: float,
     """The trace collector, supervised, on loopback, on the port it had before (processes
     that outlive a restart of it keep exporting to the address they were given)."""
     files = CollectorFiles.of(state_dir)
-    private_directory(files.root)
+    private_directory(files.directory)
     files.info.unlink(missing_ok=True)
     command = [sys.executable, "-m", "federation.telemetry.collector",
-               "--state-dir", str(files.root),
+               "--state-dir", str(files.directory),
                "--listen", f"127.0.0.1:{_remembered_port(files.port)}"]
     if not fsync:
         command.append("--unsafe-no-fsync")

@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from primitives.files import private_directory, write_private
+from primitives.files import Directory, Named, private_directory, write_private
 
 VALIDITY = datetime.timedelta(days=3650)
 #: X.509's upper bound on a common name (RFC 5280, ``ub-common-name``).
@@ -60,38 +60,20 @@ CLIENTS = {
 }
 
 
-class _File:
-    """A file of a PKI, at a fixed name in its directory: ``pki.ca_cert`` is a Path."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __get__(self, pki: _Files, owner: type[_Files]) -> Path:
-        return pki.directory / self.name
-
-
-def _pair(stem: str) -> tuple[_File, _File]:
+def _pair(stem: str) -> tuple[Named, Named]:
     """A certificate and its key: ``<stem>.crt`` and ``<stem>.key``."""
-    return _File(f"{stem}.crt"), _File(f"{stem}.key")
+    return Named(f"{stem}.crt"), Named(f"{stem}.key")
 
 
 @dataclasses.dataclass(frozen=True)
-class _Files:
-    """The paths of one PKI: its CA and the files its class names (class attributes that are
-    :class:`_File`, in the order they are declared)."""
-
-    directory: Path
+class _Files(Directory):
+    """The paths of one PKI: its CA and the files its class names."""
 
     ca_cert, ca_key = _pair("ca")
 
     def files(self) -> Iterator[Path]:
         """Every file of a complete PKI."""
-        seen: set[str] = set()
-        for kind in reversed(type(self).__mro__):
-            for name, value in vars(kind).items():
-                if isinstance(value, _File) and name not in seen:
-                    seen.add(name)
-                    yield self.directory / value.name
+        return self.declared()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,8 +81,8 @@ class ClusterPKI(_Files):
     """Paths of one cluster's certificates and keys."""
 
     serving_cert, serving_key = _pair("apiserver")
-    service_account_key = _File("sa.key")
-    service_account_pub = _File("sa.pub")
+    service_account_key = Named("sa.key")
+    service_account_pub = Named("sa.pub")
 
     def client_cert(self, client: str) -> Path:
         return self.directory / f"{client}.crt"

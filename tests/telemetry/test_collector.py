@@ -94,7 +94,7 @@ async def fleet_trace(info: CollectorInfo) -> str:
 
 
 async def test_sdk_spans_arrive_and_show_as_a_tree(tmp_path: Path) -> None:
-    async with running_collector(CollectorFiles.of(tmp_path).root) as info:
+    async with running_collector(CollectorFiles.of(tmp_path).directory) as info:
         trace_id = await fleet_trace(info)
         listed = json.loads(cli(tmp_path, "ls", "-o", "json"))
         shown = json.loads(cli(tmp_path, "show", trace_id[:10], "-o", "json"))
@@ -188,7 +188,7 @@ async def test_a_partly_bad_batch_stores_the_good_spans_and_says_which_were_refu
         tmp_path: Path) -> None:
     good = otlp_span(b"\x01" * 16, b"\x02" * 8, "good", T0, T0 + MS)
     bad = otlp_span(b"\x01" * 16, b"\x03" * 8, "bad", T0 + MS, T0)
-    async with running_collector(CollectorFiles.of(tmp_path).root) as info:
+    async with running_collector(CollectorFiles.of(tmp_path).directory) as info:
         answer = await export(info, request(good, bad))
     assert answer.partial_success.rejected_spans == 1
     assert "1 span(s) stored, 1 refused: resource_spans[0].scope_spans[0].spans[1]." \
@@ -200,7 +200,7 @@ async def test_a_partly_bad_batch_stores_the_good_spans_and_says_which_were_refu
 async def test_a_retried_batch_is_stored_once(tmp_path: Path) -> None:
     spans = [otlp_span(b"\x01" * 16, bytes([i + 1]) * 8, f"s{i}", T0 + i, T0 + 10)
              for i in range(3)]
-    async with running_collector(CollectorFiles.of(tmp_path).root) as info:
+    async with running_collector(CollectorFiles.of(tmp_path).directory) as info:
         await export(info, request(*spans))
         await export(info, request(*spans[1:]))  # the answer was lost: the exporter retries
     listed = json.loads(cli(tmp_path, "ls", "-o", "json"))
@@ -209,7 +209,7 @@ async def test_a_retried_batch_is_stored_once(tmp_path: Path) -> None:
 
 async def test_spans_survive_a_restart_and_are_readable_while_it_is_down(
         tmp_path: Path) -> None:
-    root = CollectorFiles.of(tmp_path).root
+    root = CollectorFiles.of(tmp_path).directory
     async with running_collector(root) as info:
         first = await fleet_trace(info)
         address = info.address
@@ -224,7 +224,7 @@ async def test_spans_survive_a_restart_and_are_readable_while_it_is_down(
 
 async def test_retention_drops_the_oldest_traces_periodically(tmp_path: Path) -> None:
     """Three traces of two spans each, a limit of four spans: the oldest trace goes, whole."""
-    async with running_collector(CollectorFiles.of(tmp_path).root,
+    async with running_collector(CollectorFiles.of(tmp_path).directory,
                                  retention=Retention(max_spans=4, max_age_ns=10**20),
                                  retention_interval=0.1) as info:
         for i in range(3):
@@ -243,7 +243,7 @@ async def test_retention_drops_the_oldest_traces_periodically(tmp_path: Path) ->
 
 async def test_retention_drops_traces_that_ended_too_long_ago(tmp_path: Path) -> None:
     now = time.time_ns()
-    async with running_collector(CollectorFiles.of(tmp_path).root,
+    async with running_collector(CollectorFiles.of(tmp_path).directory,
                                  retention=Retention(max_age_ns=3600 * 10**9),
                                  retention_interval=0.1) as info:
         await export(info, request(
@@ -259,7 +259,7 @@ async def test_retention_drops_traces_that_ended_too_long_ago(tmp_path: Path) ->
 
 
 async def test_trace_ids_that_match_nothing_or_several_are_explained(tmp_path: Path) -> None:
-    async with running_collector(CollectorFiles.of(tmp_path).root) as info:
+    async with running_collector(CollectorFiles.of(tmp_path).directory) as info:
         await export(info, request(
             otlp_span(bytes.fromhex("ab" * 16), b"\x01" * 8, "one", T0, T0 + 1),
             otlp_span(bytes.fromhex("ac" * 16), b"\x01" * 8, "two", T0, T0 + 1)))
@@ -288,7 +288,7 @@ async def test_a_batch_the_store_cannot_take_is_refused_as_retryable(
         raise sqlite3.OperationalError("database or disk is full")
 
     good = otlp_span(b"\x01" * 16, b"\x02" * 8, "kept", T0, T0 + MS)
-    async with running_collector(CollectorFiles.of(tmp_path).root) as info:
+    async with running_collector(CollectorFiles.of(tmp_path).directory) as info:
         monkeypatch.setattr(SpanStore, "write", full)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await export(info, request(good))

@@ -23,7 +23,7 @@ COMMAND = [sys.executable, "-m", "federation.telemetry.collector"]
 
 def test_it_serves_until_sigterm_and_leaves_its_spans(tmp_path: Path) -> None:
     files = CollectorFiles.of(tmp_path)
-    process = subprocess.Popen([*COMMAND, "--state-dir", str(files.root), "--unsafe-no-fsync"],
+    process = subprocess.Popen([*COMMAND, "--state-dir", str(files.directory), "--unsafe-no-fsync"],
                                stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30

@@ -28,7 +28,7 @@ def clean_otel_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatc
 
 async def test_a_configured_process_exports_to_the_endpoint_in_its_environment(
         tmp_path: Path, clean_otel_environment: pytest.MonkeyPatch) -> None:
-    async with running_collector(CollectorFiles.of(tmp_path).root) as info:
+    async with running_collector(CollectorFiles.of(tmp_path).directory) as info:
         for name, value in exporting.exporter_environment(info.endpoint, os.environ).items():
             clean_otel_environment.setenv(name, value)
         provider = setup.configure("fakefleet-engine", "west", set_global=False)

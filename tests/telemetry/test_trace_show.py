@@ -30,7 +30,7 @@ async def long_trace(tmp_path: Path) -> str:
     """A plan's trace of a minute with long span names from four services: a provision with
     an API server's request under it, a step whose engine batch failed and links to it, and a
     batch whose parent never reaches the collector."""
-    async with running_collector(CollectorFiles.of(tmp_path).root) as info:
+    async with running_collector(CollectorFiles.of(tmp_path).directory) as info:
         operator = provider(info, "fakefleet-operator", cluster="west")
         apiserver = provider(info, "kube-apiserver", cluster="west")
         engine = provider(info, "fakefleet-engine", cluster="west")
