@@ -54,8 +54,8 @@ from rich.table import Table
 
 from bench import kwok
 from bench.metrics import mutating_requests
-from federation.telemetry.files import CollectorFiles, CollectorInfo
 from federation.telemetry.exporting import ENDPOINT_VARIABLES, exporter_environment
+from federation.telemetry.files import CollectorFiles, CollectorInfo
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
 from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate

@@ -17,7 +17,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 PRIVATE_DIRECTORY = 0o700
 PRIVATE_FILE = 0o600
@@ -86,6 +86,22 @@ class Directory:
                 if isinstance(value, Named) and attribute not in seen:
                     seen.add(attribute)
                     yield self.directory / value.name
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessDirectory(Directory):
+    """The directory of a long-running process: it publishes ``<process>.json`` (a
+    :class:`Published`) once it serves, and its supervisor logs it to ``<process>.log``."""
+
+    process: ClassVar[str]
+
+    @property
+    def info(self) -> Path:
+        return self.directory / f"{self.process}.json"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / f"{self.process}.log"
 
 
 class Published:

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from primitives.files import Directory, Named, Published
+from primitives.files import Named, ProcessDirectory, Published
 
 
 @dataclasses.dataclass(frozen=True)
-class HubFiles(Directory):
-    """The paths of a hub's state directory, spelled once."""
+class HubFiles(ProcessDirectory):
+    """The paths of a hub's state directory, spelled once: ``hub.json``, ``hub.log`` and
+    these."""
 
+    process = "hub"
     key = Named("hub.key")
     fleet_token = Named("fleet.token")
-    info = Named("hub.json")
-    log = Named("hub.log")
 
 
 @dataclasses.dataclass(frozen=True)

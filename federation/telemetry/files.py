@@ -15,17 +15,17 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from primitives.files import Directory, Named, Published
+from primitives.files import Named, ProcessDirectory, Published
 
 
 @dataclasses.dataclass(frozen=True)
-class CollectorFiles(Directory):
-    """The paths of a collector's directory."""
+class CollectorFiles(ProcessDirectory):
+    """The paths of a collector's directory: ``collector.json``, ``collector.log`` and
+    these."""
 
+    process = "collector"
     database = Named("spans.db")
-    info = Named("collector.json")
     port = Named("port")
-    log = Named("collector.log")
 
     @classmethod
     def of(cls, state_dir: Path) -> CollectorFiles:
