@@ -38,7 +38,6 @@ from operators.engine import claims, stages
 from operators.engine import pods as podlife
 from operators.engine.addresses import PodAddresses
 from operators.engine.dispatching import Dispatcher
-from operators.engine.patching import patch_until_current
 from operators.engine.pods import PodFacts, PodLife, life_from_status, render_status
 from operators.engine.queues import DelayQueue
 from operators.engine.recording import EventRecorder
@@ -48,6 +47,7 @@ from operators.engine.usage import UsageBook
 from operators.k8s import requests
 from operators.k8s.client import Client
 from operators.k8s.errors import Conflict, Invalid, K8sError, NotFound, transient
+from operators.k8s.patching import patch_until_current
 from operators.k8s.times import rfc3339
 from operators.k8s.watching import list_and_watch
 from primitives import keys

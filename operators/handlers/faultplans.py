@@ -52,7 +52,6 @@ from operators.api.injections import (
     render_held,
 )
 from operators.api.status import condition
-from operators.engine.recording import render_event
 from operators.faults import catalogue, executing, tracing
 from operators.faults import expectations as ex
 from operators.faults.planning import PlanError
@@ -62,6 +61,7 @@ from operators.handlers.clusters import hold_components, member_access
 from operators.handlers.runtime import Runtime
 from operators.k8s.client import Client
 from operators.k8s.errors import Conflict, K8sError, NotFound, TransportError
+from operators.k8s.events import render_event
 from operators.k8s.times import micro_time, parse, rfc3339
 from operators.reconciling.clusters import cluster_key
 from primitives import keys, propagation
