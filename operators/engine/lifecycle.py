@@ -33,7 +33,7 @@ import random
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
-from operators.api.injections import mark_done
+from operators.api.injections import done_annotations
 from operators.engine import claims, stages
 from operators.engine import pods as podlife
 from operators.engine.addresses import PodAddresses
@@ -50,7 +50,6 @@ from operators.k8s.errors import Conflict, Invalid, K8sError, NotFound, transien
 from operators.k8s.patching import patch_until_current
 from operators.k8s.times import rfc3339
 from operators.k8s.watching import list_and_watch
-from primitives import keys
 from primitives.clocks import Clock
 
 logger = logging.getLogger(__name__)
@@ -373,11 +372,11 @@ class PodLifecycle:
             "annotations": facts.annotations}
 
         def change(metadata: Any) -> dict[str, Any] | None:
-            ended = mark_done(metadata.get("annotations"), rule.entry)
+            ended = done_annotations(metadata.get("annotations"), rule.entry)
             if ended is None:
                 return None  # gone, or done already: nothing of ours to write
             return {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
-                                 "annotations": {keys.FAULTS: ended}}}
+                                 "annotations": ended}}
 
         def reread(pod: Any) -> Any:
             metadata = pod["metadata"]
