@@ -60,6 +60,7 @@ from operators.faults.targets import ClusterView, Fleet, NodeView, PodView, Targ
 from operators.handlers.clusters import hold_components, member_access
 from operators.handlers.runtime import Runtime
 from operators.k8s.client import Client
+from operators.k8s.discovery import Known, UnknownKind, list_objects
 from operators.k8s.errors import Conflict, K8sError, NotFound, TransportError
 from operators.k8s.events import render_event
 from operators.k8s.times import micro_time, parse, rfc3339
@@ -108,7 +109,7 @@ class PlanRunner:
         self._clients: dict[str, Client] = {}
         self._clusters: dict[str, FakeCluster] = {}
         #: (server, apiVersion, kind) → (plural, namespaced), from the API's discovery.
-        self._plurals: dict[tuple[str, str, str], tuple[str, bool]] = {}
+        self._plurals: Known = {}
         self._written = self.status.model_dump(mode="json")
         #: Victims as the last list showed them, so that a write can go out without reading
         #: each object first; and their uids (for Events about them).
@@ -799,28 +800,12 @@ class PlanRunner:
         return expectation.holds(picked)
 
     async def _list(self, client: Client, objects: ex.Objects, namespace: str) -> list[Any]:
-        plural, namespaced = await self._plural(client, objects.api_version, objects.kind)
-        prefix = "/api/v1" if objects.api_version == "v1" else f"/apis/{objects.api_version}"
-        path = f"{prefix}/namespaces/{namespace}/{plural}" if namespaced and namespace else \
-            f"{prefix}/{plural}"
-        params = {"fieldSelector": f"metadata.name={objects.name}"} if objects.name else None
-        found = await client.get(path, params)
-        items: list[Any] = found.get("items") or []
-        return items
-
-    async def _plural(self, client: Client, api_version: str, kind: str) -> tuple[str, bool]:
-        key = (client.server, api_version, kind)
-        if key not in self._plurals:
-            path = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-            found = await client.get(path)
-            for resource in found.get("resources") or ():
-                if "/" not in resource["name"]:
-                    self._plurals[(client.server, api_version, resource["kind"])] = (
-                        resource["name"], bool(resource.get("namespaced")))
-            if key not in self._plurals:
-                raise ex.ExpectationError(f"objects: the API has no kind {kind} in "
-                                          f"{api_version}")
-        return self._plurals[key]
+        try:
+            return await list_objects(client, objects.api_version, objects.kind,
+                                      namespace=namespace, name=objects.name,
+                                      known=self._plurals)
+        except UnknownKind as error:
+            raise ex.ExpectationError(f"objects: {error}") from error
 
     # -- helpers --------------------------------------------------------------------------------
 
