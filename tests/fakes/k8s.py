@@ -195,6 +195,8 @@ class MemoryTransport:
     def _answer(self, request: Request) -> Response:
         if request.path == "/version":
             return _ok({"gitVersion": self.git_version, "major": "1", "minor": "36"})
+        if request.path == "/readyz":
+            return Response(200, {}, b"ok")
         if request.method == "GET" and request.path.rstrip("/") in self._discovery:
             return _ok(self._discovery[request.path.rstrip("/")])
         target = _parse(request.path)
