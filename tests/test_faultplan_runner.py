@@ -22,7 +22,8 @@ from operators.api.injections import (
     read_entries,
     render_entries,
 )
-from operators.handlers.faultplans import MEMBER_WAIT, PlanRunner, delete
+from operators.faults.deciding import MEMBER_WAIT
+from operators.handlers.faultplans import PlanRunner, delete
 from operators.handlers.runtime import Runtime
 from operators.k8s.client import Client
 from operators.k8s.errors import K8sError

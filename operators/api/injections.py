@@ -20,11 +20,14 @@ An entry's ``state`` says which of its stages are live:
   finished, or a one-shot fault such as a container exit happened). The plan removes done
   entries.
 
-Every write is conditional on the object's resourceVersion, so the plan and the engine never
-overwrite each other's changes to the list. An entry's id is the plan's namespace, name and
-uid-derived suffix, the step and the occurrence: writing an entry that is already there (a
-plan operator restarted between its write and its status update) changes nothing, so no fault
-is injected twice.
+Every change of state is one function here, called by the plan and the engine alike (neither
+spells a state itself): :func:`inject_entry`, :func:`recover_entry`, :func:`mark_done`
+(:func:`done_annotations`) and :func:`remove_entry`; :func:`recovery` says which the plan owes
+an entry while it recovers. Every write is conditional on the object's resourceVersion, so
+the plan and the engine never overwrite each other's changes to the list. An entry's id is
+the plan's namespace, name and uid-derived suffix, the step and the occurrence: writing an
+entry that is already there (a plan operator restarted between its write and its status
+update) changes nothing, so no fault is injected twice.
 
 Some faults cannot be carried by the object they act on, and are carried by the object that
 owns its existence instead:
@@ -138,6 +141,54 @@ def render_entries(entries: list[FaultEntry]) -> str | None:
                       separators=(",", ":"))
 
 
+# -- an entry's life: every change of state, for the plan and the engine alike ----------------
+
+def inject_entry(entries: list[FaultEntry], entry: FaultEntry) -> list[FaultEntry]:
+    """``entries`` with ``entry`` added, unless one with its id is there already: written before
+    a restart, it stays as it was (its trace included), so no fault is injected twice."""
+    if any(e.id == entry.id for e in entries):
+        return entries
+    return [*entries, entry]
+
+
+def recover_entry(entries: list[FaultEntry], entry_id: str,
+                  traceparent: str = "") -> list[FaultEntry]:
+    """``entries`` with entry ``entry_id`` turned from inject to its recovery stages, carrying
+    ``traceparent`` (none: the one it has); an entry in another state is left alone."""
+    return [e.model_copy(update={"state": "recover", "traceparent": traceparent or e.traceparent})
+            if e.id == entry_id and e.state == "inject" else e for e in entries]
+
+
+def remove_entry(entries: list[FaultEntry], entry_id: str) -> list[FaultEntry]:
+    """``entries`` without entry ``entry_id``: a done entry, or a FakeCluster's whose fault
+    ended."""
+    return [e for e in entries if e.id != entry_id]
+
+
+Recovery = Literal["gone", "again", "waiting", "over"]
+
+
+def recovery(entries: list[FaultEntry], entry_id: str) -> Recovery:
+    """Where the recovery of entry ``entry_id`` stands on an object: ``gone`` (nothing of it
+    left to undo), ``again`` (still inject: its turn to recover was lost, to be written again),
+    ``waiting`` (the engine has not written the recovery yet), ``over`` (done: to be removed).
+    """
+    mine = next((e for e in entries if e.id == entry_id), None)
+    if mine is None:
+        return "gone"
+    if mine.state == "inject":
+        return "again"
+    return "over" if mine.state == "done" else "waiting"
+
+
+def done_annotations(annotations: Mapping[str, str] | None,
+                     entry_id: str) -> dict[str, str] | None:
+    """The annotations a merge patch sets to mark entry ``entry_id`` done (:func:`mark_done`);
+    None when there is nothing to change."""
+    ended = mark_done(annotations, entry_id)
+    return None if ended is None else {keys.FAULTS: ended}
+
+
 def mark_done(annotations: Mapping[str, str] | None, entry_id: str) -> str | None:
     """The annotation's value with entry ``entry_id`` done, every other entry exactly as it was
     (the JSON of each is kept, not re-rendered); None when there is nothing to change: the
@@ -210,3 +261,14 @@ def read_held(annotations: Mapping[str, str] | None) -> dict[str, list[str]]:
 def render_held(held: Mapping[str, list[str]]) -> str | None:
     kept = {key: sorted(names) for key, names in held.items() if names}
     return json.dumps(kept, separators=(",", ":"), sort_keys=True) if kept else None
+
+
+def hold_node(held: Mapping[str, list[str]], entry_id: str, node: str) -> dict[str, list[str]]:
+    """``held`` with ``node`` held deleted by entry ``entry_id``."""
+    return {**held, entry_id: sorted({*held.get(entry_id, ()), node})}
+
+
+def release_node(held: Mapping[str, list[str]], entry_id: str,
+                 node: str) -> dict[str, list[str]]:
+    """``held`` without ``node`` among those entry ``entry_id`` holds."""
+    return {**held, entry_id: sorted(set(held.get(entry_id, ())) - {node})}

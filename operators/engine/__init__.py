@@ -5,7 +5,8 @@ lifecycle, all driven by stages (data) and run as one process per cluster
 Pure planning and rendering (:mod:`~operators.engine.nodes`, :mod:`~operators.engine.pods`,
 :mod:`~operators.engine.stages`) is kept apart from the loops that write
 (:mod:`~operators.engine.registering`, :mod:`~operators.engine.heartbeating`,
-:mod:`~operators.engine.lifecycle`, :mod:`~operators.engine.pooling`,
-:mod:`~operators.engine.patching`), wired together in :mod:`~operators.engine.running`.
+:mod:`~operators.engine.lifecycle`, :mod:`~operators.engine.pooling`), wired together in
+:mod:`~operators.engine.running`; their conditional writes go through
+:mod:`operators.k8s.patching`.
 Faults reach the engine as stages the objects carry (:mod:`operators.api.injections`).
 """

@@ -19,7 +19,7 @@ back (``gpus``: their DRA devices, :mod:`~operators.engine.publishing`), then wr
 status (conditions, allocatable), then, if it has any, the Node itself: taints,
 spec.unschedulable and, for ``endFault``, its entry marked done, conditional on the
 resourceVersion the status write returned and computed again after a 409
-(:mod:`~operators.engine.patching`). So an entry is done only once everything it asked for is
+(:mod:`~operators.k8s.patching`). So an entry is done only once everything it asked for is
 written; the life and facts are committed after.
 """
 
@@ -34,13 +34,13 @@ from operators.engine import nodes, stages
 from operators.engine.dispatching import Dispatcher
 from operators.engine.inventory import NodeBook, NodeRecord
 from operators.engine.nodes import NodeFacts
-from operators.engine.patching import patch_until_current
 from operators.engine.queues import DelayQueue
 from operators.engine.recording import EventRecorder
 from operators.engine.stages import NodeRule, Rulebook
 from operators.engine.tracing import FaultBatches
 from operators.k8s.client import Client
 from operators.k8s.errors import Conflict, K8sError, NotFound
+from operators.k8s.patching import patch_until_current
 from operators.k8s.requests import STRATEGIC_PATCH
 from operators.k8s.retrying import Backoff
 from operators.k8s.times import micro_time, parse, rfc3339

@@ -33,12 +33,11 @@ import random
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
-from operators.api.injections import mark_done
+from operators.api.injections import done_annotations
 from operators.engine import claims, stages
 from operators.engine import pods as podlife
 from operators.engine.addresses import PodAddresses
 from operators.engine.dispatching import Dispatcher
-from operators.engine.patching import patch_until_current
 from operators.engine.pods import PodFacts, PodLife, life_from_status, render_status
 from operators.engine.queues import DelayQueue
 from operators.engine.recording import EventRecorder
@@ -48,9 +47,9 @@ from operators.engine.usage import UsageBook
 from operators.k8s import requests
 from operators.k8s.client import Client
 from operators.k8s.errors import Conflict, Invalid, K8sError, NotFound, transient
+from operators.k8s.patching import patch_until_current
 from operators.k8s.times import rfc3339
 from operators.k8s.watching import list_and_watch
-from primitives import keys
 from primitives.clocks import Clock
 
 logger = logging.getLogger(__name__)
@@ -373,11 +372,11 @@ class PodLifecycle:
             "annotations": facts.annotations}
 
         def change(metadata: Any) -> dict[str, Any] | None:
-            ended = mark_done(metadata.get("annotations"), rule.entry)
+            ended = done_annotations(metadata.get("annotations"), rule.entry)
             if ended is None:
                 return None  # gone, or done already: nothing of ours to write
             return {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
-                                 "annotations": {keys.FAULTS: ended}}}
+                                 "annotations": ended}}
 
         def reread(pod: Any) -> Any:
             metadata = pod["metadata"]

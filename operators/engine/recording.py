@@ -4,48 +4,24 @@ the engine's log (an annotation ignored, a foreign node left alone, a stage's ev
 Events go out through a bounded queue from a task of their own: a flood of them (a thousand
 bad pods) never holds up node or pod writes; when the queue is full they are dropped (the log
 has them). An Event's name is derived from what it says, so a repeat is refused by the API as
-AlreadyExists instead of piling up.
+AlreadyExists instead of piling up (:func:`operators.k8s.events.render_event`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from typing import Any
 
 from operators.k8s.client import Client
 from operators.k8s.errors import Conflict, K8sError
+from operators.k8s.events import render_event
 from operators.k8s.times import rfc3339
 from primitives.clocks import Clock
 
 logger = logging.getLogger(__name__)
 
 QUEUE = 256
-
-
-def render_event(*, kind: str, name: str, uid: str, namespace: str = "", event_type: str,
-                 reason: str, message: str, host: str, now: str) -> dict[str, Any]:
-    """A core/v1 Event about a Pod (in its namespace) or a Node (in ``default``)."""
-    digest = hashlib.sha256(f"{uid}/{reason}/{message}".encode()).hexdigest()[:16]
-    involved: dict[str, Any] = {"apiVersion": "v1", "kind": kind, "name": name, "uid": uid}
-    if namespace:
-        involved["namespace"] = namespace
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{name}.{digest}", "namespace": namespace or "default"},
-        "involvedObject": involved,
-        "type": event_type,
-        "reason": reason,
-        "message": message,
-        "source": {"component": "fakefleet-engine", "host": host},
-        "reportingComponent": "fakefleet-engine",
-        "reportingInstance": host,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
 
 
 class EventRecorder:

@@ -24,7 +24,7 @@ from importlib import resources
 from typing import Any
 
 from operators.api.durations import parse_duration
-from operators.api.injections import mark_done, read_entries
+from operators.api.injections import done_annotations, read_entries
 from operators.api.stages import (
     Condition,
     Lifecycle,
@@ -397,9 +397,10 @@ def node_object(rule: NodeRule, node: NodeFacts, now: str) -> dict[str, Any] | N
     if effect.unschedulable is not None and effect.unschedulable != node.unschedulable:
         spec["unschedulable"] = True if effect.unschedulable else None  # as kubectl uncordon
     metadata: dict[str, Any] = {"resourceVersion": node.resource_version}
-    ended = mark_done(node.annotations, rule.entry) if rule.entry and effect.endFault else None
+    ended = done_annotations(node.annotations, rule.entry) \
+        if rule.entry and effect.endFault else None
     if ended is not None:
-        metadata["annotations"] = {keys.FAULTS: ended}
+        metadata["annotations"] = ended
     if not spec and ended is None:
         return None
     return {"metadata": metadata, **({"spec": spec} if spec else {})}

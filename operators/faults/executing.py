@@ -1,7 +1,8 @@
 """A running plan as data: from the FaultPlan's spec to the planner's steps, the schedule as the
-status records it, what is due at a moment, and the phase and verdict. Pure: the handler
-(:mod:`operators.handlers.faultplans`) observes, calls these, writes, and records progress in
-the plan's status only after the writes it stands for succeeded.
+status records it, what is due at a moment, and the phase and verdict. Pure: the runner
+(:mod:`operators.faults.running`, through :mod:`operators.faults.deciding`) observes, calls
+these, writes, and records progress in the plan's status only after the writes it stands for
+succeeded.
 
 Progress lives in ``status.injections`` (one per occurrence of each step): the planned times
 (seconds from ``status.startedAt``), the victims once chosen, and the state. A restarted

@@ -90,6 +90,7 @@ class MemoryTransport:
         self._uids = itertools.count(1)
         self._changed = asyncio.Event()
         self._epoch = 0  # bumped by break_watches(): open streams end with a reset
+        self._discovery: dict[str, dict[str, Any]] = {}
         self.closed = False
 
     # -- what tests call ----------------------------------------------------------------------
@@ -123,6 +124,13 @@ class MemoryTransport:
         """Requests sent so far with ``method`` to paths matching ``pattern``."""
         compiled = re.compile(pattern)
         return [r for r in self.requests if r.method == method and compiled.fullmatch(r.path)]
+
+    def discover(self, group_version: str, resources: list[dict[str, Any]]) -> None:
+        """Serve the discovery document of ``group_version`` (``v1``, ``apps/v1``) with
+        ``resources`` (``{"name": "nodes", "kind": "Node", "namespaced": False}``)."""
+        path = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
+        self._discovery[path] = {"kind": "APIResourceList", "groupVersion": group_version,
+                                 "resources": resources}
 
     def compact(self) -> None:
         """Forget history: watches and continue tokens from before now answer 410 Gone."""
@@ -187,6 +195,10 @@ class MemoryTransport:
     def _answer(self, request: Request) -> Response:
         if request.path == "/version":
             return _ok({"gitVersion": self.git_version, "major": "1", "minor": "36"})
+        if request.path == "/readyz":
+            return Response(200, {}, b"ok")
+        if request.method == "GET" and request.path.rstrip("/") in self._discovery:
+            return _ok(self._discovery[request.path.rstrip("/")])
         target = _parse(request.path)
         query = request.query
         if request.method == "GET":

@@ -1,12 +1,16 @@
 """Conditional writes of an object others write too: a merge patch computed from the object as
 observed, carrying its resourceVersion, computed again from a fresh read after a 409.
 
-The engine writes the Node's taints (a list replaced whole: the node-lifecycle controller's
-taints must survive it) and the fault annotation a FaultPlan writes too (the engine flips one
-entry to done, the plan adds, recovers and removes entries). Neither write may undo a change it
-did not see, so each is conditional on the version it was computed from; on a conflict the
+Two writers share objects this way. The engine writes the Node's taints (a list replaced whole:
+the node-lifecycle controller's taints must survive it) and flips a fault entry to done; the
+FaultPlan runner adds, recovers and removes fault entries (``fakefleet.dev/faults``) and holds
+deleted nodes in their pools (``fakefleet.dev/held-nodes``). Neither may undo a change it did
+not see, so each write is conditional on the version it was computed from; on a conflict the
 object is read again and the change computed anew, from what is there now (the entry may be
 gone: then there is nothing left to write).
+
+This module sends the requests and nothing else: what to change is the caller's ``change``,
+and what a failure means (retry later, give up, tell the user) is the caller's to decide.
 """
 
 from __future__ import annotations
@@ -30,19 +34,20 @@ async def patch_until_current(
     reread: Callable[[Any], T | None],
     *,
     attempts: int = ATTEMPTS,
+    decode: bool = True,
 ) -> tuple[Any, T]:
     """Merge-patch ``path`` with ``change(observed)`` (which carries the resourceVersion it was
     computed from); on a 409, GET the object, ``reread`` it and compute again. Returns the
-    object the PATCH answered (None when there was nothing to change) and what the change was
-    last computed from. Raises NotFound when the object is gone or ``reread`` finds it
-    replaced (None), Conflict when it changed ``attempts`` times in a row, and any other
-    K8sError as it comes."""
+    object the PATCH answered (None when there was nothing to change, or ``decode`` is off)
+    and what the change was last computed from. Raises NotFound when the object is gone or
+    ``reread`` finds it replaced (None), Conflict when it changed ``attempts`` times in a row,
+    and any other K8sError as it comes."""
     for _ in range(attempts):
         patch = change(observed)
         if patch is None:
             return None, observed
         try:
-            return await client.patch(path, patch), observed
+            return await client.patch(path, patch, decode=decode), observed
         except Conflict:
             fresh = reread(await client.get(path))
             if fresh is None:
