@@ -21,7 +21,7 @@ import functools
 import random
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from operators.api.durations import parse_duration
 from operators.api.injections import done_annotations, read_entries
@@ -132,17 +132,25 @@ def _compile(selector: Selector, views: Mapping[str, Callable[..., str | None]],
     return lambda obj, life: all(test(obj, life) for test in tests)
 
 
+StageT = TypeVar("StageT", PodStage, NodeStage)
+FactsT = TypeVar("FactsT", PodFacts, NodeFacts)
+LifeT = TypeVar("LifeT", PodLife, NodeLife)
+
+
 @dataclasses.dataclass(frozen=True)
-class PodRule:
-    stage: PodStage
-    phases: frozenset[str]
-    holds: Callable[[PodFacts, PodLife], bool]
+class Rule(Generic[StageT, FactsT, LifeT]):
+    """A stage compiled for matching against an object's facts and its life."""
+
+    stage: StageT
+    holds: Callable[[FactsT, LifeT], bool]
     fixed: float  # the delay's fixed part and jitter, parsed once
     jitter: float
     entry: str = ""  # the id of the fault entry that carried the stage ("": a default stage)
     #: The entry's trace context ("": untraced, as every default stage is): the engine's
     #: writes for the stage join the plan's trace (:mod:`~operators.engine.tracing`).
     traceparent: str = ""
+    #: The pod phases the stage applies in (empty: any); nodes have no phases.
+    phases: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
@@ -153,22 +161,8 @@ class PodRule:
         return self.stage.effect.hold
 
 
-@dataclasses.dataclass(frozen=True)
-class NodeRule:
-    stage: NodeStage
-    holds: Callable[[NodeFacts, NodeLife], bool]
-    fixed: float
-    jitter: float
-    entry: str = ""
-    traceparent: str = ""
-
-    @property
-    def name(self) -> str:
-        return self.stage.name
-
-    @property
-    def is_hold(self) -> bool:
-        return self.stage.effect.hold
+PodRule = Rule[PodStage, PodFacts, PodLife]
+NodeRule = Rule[NodeStage, NodeFacts, NodeLife]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,10 +176,9 @@ class Rules:
 
 
 def _pod_rule(stage: PodStage, entry: str = "", traceparent: str = "") -> PodRule:
-    return PodRule(stage, frozenset(stage.selector.phases),
-                   _compile(stage.selector, POD_VIEWS, POD_MAPS),
+    return PodRule(stage, _compile(stage.selector, POD_VIEWS, POD_MAPS),
                    parse_duration(stage.delay.duration), parse_duration(stage.delay.jitter),
-                   entry, traceparent)
+                   entry, traceparent, frozenset(stage.selector.phases))
 
 
 def _node_rule(stage: NodeStage, entry: str = "", traceparent: str = "") -> NodeRule:
