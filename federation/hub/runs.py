@@ -262,6 +262,15 @@ class Run:
                             f"FaultPlan {part.object or 'object'} deleted?); it is not run again")
         return True
 
+    def left(self, cluster: str, now: float) -> bool:
+        """The member left the fleet (deregistered): its part fails, unless it finished."""
+        part = self.parts[cluster]
+        if part.state.finished:
+            return False
+        part.state, part.finished_at = Part.FAILED, now
+        part.message = "the member left the fleet (deregistered)"
+        return True
+
     def cancel(self, now: float) -> bool:
         if self.cancelled or self.phase is not Phase.RUNNING:
             return False

@@ -1,6 +1,6 @@
 """A fleet workload's Jobs: when each arrives, where it went, how far it got. Pure state, no I/O,
-time passed in; :mod:`federation.hub.core` drives it and :mod:`federation.hub.convert` puts it
-on the wire.
+time passed in; :mod:`federation.hub.dispatching` drives it and :mod:`federation.hub.convert`
+puts it on the wire.
 
 Each Job moves
 
