@@ -35,6 +35,7 @@ from federation.hub.membership import Membership, State
 from federation.hub.running import Running
 from federation.hub.sending import Session
 from federation.hub.sessions import Counters, Sessions
+from federation.hub.shared import Shared
 from federation.hub.store import Snapshot, Store
 from federation.hub.watching import Watching
 from primitives.clocks import SYSTEM_CLOCK, Clock
@@ -63,20 +64,14 @@ class Hub:
         self.tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
         self.store = Store(settings.state_dir / "state.json", fsync=settings.fsync)
         self.membership = Membership(grace=settings.grace)
-        #: The members' open sessions, by cluster: one each (``sessions`` opens and closes
-        #: them; runs and workloads send through them).
         self.connected: dict[str, Session] = {}
-        self.watching = Watching(membership=self.membership, store=self.store)
-        self.running = Running(membership=self.membership, store=self.store,
-                               connected=self.connected, clock=clock, tracer=self.tracer,
-                               start_delay=DEFAULT_START_DELAY)
-        self.dispatching = Dispatching(membership=self.membership, store=self.store,
-                                       connected=self.connected, clock=clock,
-                                       tracer=self.tracer, start_delay=DEFAULT_START_DELAY)
-        self.sessions = Sessions(membership=self.membership, store=self.store,
-                                 connected=self.connected, running=self.running,
-                                 dispatching=self.dispatching, watching=self.watching,
-                                 clock=clock, tracer=self.tracer)
+        shared = Shared(membership=self.membership, store=self.store, connected=self.connected,
+                        clock=clock, tracer=self.tracer)
+        self.watching = Watching(shared)
+        self.running = Running(shared, start_delay=DEFAULT_START_DELAY)
+        self.dispatching = Dispatching(shared, start_delay=DEFAULT_START_DELAY)
+        self.sessions = Sessions(shared, running=self.running, dispatching=self.dispatching,
+                                 watching=self.watching)
         self.hub_id = ""
         self._stats_from = (0.0, Counters())
         self._ticker: asyncio.Task[None] | None = None

@@ -29,24 +29,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Iterable, Mapping
-
-from opentelemetry import trace
+from collections.abc import Iterable
 
 from federation.api import member_pb2
 from federation.client.tracing import WORKLOAD_ID
 from federation.hub import convert
 from federation.hub.arrivals import Arrivals, RunTime, arrival_times, run_times
 from federation.hub.errors import Refused
-from federation.hub.membership import Member, Membership, State
+from federation.hub.membership import Member, State
 from federation.hub.placement import Job as Gang
 from federation.hub.placement import Policy, place
 from federation.hub.sending import Session, send_command
-from federation.hub.store import Store
+from federation.hub.shared import Shared
 from federation.hub.workloads import JobRecord, JobState, Settings, Workload, gpu_count
 from federation.hub.workloads import parse_command_id as parse_job_command_id
 from primitives import propagation
-from primitives.clocks import Clock
 
 logger = logging.getLogger(__name__)
 
@@ -61,15 +58,8 @@ UNBOUNDED = 10**9
 class Dispatching:
     """The fleet's workloads, the placing of their Jobs and the sending of them."""
 
-    def __init__(self, *, membership: Membership, store: Store,
-                 connected: Mapping[str, Session], clock: Clock, tracer: trace.Tracer,
-                 start_delay: float) -> None:
-        self.membership = membership
-        self.store = store
-        #: The members' open sessions, by cluster (the hub's: opened and closed there).
-        self.connected = connected
-        self.clock = clock
-        self.tracer = tracer
+    def __init__(self, shared: Shared, *, start_delay: float) -> None:
+        self.shared = shared
         self.start_delay = start_delay
         self.workloads: dict[str, Workload] = {}
         self._workload_changed: dict[str, asyncio.Event] = {}
@@ -81,7 +71,7 @@ class Dispatching:
         """Store a workload for the dispatcher; ``traceparent`` names the parent of its span
         (default: the current span, the call's). Its Jobs' commands go out in its trace."""
         self._check_targets(settings)
-        with self.tracer.start_as_current_span(
+        with self.shared.tracer.start_as_current_span(
                 "fleet.workload", context=propagation.parent(traceparent),
                 attributes={"fakefleet.workload.name": name,
                             "fakefleet.workload.jobs": settings.jobs,
@@ -91,7 +81,7 @@ class Dispatching:
             span.set_attribute(WORKLOAD_ID, workload.id)
             self.workloads[workload.id] = workload
             self._forget_old_workloads()
-            await self.store.commit()  # stored before any Job is dispatched
+            await self.shared.store.commit()  # stored before any Job is dispatched
         logger.info("workload %s (%s): %d Jobs of %d pods, placement %s", workload.id,
                     name or "unnamed", settings.jobs, settings.pods, settings.placement)
         self._wake.set()
@@ -100,7 +90,7 @@ class Dispatching:
     def _new_workload(self, settings: Settings, arrivals: Arrivals, run_time: RunTime,
                       spec: dict[str, object], name: str, start_delay: float | None,
                       traceparent: str) -> Workload:
-        now = self.clock.now()
+        now = self.shared.clock.now()
         start = now + (self.start_delay if start_delay is None else start_delay)
         arrive = arrival_times(arrivals, settings.jobs, settings.seed)
         runs = run_times(run_time, settings.jobs, settings.seed)
@@ -123,7 +113,7 @@ class Dispatching:
         return self._workload_changed.setdefault(workload_id, asyncio.Event())
 
     def _check_targets(self, settings: Settings) -> None:
-        members = self.membership.members
+        members = self.shared.membership.members
         if settings.placement == "manager":
             if settings.manager not in members:
                 raise Refused("FAILED_PRECONDITION",
@@ -151,7 +141,7 @@ class Dispatching:
                           f"GPUs, or select larger clusters")
 
     def _selected(self, settings: Settings) -> list[str]:
-        return sorted(name for name, member in self.membership.members.items()
+        return sorted(name for name, member in self.shared.membership.members.items()
                       if convert.selects(dict(settings.selector), member.identity)
                       and name != settings.manager)
 
@@ -159,14 +149,14 @@ class Dispatching:
 
     async def dispatch_forever(self) -> None:
         while True:
-            now = self.clock.now()
+            now = self.shared.clock.now()
             try:
                 wait = self.dispatch(now)
             except Exception:
                 logger.exception("dispatching workloads failed")
                 wait = 1.0
             self._wake.clear()
-            await self.clock.wait(self._wake, wait)
+            await self.shared.clock.wait(self._wake, wait)
 
     def dispatch(self, now: float) -> float:
         """Place what arrived, send what is placed, sample utilisation; returns how long
@@ -184,7 +174,7 @@ class Dispatching:
                     changed |= self._place(workload, due)
             for job in workload.jobs:
                 if job.state is JobState.PLACED:
-                    session = self.connected.get(job.cluster)
+                    session = self.shared.connected.get(job.cluster)
                     if session is not None and \
                             (sent := self._send_job(session, workload, job)) is not None:
                         changed |= workload.sent(job, now)
@@ -203,7 +193,7 @@ class Dispatching:
         for other in self.running_workloads():
             for cluster, gpus in other.gpus_held().items():
                 held[cluster] = held.get(cluster, 0) + gpus
-        members = self.membership.members
+        members = self.shared.membership.members
         free = {name: _capacity(members[name], settings.gpus_per_pod) - held.get(name, 0)
                 for name in self._selected(settings)
                 if members[name].state is State.READY}
@@ -242,7 +232,7 @@ class Dispatching:
         return placed_any
 
     def _total_gpus(self, settings: Settings) -> int:
-        members = self.membership.members
+        members = self.shared.membership.members
         return sum(gpu_count(members[name].inventory.allocatable.get("nvidia.com/gpu", "0"))
                    for name in self._selected(settings))
 
@@ -263,7 +253,7 @@ class Dispatching:
         return changed
 
     def _send_job(self, session: Session, workload: Workload, job: JobRecord) -> str | None:
-        return send_command(self.tracer, session, convert.job_command_message(workload, job),
+        return send_command(self.shared.tracer, session, convert.job_command_message(workload, job),
                             job.traceparent, workload.traceparent)
 
     # -- what members say ------------------------------------------------------------------------
@@ -277,7 +267,7 @@ class Dispatching:
         return None if parsed is None else self.workloads.get(parsed[0])
 
     def acknowledged(self, workload: Workload, command_id: str) -> None:
-        if workload.acknowledged(command_id, self.clock.now()):
+        if workload.acknowledged(command_id, self.shared.clock.now()):
             self.touched(workload)
 
     def reported(self, workload: Workload, result: member_pb2.CommandResult,
@@ -300,13 +290,13 @@ class Dispatching:
 
     def touched(self, workload: Workload) -> None:
         """``workload`` changed: settle it, store it, wake the loop and its watchers."""
-        now = self.clock.now()
+        now = self.shared.clock.now()
         if workload.settle(now):
             report = workload.report(now)
             logger.info("workload %s %s: %d succeeded, %d failed in %.1fs", workload.id,
                         workload.phase.value, report.counts.succeeded, report.counts.failed,
                         report.makespan)
-        self.store.changed()
+        self.shared.store.changed()
         self._wake.set()
         event = self._workload_changed.pop(workload.id, None)
         if event is not None:

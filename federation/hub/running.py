@@ -25,20 +25,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
-
-from opentelemetry import trace
 
 from federation.client.tracing import RUN_ID
 from federation.hub import convert, tracing
 from federation.hub.errors import Refused
-from federation.hub.membership import Membership
 from federation.hub.runs import MemberPart, Phase, Report, Run, parse_command_id
 from federation.hub.sending import Session, send_command
-from federation.hub.store import Store
+from federation.hub.shared import Shared
 from primitives import propagation
-from primitives.clocks import Clock
 
 logger = logging.getLogger(__name__)
 
@@ -52,15 +48,8 @@ KEEP_PARTS = 20_000
 class Running:
     """The fleet's runs, and the sending of their commands."""
 
-    def __init__(self, *, membership: Membership, store: Store,
-                 connected: Mapping[str, Session], clock: Clock, tracer: trace.Tracer,
-                 start_delay: float) -> None:
-        self.membership = membership
-        self.store = store
-        #: The members' open sessions, by cluster (the hub's: opened and closed there).
-        self.connected = connected
-        self.clock = clock
-        self.tracer = tracer
+    def __init__(self, shared: Shared, *, start_delay: float) -> None:
+        self.shared = shared
         self.start_delay = start_delay
         self.runs: dict[str, Run] = {}
         self._run_changed: dict[str, asyncio.Event] = {}
@@ -72,18 +61,18 @@ class Running:
                        name: str, *, traceparent: str = "") -> Run:
         """Store a run, then send its commands; ``traceparent`` names the parent of the run's
         span (default: the current span, the call's)."""
-        members = sorted(m.name for m in self.membership.members.values()
+        members = sorted(m.name for m in self.shared.membership.members.values()
                          if convert.selects(selector, m.identity))
         if not members:
-            known = ", ".join(sorted(self.membership.members)) or "none yet"
+            known = ", ".join(sorted(self.shared.membership.members)) or "none yet"
             raise Refused("FAILED_PRECONDITION",
                           f"clusters: the selector picks no registered member (members: "
                           f"{known}); change the selector or let the clusters join first")
-        with self.tracer.start_as_current_span(
+        with self.shared.tracer.start_as_current_span(
                 "fleet.run", context=propagation.parent(traceparent),
                 attributes={"fakefleet.run.name": name,
                             "fakefleet.run.members": len(members)}) as span:
-            now = self.clock.now()
+            now = self.shared.clock.now()
             run = Run(id=f"r{secrets.token_hex(4)}", name=name, plan=plan, selector=selector,
                       created_at=now,
                       start_at=now + (self.start_delay if start_delay is None
@@ -94,8 +83,8 @@ class Running:
             self.runs[run.id] = run
             self.forget_old_runs()
             await self._store_run(run)  # stored (with its trace) before any member hears of it
-            with self.tracer.start_as_current_span("hub.fanout",
-                                                   attributes={RUN_ID: run.id}) as fanout:
+            with self.shared.tracer.start_as_current_span(
+                    "hub.fanout", attributes={RUN_ID: run.id}) as fanout:
                 connected = self._fan_out(run, members, propagation.traceparent(fanout))
                 fanout.set_attribute("fakefleet.fanout.connected", connected)
             self._changed(run)
@@ -105,7 +94,7 @@ class Running:
         """Write the state with ``run``'s change; until then no session is sent its commands."""
         self._storing.add(run.id)
         try:
-            await self.store.commit()
+            await self.shared.store.commit()
         finally:
             self._storing.discard(run.id)
 
@@ -114,18 +103,18 @@ class Running:
         child of ``parent``; returns how many were connected."""
         connected = 0
         for cluster in clusters:
-            session = self.connected.get(cluster)
+            session = self.shared.connected.get(cluster)
             if session is not None:
                 connected += 1
-                self.send_outstanding(session, self.clock.now(), runs=[run], parent=parent)
+                self.send_outstanding(session, self.shared.clock.now(), runs=[run], parent=parent)
         return connected
 
     async def cancel_run(self, run_id: str) -> Run:
         run = self.get_run(run_id)
-        if run.cancel(self.clock.now()):
+        if run.cancel(self.shared.clock.now()):
             # In the run's trace, which holds all that the run did; linked to the call that
             # asked for it.
-            with tracing.continuing(self.tracer, "hub.cancel_run", run.traceparent,
+            with tracing.continuing(self.shared.tracer, "hub.cancel_run", run.traceparent,
                                     {RUN_ID: run.id},
                                     links=propagation.links(propagation.traceparent())) as span:
                 await self._store_run(run)
@@ -155,7 +144,7 @@ class Running:
             if run.id in self._storing:  # its fan-out follows the write
                 continue
             for command in run.outstanding(session.cluster):
-                sent = send_command(self.tracer, session, convert.command_message(command),
+                sent = send_command(self.shared.tracer, session, convert.command_message(command),
                                     run.traceparent_of(command.id), parent or run.traceparent)
                 if sent is None:
                     return changed
@@ -175,7 +164,7 @@ class Running:
 
     def acknowledged(self, command_id: str) -> None:
         run = self.run_of(command_id)
-        if run is not None and run.acknowledged(command_id, self.clock.now()):
+        if run is not None and run.acknowledged(command_id, self.shared.clock.now()):
             self._changed(run)
 
     def reported(self, report: Report, now: float) -> bool:
@@ -202,9 +191,9 @@ class Running:
                 self._changed(run)
 
     def _changed(self, run: Run, *, store: bool = True) -> None:
-        self._settle(run, self.clock.now())
+        self._settle(run, self.shared.clock.now())
         if store:
-            self.store.changed()
+            self.shared.store.changed()
         event = self._run_changed.pop(run.id, None)
         if event is not None:
             event.set()

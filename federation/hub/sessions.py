@@ -33,14 +33,13 @@ from federation.api import member_pb2
 from federation.hub import convert, tracing
 from federation.hub.dispatching import Dispatching
 from federation.hub.errors import Refused
-from federation.hub.membership import HostConflict, Identity, Inventory, Member, Membership
+from federation.hub.membership import HostConflict, Identity, Inventory, Member
 from federation.hub.running import Running
 from federation.hub.runs import parse_command_id
 from federation.hub.sending import Session
-from federation.hub.store import Store
+from federation.hub.shared import Shared
 from federation.hub.watching import Watching
 from federation.hub.workloads import parse_command_id as parse_job_command_id
-from primitives.clocks import Clock
 
 
 @dataclasses.dataclass
@@ -54,18 +53,12 @@ class Counters:
 class Sessions:
     """Registration, the open sessions, and what members say in them."""
 
-    def __init__(self, *, membership: Membership, store: Store,
-                 connected: dict[str, Session], running: Running, dispatching: Dispatching,
-                 watching: Watching, clock: Clock, tracer: trace.Tracer) -> None:
-        self.membership = membership
-        self.store = store
-        #: The members' open sessions, by cluster: opened and closed here only.
-        self.connected = connected
+    def __init__(self, shared: Shared, *, running: Running, dispatching: Dispatching,
+                 watching: Watching) -> None:
+        self.shared = shared
         self.running = running
         self.dispatching = dispatching
         self.watching = watching
-        self.clock = clock
-        self.tracer = tracer
         self.counters = Counters()
         #: The number of the last heartbeat sent (the hub sets where it starts).
         self.seq = 0
@@ -73,26 +66,26 @@ class Sessions:
     # -- members ---------------------------------------------------------------------------------
 
     async def register(self, identity: Identity, inventory: Inventory) -> Member:
-        known = identity.name in self.membership.members
+        known = identity.name in self.shared.membership.members
         try:
-            member = self.membership.register(identity, inventory, self.clock.now())
+            member = self.shared.membership.register(identity, inventory, self.shared.clock.now())
         except HostConflict as conflict:
             raise Refused("ALREADY_EXISTS", str(conflict)) from conflict
         self.watching.publish([member], added=not known)
-        await self.store.commit()
+        await self.shared.store.commit()
         return member
 
     async def deregister(self, cluster: str) -> None:
-        session = self.connected.pop(cluster, None)
+        session = self.shared.connected.pop(cluster, None)
         if session is not None:
             session.close()
-        member = self.membership.remove(cluster)
-        now = self.clock.now()
+        member = self.shared.membership.remove(cluster)
+        now = self.shared.clock.now()
         self.running.left(cluster, now)
         self.dispatching.resynced(cluster, (), now)  # its Jobs went with it
         if member is not None:
             self.watching.publish([member], deleted=True)
-        await self.store.commit()
+        await self.shared.store.commit()
 
     # -- sessions --------------------------------------------------------------------------------
 
@@ -100,7 +93,7 @@ class Sessions:
                      results: Iterable[member_pb2.CommandResult]) -> Session:
         """A member said hello: its old session (if any) ends, what it reports is taken as
         the truth about its commands, and what it never got is sent."""
-        if cluster not in self.membership.members:
+        if cluster not in self.shared.membership.members:
             raise Refused("FAILED_PRECONDITION",
                           f"cluster {cluster!r} is not registered: call Register first")
         results = list(results)
@@ -110,41 +103,41 @@ class Sessions:
                 raise Refused("PERMISSION_DENIED",
                               f"hello.commands: command {result.command_id!r} belongs to "
                               f"cluster {owner!r}; a member reports its own commands only")
-        old = self.connected.pop(cluster, None)
+        old = self.shared.connected.pop(cluster, None)
         if old is not None:
             old.close()
         session = Session(cluster)
-        self.connected[cluster] = session
-        now = self.clock.now()
+        self.shared.connected[cluster] = session
+        now = self.shared.clock.now()
         reported = [result.command_id for result in results]
         changed = False
         for result in results:
             changed |= self._apply_result(result, now)
         changed |= self.running.resynced(cluster, reported, now)
         changed |= self.dispatching.resynced(cluster, reported, now)
-        self.watching.publish([self.membership.connect(cluster, now)])
+        self.watching.publish([self.shared.membership.connect(cluster, now)])
         # Runs first, then workloads; once the session is dropped, neither sends more.
         changed |= self.running.send_outstanding(session, now)
         changed |= self.dispatching.send_outstanding(session, now)
         if changed:
-            self.store.changed()
+            self.shared.store.changed()
         return session
 
     def close_session(self, session: Session) -> None:
         session.close()
-        if self.connected.get(session.cluster) is session:
-            del self.connected[session.cluster]
-            self.watching.publish([self.membership.disconnect(session.cluster,
-                                                              self.clock.now())])
+        if self.shared.connected.get(session.cluster) is session:
+            del self.shared.connected[session.cluster]
+            self.watching.publish([self.shared.membership.disconnect(
+                session.cluster, self.shared.clock.now())])
 
     def current(self, session: Session) -> bool:
-        return self.connected.get(session.cluster) is session
+        return self.shared.connected.get(session.cluster) is session
 
     def heartbeat_all(self, now: float) -> None:
         self.seq += 1
         beat = member_pb2.HubMessage(heartbeat=member_pb2.HubHeartbeat(
             seq=self.seq, sent_at=convert.timestamp(now)))
-        for session in list(self.connected.values()):
+        for session in list(self.shared.connected.values()):
             session.send(beat)
 
     # -- what members say ------------------------------------------------------------------------
@@ -153,17 +146,17 @@ class Sessions:
         self.counters.heartbeats += 1
         inventory = convert.inventory(message.inventory) if message.HasField("inventory") \
             else None
-        changed = self.membership.heartbeat(session.cluster, message.hub_seq, inventory,
-                                            self.clock.now())
+        changed = self.shared.membership.heartbeat(session.cluster, message.hub_seq,
+                                                   inventory, self.shared.clock.now())
         if changed is not None:
             self.watching.publish([changed])
-            self.store.changed()
+            self.shared.store.changed()
 
     def acknowledged(self, session: Session, command_id: str, traceparent: str = "") -> None:
         """The member has the command; ``traceparent``: the context of its execution."""
         self._check_owner(session.cluster, command_id, "ack.command_id")
         self.counters.acknowledged += 1
-        self.membership.heard(session.cluster, self.clock.now())
+        self.shared.membership.heard(session.cluster, self.shared.clock.now())
         with self._taking_in("hub.command_acknowledged", traceparent, command_id,
                              tracing.command_id_attributes(session.cluster, command_id)):
             workload = self.dispatching.workload_of(command_id)
@@ -176,11 +169,11 @@ class Sessions:
                  traceparent: str = "") -> None:
         """A command's result; ``traceparent``: the context the member reported it in."""
         self._check_owner(session.cluster, result.command_id, "result.command_id")
-        self.membership.heard(session.cluster, self.clock.now())
+        self.shared.membership.heard(session.cluster, self.shared.clock.now())
         with self._taking_in("hub.command_result", traceparent, result.command_id,
                              tracing.result_attributes(session.cluster, result)):
-            if self._apply_result(result, self.clock.now()):
-                self.store.changed()
+            if self._apply_result(result, self.shared.clock.now()):
+                self.shared.store.changed()
 
     def _apply_result(self, result: member_pb2.CommandResult, now: float) -> bool:
         workload = self.dispatching.workload_of(result.command_id)
@@ -192,7 +185,7 @@ class Sessions:
                    attributes: dict[str, Any]) -> contextlib.AbstractContextManager[Any]:
         """A member's message about a command, handled as a child of the context it carries
         (else of the command's first sending: a member that sent none stays in the trace)."""
-        return tracing.continuing(self.tracer, name,
+        return tracing.continuing(self.shared.tracer, name,
                                   traceparent or self._traceparent_of(command_id), attributes,
                                   kind=trace.SpanKind.CONSUMER)
 

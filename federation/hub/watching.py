@@ -20,8 +20,8 @@ from typing import Any
 
 from federation.api import fleet_pb2
 from federation.hub import convert
-from federation.hub.membership import Member, Membership
-from federation.hub.store import Store
+from federation.hub.membership import Member
+from federation.hub.shared import Shared
 
 #: Events waiting for one watcher; one that falls behind is ended and may watch again.
 WATCH_QUEUE = 20_000
@@ -38,14 +38,13 @@ class Watcher:
 class Watching:
     """The fleet's watchers, told of every change of the members they select."""
 
-    def __init__(self, *, membership: Membership, store: Store) -> None:
-        self.membership = membership
-        self.store = store
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
         self.watchers: set[Watcher] = set()
 
     def watch(self, selector: dict[str, Any]) -> Watcher:
         watcher = Watcher(selector)
-        for member in sorted(self.membership.members.values(), key=lambda m: m.name):
+        for member in sorted(self.shared.membership.members.values(), key=lambda m: m.name):
             if convert.selects(selector, member.identity):
                 watcher.events.put_nowait(fleet_pb2.ClusterEvent(
                     type=fleet_pb2.EVENT_TYPE_ADDED, member=convert.member_message(member)))
@@ -72,7 +71,7 @@ class Watching:
             if member is None:
                 continue
             if not deleted:
-                self.store.changed()
+                self.shared.store.changed()
             event: fleet_pb2.ClusterEvent | None = None
             for watcher in list(self.watchers):
                 if not convert.selects(watcher.selector, member.identity):
