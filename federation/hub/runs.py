@@ -26,6 +26,8 @@ import dataclasses
 import enum
 from collections.abc import Iterable
 
+from federation.hub.outcomes import Outcome
+
 
 class Part(enum.Enum):
     PENDING = "Pending"
@@ -54,15 +56,6 @@ class Phase(enum.Enum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     CANCELLED = "Cancelled"
-
-
-class Outcome(enum.Enum):
-    """What a member reports of a command (CommandPhase on the wire)."""
-
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    REFUSED = "Refused"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -200,8 +200,9 @@ def test_a_jobs_context_is_its_current_attempts() -> None:
 
 
 def _failed() -> Any:
+    from federation.hub.outcomes import Outcome
     from federation.hub.workloads import Progress
-    return Progress("Failed", message="boom")
+    return Progress(Outcome.FAILED, message="boom")
 
 
 def test_the_store_keeps_the_context_of_runs_workloads_and_commands() -> None:
