@@ -8,6 +8,7 @@ once.
   text form of them;
 - :mod:`~primitives.clocks`: time as a dependency;
 - :mod:`~primitives.files`: private, atomic, durable files;
+- :mod:`~primitives.stamps`: the steps of a Job's life, and when it was seen at each;
 - :mod:`~primitives.propagation`: W3C trace context in messages, annotations and headers.
 
 It imports nothing of fakefleet's and nothing of Kubernetes' or gRPC's clients: only the

@@ -13,6 +13,9 @@ benchmark's simulated members); this module only keeps the conversation going:
 - link faults (:class:`LinkFaults`) drop what goes one way or both, or delay it; when a
   partition heals the session is opened anew, so that the Hello resynchronises both sides.
 
+Every wait (back-off, heartbeats, added latency, fault polls) is on the link's clock
+(``clock``, the wall clock unless a test passes its own).
+
 Tracing: each command is executed in a ``member.execute_command`` span, a child of the
 context its HubMessage carries (``traceparent``), so that what the member does for it (the
 FaultPlan or Job it creates, with that span's context in their annotation) joins the hub's
@@ -23,11 +26,9 @@ the member reports it (:meth:`MemberLink.report`). Heartbeats are background wor
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import random
-import time
 from typing import Protocol
 
 import grpc
@@ -37,6 +38,7 @@ from federation.api import common_pb2, member_pb2, member_pb2_grpc
 from federation.client import tracing
 from federation.client.channels import HubAddress, bearer, open_channel
 from primitives import propagation
+from primitives.clocks import SYSTEM_CLOCK, Clock
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +109,8 @@ class Member(Protocol):
 class MemberLink:
     def __init__(self, hub: HubAddress, token: str, member: Member, cluster: str, *,
                  rng: random.Random | None = None,
-                 tracer_provider: trace.TracerProvider | None = None) -> None:
+                 tracer_provider: trace.TracerProvider | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.hub = hub
         self.tracer_provider = tracer_provider
         self._tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
@@ -115,6 +118,7 @@ class MemberLink:
         self.cluster = cluster
         self._metadata = bearer(token)
         self._rng = rng or random.Random()
+        self._clock = clock
         self._outbox: asyncio.Queue[member_pb2.MemberMessage] | None = None
         self.sessions = 0
         self.hub_seq = 0
@@ -135,7 +139,7 @@ class MemberLink:
         try:
             while not stop_flag.is_set():
                 await self._await_healed(stop_flag)
-                started = time.monotonic()
+                started = self._clock.now()
                 try:
                     await self._session(channel, stop_flag)
                     message = "the session ended"
@@ -150,20 +154,18 @@ class MemberLink:
                 if stop_flag.is_set():
                     break
                 self.member.connected(False, message)
-                if time.monotonic() - started > 2 * BACKOFF_MAX:
+                if self._clock.now() - started > 2 * BACKOFF_MAX:
                     delay = BACKOFF_FIRST  # it was up a while: try again soon
                 wait = REFUSED_BACKOFF if final else delay * (0.5 + self._rng.random() / 2)
                 delay = min(BACKOFF_MAX, delay * 2)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop_flag.wait(), wait)
+                await self._clock.wait(stop_flag, wait)
         finally:
             await channel.close()
 
     async def _await_healed(self, stop_flag: asyncio.Event) -> None:
         """A partitioned member cannot reach the hub: it tries again once the fault is over."""
         while self.member.faults().partitioned and not stop_flag.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop_flag.wait(), FAULT_POLL)
+            await self._clock.wait(stop_flag, FAULT_POLL)
 
     async def _session(self, channel: grpc.aio.Channel, stop_flag: asyncio.Event) -> None:
         stub = member_pb2_grpc.MemberServiceStub(channel)
@@ -210,7 +212,7 @@ class MemberLink:
             if faults.to_hub_dropped:
                 continue
             if faults.latency:
-                await asyncio.sleep(faults.latency)
+                await self._clock.sleep(faults.latency)
             await call.write(message)
 
     async def _heartbeat(self, outbox: asyncio.Queue[member_pb2.MemberMessage],
@@ -219,12 +221,12 @@ class MemberLink:
         while True:
             seq += 1
             beat = member_pb2.MemberHeartbeat(seq=seq, hub_seq=self.hub_seq)
-            beat.sent_at.GetCurrentTime()
+            beat.sent_at.FromNanoseconds(int(self._clock.now() * 1e9))
             inventory = await self.member.inventory()
             if inventory is not None:
                 beat.inventory.CopyFrom(inventory)
             outbox.put_nowait(member_pb2.MemberMessage(heartbeat=beat))
-            await asyncio.sleep(interval)
+            await self._clock.sleep(interval)
 
     async def _read(self, call: grpc.aio.StreamStreamCall[member_pb2.MemberMessage,
                                                          member_pb2.HubMessage],
@@ -238,7 +240,7 @@ class MemberLink:
             if faults.from_hub_dropped:
                 continue
             if faults.latency:
-                await asyncio.sleep(faults.latency)
+                await self._clock.sleep(faults.latency)
             kind = message.WhichOneof("kind")
             if kind == "heartbeat":
                 self.hub_seq = max(self.hub_seq, message.heartbeat.seq)
@@ -273,7 +275,7 @@ class MemberLink:
             if faults.partitioned and not partitioned:
                 self.member.connected(False, f"the link is partitioned ({faults.describe()})")
             partitioned = partitioned or faults.partitioned
-            await asyncio.sleep(FAULT_POLL)
+            await self._clock.sleep(FAULT_POLL)
 
 
 async def deregister(hub: HubAddress, token: str, cluster: str, *, timeout: float = 10) -> None:

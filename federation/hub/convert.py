@@ -13,10 +13,10 @@ from federation.api import common_pb2, fleet_pb2, member_pb2
 from federation.hub import workloads as wl
 from federation.hub.arrivals import Arrivals, RunTime
 from federation.hub.membership import Identity, Inventory, Member, Pool, State
+from federation.hub.outcomes import Outcome
 from federation.hub.runs import (
     Command,
     MemberPart,
-    Outcome,
     Part,
     Phase,
     Report,
@@ -25,13 +25,14 @@ from federation.hub.runs import (
 )
 from primitives import keys
 from primitives.selectors import LabelSelector
+from primitives.stamps import Stamps
 
 _STATES = {State.READY: common_pb2.MEMBER_STATE_READY,
            State.UNREACHABLE: common_pb2.MEMBER_STATE_UNREACHABLE}
-_OUTCOMES = {member_pb2.COMMAND_PHASE_RUNNING: Outcome.RUNNING,
-             member_pb2.COMMAND_PHASE_SUCCEEDED: Outcome.SUCCEEDED,
-             member_pb2.COMMAND_PHASE_FAILED: Outcome.FAILED,
-             member_pb2.COMMAND_PHASE_REFUSED: Outcome.REFUSED}
+OUTCOMES = {member_pb2.COMMAND_PHASE_RUNNING: Outcome.RUNNING,
+            member_pb2.COMMAND_PHASE_SUCCEEDED: Outcome.SUCCEEDED,
+            member_pb2.COMMAND_PHASE_FAILED: Outcome.FAILED,
+            member_pb2.COMMAND_PHASE_REFUSED: Outcome.REFUSED}
 _PARTS = {Part.PENDING: fleet_pb2.MEMBER_RUN_STATE_PENDING,
           Part.SENT: fleet_pb2.MEMBER_RUN_STATE_SENT,
           Part.ACKNOWLEDGED: fleet_pb2.MEMBER_RUN_STATE_ACKNOWLEDGED,
@@ -93,7 +94,7 @@ def member_message(member: Member) -> common_pb2.Member:
 
 
 def report(message: member_pb2.CommandResult) -> Report:
-    return Report(command_id=message.command_id, outcome=_OUTCOMES[message.phase],
+    return Report(command_id=message.command_id, outcome=OUTCOMES[message.phase],
                   verdict=message.verdict, steps_done=message.steps_done,
                   message=message.message, object=message.object)
 
@@ -154,10 +155,6 @@ def _part_message(run: Run, part: MemberPart) -> fleet_pb2.MemberRun:
 _WORKLOAD_PHASES = {wl.Phase.RUNNING: fleet_pb2.WORKLOAD_PHASE_RUNNING,
                     wl.Phase.SUCCEEDED: fleet_pb2.WORKLOAD_PHASE_SUCCEEDED,
                     wl.Phase.FAILED: fleet_pb2.WORKLOAD_PHASE_FAILED}
-_PROGRESS = {member_pb2.COMMAND_PHASE_RUNNING: "Running",
-             member_pb2.COMMAND_PHASE_SUCCEEDED: "Succeeded",
-             member_pb2.COMMAND_PHASE_FAILED: "Failed",
-             member_pb2.COMMAND_PHASE_REFUSED: "Refused"}
 DEFAULT_NAMESPACE = "default"
 
 
@@ -195,11 +192,11 @@ def spec_data(spec: fleet_pb2.WorkloadSpec) -> dict[str, object]:
 def progress(message: member_pb2.CommandResult) -> wl.Progress:
     job = message.job
     return wl.Progress(
-        outcome=_PROGRESS[message.phase],  # type: ignore[arg-type]
-        created_at=seconds(job.created_at), admitted_at=seconds(job.admitted_at),
-        running_at=seconds(job.running_at), finished_at=seconds(job.finished_at),
-        released_at=seconds(job.released_at), placed_on=job.placed_on,
-        redispatched=job.redispatched, message=message.message)
+        outcome=OUTCOMES[message.phase],
+        stamps=Stamps(created=seconds(job.created_at), admitted=seconds(job.admitted_at),
+                      running=seconds(job.running_at), finished=seconds(job.finished_at),
+                      released=seconds(job.released_at)),
+        placed_on=job.placed_on, redispatched=job.redispatched, message=message.message)
 
 
 def job_command_message(workload: wl.Workload, job: wl.JobRecord) -> member_pb2.HubMessage:

@@ -26,6 +26,8 @@ import dataclasses
 import enum
 from collections.abc import Iterable
 
+from federation.hub.outcomes import Outcome
+
 
 class Part(enum.Enum):
     PENDING = "Pending"
@@ -54,15 +56,6 @@ class Phase(enum.Enum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     CANCELLED = "Cancelled"
-
-
-class Outcome(enum.Enum):
-    """What a member reports of a command (CommandPhase on the wire)."""
-
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    REFUSED = "Refused"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,6 +253,15 @@ class Run:
             part.state = Part.FAILED
             part.message = ("the member no longer has the plan it acknowledged (was its "
                             f"FaultPlan {part.object or 'object'} deleted?); it is not run again")
+        return True
+
+    def left(self, cluster: str, now: float) -> bool:
+        """The member left the fleet (deregistered): its part fails, unless it finished."""
+        part = self.parts[cluster]
+        if part.state.finished:
+            return False
+        part.state, part.finished_at = Part.FAILED, now
+        part.message = "the member left the fleet (deregistered)"
         return True
 
     def cancel(self, now: float) -> bool:

@@ -1,5 +1,6 @@
 """The two gRPC services over :class:`~federation.hub.core.Hub`: authentication, validation,
-translation, and nothing else.
+translation, and nothing else. MemberService speaks to the hub's sessions; FleetService to
+its runs, workloads and watchers.
 
 Every call is authenticated first (``authorization: Bearer <token>``): MemberService takes a
 member token and learns from it which cluster speaks; FleetService takes the fleet token. Then
@@ -22,8 +23,9 @@ import grpc
 from federation.api import fleet_pb2, fleet_pb2_grpc, member_pb2, member_pb2_grpc
 from federation.client import tokens
 from federation.hub import convert, validation
-from federation.hub.core import Hub, Refused
-from federation.hub.core import Session as MemberSession
+from federation.hub.core import Hub
+from federation.hub.errors import Refused
+from federation.hub.sending import Session as MemberSession
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +122,7 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
         cluster = await self._cluster(context)
         await _invalid(context, validation.register(request))
         await self._same(context, request.cluster.name, cluster, "cluster.name")
-        await self.hub.register(convert.identity(request.cluster),
+        await self.hub.sessions.register(convert.identity(request.cluster),
                                 convert.inventory(request.capacity))
         settings = self.hub.settings
         return member_pb2.RegisterResponse(
@@ -135,7 +137,7 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
         await _invalid(context, validation.cluster_name(request.cluster, "cluster")
                        + validation.traceparent(request.traceparent))
         await self._same(context, request.cluster, cluster, "cluster")
-        await self.hub.deregister(cluster)
+        await self.hub.sessions.deregister(cluster)
         return member_pb2.DeregisterResponse()
 
     @_guarded_stream
@@ -151,7 +153,7 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
                          f"hello: none within {HELLO_TIMEOUT:g}s; a session opens with Hello")
         await _invalid(context, validation.member_message(hello, first=True))
         await self._same(context, hello.hello.cluster, cluster, "hello.cluster")
-        session = self.hub.open_session(cluster, hello.hello.commands)
+        session = self.hub.sessions.open_session(cluster, hello.hello.commands)
         failure: list[tuple[grpc.StatusCode, str]] = []
         reader = asyncio.create_task(self._read(request_iterator, session, failure),
                                      name=f"session-{cluster}")
@@ -164,7 +166,7 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
-            self.hub.close_session(session)
+            self.hub.sessions.close_session(session)
         if failure:
             await _abort(context, *failure[0])
 
@@ -172,7 +174,7 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
                     session: MemberSession, failure: list[tuple[grpc.StatusCode, str]]) -> None:
         try:
             async for message in messages:
-                if not self.hub.current(session):
+                if not self.hub.sessions.current(session):
                     break
                 problems = validation.member_message(message, first=False)
                 if problems:
@@ -180,11 +182,12 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
                     break
                 kind = message.WhichOneof("kind")
                 if kind == "heartbeat":
-                    self.hub.heartbeat(session, message.heartbeat)
+                    self.hub.sessions.heartbeat(session, message.heartbeat)
                 elif kind == "ack":
-                    self.hub.acknowledged(session, message.ack.command_id, message.traceparent)
+                    self.hub.sessions.acknowledged(session, message.ack.command_id,
+                                                   message.traceparent)
                 elif kind == "result":
-                    self.hub.reported(session, message.result, message.traceparent)
+                    self.hub.sessions.reported(session, message.result, message.traceparent)
         except Refused as refusal:
             failure.append((grpc.StatusCode[refusal.code], str(refusal)))
         except grpc.aio.AioRpcError:
@@ -227,14 +230,14 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
                             context: Context) -> AsyncIterator[fleet_pb2.ClusterEvent]:
         await self._authorise(context)
         await _invalid(context, validation.selector(request.selector, "selector"))
-        watcher = self.hub.watch(convert.selector(request.selector))
+        watcher = self.hub.watching.watch(convert.selector(request.selector))
         try:
             while (event := await watcher.events.get()) is not None:
                 yield event
                 if watcher.overflowed and watcher.events.empty():
                     break
         finally:
-            self.hub.unwatch(watcher)
+            self.hub.watching.unwatch(watcher)
         if watcher.overflowed:
             await _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
                          "the watch fell behind the fleet's changes; watch again")
@@ -246,8 +249,9 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         await _invalid(context, validation.run_plan(request))
         delay = request.start_delay.ToNanoseconds() / 1e9 \
             if request.HasField("start_delay") else None
-        run = await self.hub.run_plan(request.plan, convert.selector(request.clusters), delay,
-                                      request.name, traceparent=request.traceparent)
+        run = await self.hub.running.run_plan(request.plan, convert.selector(request.clusters),
+                                              delay, request.name,
+                                              traceparent=request.traceparent)
         return fleet_pb2.RunPlanResponse(run=convert.run_message(run))
 
     @_guarded
@@ -255,14 +259,14 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
                      context: Context) -> fleet_pb2.Run:
         await self._authorise(context)
         await _invalid(context, validation.run_id(request.run_id))
-        return convert.run_message(self.hub.get_run(request.run_id))
+        return convert.run_message(self.hub.running.get_run(request.run_id))
 
     @_guarded
     async def CancelRun(self, request: fleet_pb2.CancelRunRequest,
                         context: Context) -> fleet_pb2.Run:
         await self._authorise(context)
         await _invalid(context, validation.run_id(request.run_id))
-        return convert.run_message(await self.hub.cancel_run(request.run_id))
+        return convert.run_message(await self.hub.running.cancel_run(request.run_id))
 
     @_guarded
     async def ListRuns(self, request: fleet_pb2.ListRunsRequest,
@@ -270,7 +274,7 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         await self._authorise(context)
         return fleet_pb2.ListRunsResponse(runs=[
             convert.run_message(run)
-            for run in sorted(self.hub.runs.values(), key=lambda run: run.created_at)])
+            for run in sorted(self.hub.running.runs.values(), key=lambda run: run.created_at)])
 
     @_guarded_stream
     async def WatchRun(self, request: fleet_pb2.WatchRunRequest,
@@ -278,8 +282,8 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         await self._authorise(context)
         await _invalid(context, validation.run_id(request.run_id))
         while True:
-            run = self.hub.get_run(request.run_id)
-            changed = self.hub.run_changed(run.id)
+            run = self.hub.running.get_run(request.run_id)
+            changed = self.hub.running.run_changed(run.id)
             message = convert.run_message(run)
             yield message
             if message.phase != fleet_pb2.RUN_PHASE_RUNNING:
@@ -287,7 +291,7 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
             await changed.wait()
             # A run of many members changes many times a second while it fans out: one
             # message per short while tells the watcher as much.
-            await asyncio.sleep(WATCH_RUN_COALESCE)
+            await self.hub.clock.sleep(WATCH_RUN_COALESCE)
 
     @_guarded
     async def SubmitWorkload(self, request: fleet_pb2.SubmitWorkloadRequest,
@@ -297,28 +301,29 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         delay = request.start_delay.ToNanoseconds() / 1e9 \
             if request.HasField("start_delay") else None
         spec = request.spec
-        workload = await self.hub.submit_workload(
+        workload = await self.hub.dispatching.submit_workload(
             convert.workload_settings(spec), convert.arrivals(spec.arrivals),
             convert.run_time(spec.run_time), convert.spec_data(spec), request.name, delay,
             traceparent=request.traceparent)
-        return convert.workload_message(workload, self.hub.clock())
+        return convert.workload_message(workload, self.hub.clock.now())
 
     @_guarded
     async def GetWorkload(self, request: fleet_pb2.GetWorkloadRequest,
                           context: Context) -> fleet_pb2.Workload:
         await self._authorise(context)
         await _invalid(context, validation.workload_id(request.workload_id))
-        return convert.workload_message(self.hub.get_workload(request.workload_id),
-                                        self.hub.clock(), jobs=request.jobs)
+        return convert.workload_message(self.hub.dispatching.get_workload(request.workload_id),
+                                        self.hub.clock.now(), jobs=request.jobs)
 
     @_guarded
     async def ListWorkloads(self, request: fleet_pb2.ListWorkloadsRequest,
                             context: Context) -> fleet_pb2.ListWorkloadsResponse:
         await self._authorise(context)
-        now = self.hub.clock()
+        now = self.hub.clock.now()
         return fleet_pb2.ListWorkloadsResponse(workloads=[
             convert.workload_message(workload, now)
-            for workload in sorted(self.hub.workloads.values(), key=lambda w: w.created_at)])
+            for workload in sorted(self.hub.dispatching.workloads.values(),
+                                   key=lambda w: w.created_at)])
 
     @_guarded_stream
     async def WatchWorkload(self, request: fleet_pb2.WatchWorkloadRequest,
@@ -326,11 +331,11 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         await self._authorise(context)
         await _invalid(context, validation.workload_id(request.workload_id))
         while True:
-            workload = self.hub.get_workload(request.workload_id)
-            changed = self.hub.workload_changed(workload.id)
-            message = convert.workload_message(workload, self.hub.clock())
+            workload = self.hub.dispatching.get_workload(request.workload_id)
+            changed = self.hub.dispatching.workload_changed(workload.id)
+            message = convert.workload_message(workload, self.hub.clock.now())
             yield message
             if message.phase != fleet_pb2.WORKLOAD_PHASE_RUNNING:
                 return
             await changed.wait()
-            await asyncio.sleep(WATCH_WORKLOAD_COALESCE)
+            await self.hub.clock.sleep(WATCH_WORKLOAD_COALESCE)

@@ -22,12 +22,8 @@ from opentelemetry.util.types import AttributeValue
 
 from federation.api import member_pb2
 from federation.client import tracing
+from federation.hub import convert
 from primitives import propagation
-
-_PHASES = {member_pb2.COMMAND_PHASE_RUNNING: "Running",
-           member_pb2.COMMAND_PHASE_SUCCEEDED: "Succeeded",
-           member_pb2.COMMAND_PHASE_FAILED: "Failed",
-           member_pb2.COMMAND_PHASE_REFUSED: "Refused"}
 
 
 @contextlib.contextmanager
@@ -58,7 +54,8 @@ def command_id_attributes(cluster: str, command_id: str) -> dict[str, AttributeV
 def result_attributes(cluster: str,
                       result: member_pb2.CommandResult) -> dict[str, AttributeValue]:
     attributes = command_id_attributes(cluster, result.command_id)
-    attributes[tracing.PHASE] = _PHASES.get(result.phase, "")
+    outcome = convert.OUTCOMES.get(result.phase)
+    attributes[tracing.PHASE] = outcome.value if outcome is not None else ""
     if result.verdict:
         attributes[tracing.VERDICT] = result.verdict
     return attributes

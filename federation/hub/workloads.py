@@ -1,6 +1,6 @@
 """A fleet workload's Jobs: when each arrives, where it went, how far it got. Pure state, no I/O,
-time passed in; :mod:`federation.hub.core` drives it and :mod:`federation.hub.convert` puts it
-on the wire.
+time passed in; :mod:`federation.hub.dispatching` drives it and :mod:`federation.hub.convert`
+puts it on the wire.
 
 Each Job moves
 
@@ -31,6 +31,9 @@ import enum
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
+
+from federation.hub.outcomes import Outcome
+from primitives.stamps import Stamps
 
 Placement = Literal["spread", "binpack", "weighted", "clusters", "manager"]
 PLACEMENTS: tuple[str, ...] = ("spread", "binpack", "weighted", "clusters", "manager")
@@ -105,15 +108,11 @@ def gpu_count(quantity: str) -> int:
 
 @dataclasses.dataclass
 class Progress:
-    """A member's report of one Job attempt (times are the member's; 0: not yet)."""
+    """A member's report of one Job attempt."""
 
-    outcome: Literal["Running", "Succeeded", "Failed", "Refused"]
-    created_at: float = 0.0
-    admitted_at: float = 0.0
-    running_at: float = 0.0
-    finished_at: float = 0.0
-    #: When its pods ended on the cluster it was placed on, before it is marked finished.
-    released_at: float = 0.0
+    outcome: Outcome
+    #: When the member saw each step (the member's times).
+    stamps: Stamps = dataclasses.field(default_factory=Stamps)
     placed_on: str = ""
     redispatched: int = 0
     message: str = ""
@@ -381,19 +380,20 @@ class Workload:
         if job is None or job.state.finished or job.state is JobState.WAITING:
             return False
         before = dataclasses.replace(job)
-        job.created_at = progress.created_at or job.created_at or now
-        job.admitted_at = progress.admitted_at or job.admitted_at
-        job.running_at = progress.running_at or job.running_at
-        job.released_at = progress.released_at
+        stamps = progress.stamps
+        job.created_at = stamps.created or job.created_at or now
+        job.admitted_at = stamps.admitted or job.admitted_at
+        job.running_at = stamps.running or job.running_at
+        job.released_at = stamps.released
         job.placed_on = progress.placed_on or job.placed_on
         job.member_redispatches = max(job.member_redispatches, progress.redispatched)
         job.message = progress.message
-        if progress.outcome == "Succeeded":
-            job.state, job.finished_at = JobState.SUCCEEDED, progress.finished_at or now
+        if progress.outcome is Outcome.SUCCEEDED:
+            job.state, job.finished_at = JobState.SUCCEEDED, stamps.finished or now
             job.admitted_at = job.admitted_at or job.finished_at
-        elif progress.outcome in ("Failed", "Refused"):
-            self._attempt_failed(job, progress.finished_at or now,
-                                 JobState.FAILED if progress.outcome == "Failed"
+        elif progress.outcome in (Outcome.FAILED, Outcome.REFUSED):
+            self._attempt_failed(job, stamps.finished or now,
+                                 JobState.FAILED if progress.outcome is Outcome.FAILED
                                  else JobState.REFUSED, progress.message)
         elif job.running_at:
             job.state = JobState.RUNNING

@@ -28,7 +28,8 @@ from operators.api.base import API_VERSION
 from operators.api.clusters import CA_KEY, TOKEN_KEY, FakeCluster
 from operators.handlers.clusters import member_access
 from operators.handlers.runtime import Runtime
-from operators.hublink.member import MEMBER_CONNECTIONS, WORKER_CONNECTIONS, HostMember
+from operators.hublink.jobwatching import MEMBER_CONNECTIONS, WORKER_CONNECTIONS
+from operators.hublink.member import HostMember
 from operators.k8s.client import Client
 from operators.k8s.errors import K8sError, NotFound
 from operators.reconciling.clusters import HubState, cluster_key

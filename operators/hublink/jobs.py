@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from federation.api import member_pb2
 from operators.hublink import convert
+from operators.k8s.times import parse
 from primitives import keys
+from primitives.stamps import STEPS, Stamps
 
 COMMAND_ANNOTATION = keys.FLEET_COMMAND
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -83,22 +84,14 @@ def job_object(command: member_pb2.Command, traceparent: str = "") -> dict[str, 
 
 
 def api_time(value: str | None) -> float:
-    if not value:
-        return 0.0
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return parse(value) if value else 0.0
 
 
 @dataclasses.dataclass
-class Seen:
-    """When the hub link saw each step of one Job (0: not yet)."""
+class Seen(Stamps):
+    """When the hub link saw each step of one Job (0: not yet; ``released`` stays 0 for a Job
+    that ran here, whose end is ``finished``), and where a scheduler here placed it."""
 
-    created: float = 0.0
-    admitted: float = 0.0
-    running: float = 0.0
-    finished: float = 0.0
-    #: When its pods ended where they ran (the worker's copy finished; 0 for a Job that ran
-    #: here, whose end is ``finished``).
-    released: float = 0.0
     placed_on: str = ""
     clusters: tuple[str, ...] = ()
 
@@ -204,11 +197,9 @@ def result(job: Mapping[str, Any], seen: Seen) -> member_pb2.CommandResult | Non
         command_id=command, phase=phase, message=message,
         object=f"Job {metadata.get('namespace', '')}/{metadata.get('name', '')}")
     progress = out.job
-    for field, value in (("created_at", seen.created), ("admitted_at", seen.admitted),
-                         ("running_at", seen.running), ("finished_at", seen.finished),
-                         ("released_at", seen.released)):
-        if value:
-            getattr(progress, field).FromNanoseconds(int(value * 1e9))
+    for step in STEPS:
+        if value := getattr(seen, step):
+            getattr(progress, f"{step}_at").FromNanoseconds(int(value * 1e9))
     progress.placed_on = seen.placed_on
     progress.redispatched = max(0, len(seen.clusters) - 1)
     return out

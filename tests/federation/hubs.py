@@ -17,9 +17,22 @@ from federation.client.discovery import HubFiles, HubInfo
 from federation.client.fleet import FleetClient
 from federation.hub.core import HubSettings
 from federation.hub.server import ServeSettings, Tls, serve
+from primitives.clocks import SystemClock
 
 HEARTBEAT = 0.2
 GRACE = 0.8
+
+
+class HandClock(SystemClock):
+    """Time a test sets by hand (``at``), with the wall clock's waits: a hub driven directly
+    sees only the times the test gives it, while its ticker keeps its own pace (unlike
+    ``tests.fakes.clocks.FakeClock``, moving time here wakes no one)."""
+
+    def __init__(self, at: float = 1_000_000.0) -> None:
+        self.at = at
+
+    def now(self) -> float:
+        return self.at
 
 
 @dataclasses.dataclass

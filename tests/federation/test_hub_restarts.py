@@ -10,20 +10,14 @@ from pathlib import Path
 import pytest
 
 from federation.api import member_pb2
-from federation.hub.core import Hub, HubSettings, Session
+from federation.hub.core import Hub, HubSettings
 from federation.hub.membership import Identity, Inventory, State
+from federation.hub.sending import Session
+from tests.federation.hubs import HandClock
 
 INTERVAL, GRACE = 2.0, 6.0
 PLAN = json.dumps({"steps": [{"name": "xid", "target": {}, "fault": {"type": "GPUXid",
                                                                      "xid": 79}}]})
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class EchoingMember:
@@ -37,11 +31,11 @@ class EchoingMember:
             message = session.outbox.get_nowait()
             if message is not None and message.WhichOneof("kind") == "heartbeat":
                 self.highest = max(self.highest, message.heartbeat.seq)
-        hub.heartbeat(session, member_pb2.MemberHeartbeat(seq=1, hub_seq=self.highest))
+        hub.sessions.heartbeat(session, member_pb2.MemberHeartbeat(seq=1, hub_seq=self.highest))
 
 
 async def test_a_member_stays_ready_across_a_hub_restart(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = HandClock()
     settings = HubSettings(state_dir=tmp_path, heartbeat_interval=INTERVAL, grace=GRACE,
                            fsync=False)
     member = EchoingMember()
@@ -49,19 +43,19 @@ async def test_a_member_stays_ready_across_a_hub_restart(tmp_path: Path) -> None
         hub = Hub(settings, clock=clock)
         await hub.start()
         try:
-            await hub.register(Identity(name="west"), Inventory())
-            session = hub.open_session("west", [])
+            await hub.sessions.register(Identity(name="west"), Inventory())
+            session = hub.sessions.open_session("west", [])
             # Long past the grace, and longer than the first hub ran before it.
             for _ in range(int(10 * GRACE / INTERVAL)):
-                hub.heartbeat_all(clock.now)
+                hub.sessions.heartbeat_all(clock.now())
                 member.beat(hub, session)
-                clock.now += INTERVAL
-                hub.membership.sweep(clock.now)
+                clock.at += INTERVAL
+                hub.membership.sweep(clock.now())
                 west = hub.membership.members["west"]
                 assert west.state is State.READY, west.message
         finally:
             await hub.stop()
-        clock.now += 1.0
+        clock.at += 1.0
 
 
 async def test_a_session_opened_while_a_run_is_being_stored_gets_its_command_once(
@@ -70,10 +64,10 @@ async def test_a_session_opened_while_a_run_is_being_stored_gets_its_command_onc
     the run only after the write, and only once (from the fan-out)."""
     settings = HubSettings(state_dir=tmp_path, heartbeat_interval=INTERVAL, grace=GRACE,
                            fsync=False)
-    hub = Hub(settings, clock=Clock())
+    hub = Hub(settings, clock=HandClock())
     await hub.start()
     try:
-        await hub.register(Identity(name="west"), Inventory())
+        await hub.sessions.register(Identity(name="west"), Inventory())
         writing, written = asyncio.Event(), asyncio.Event()
         commit = hub.store.commit
 
@@ -83,9 +77,9 @@ async def test_a_session_opened_while_a_run_is_being_stored_gets_its_command_onc
             await commit(changed=changed)
 
         monkeypatch.setattr(hub.store, "commit", slow_commit)
-        planned = asyncio.create_task(hub.run_plan(PLAN, {}, 0, "xid"))
+        planned = asyncio.create_task(hub.running.run_plan(PLAN, {}, 0, "xid"))
         await writing.wait()
-        session = hub.open_session("west", [])
+        session = hub.sessions.open_session("west", [])
         early = commands(session)
         written.set()
         run = await planned

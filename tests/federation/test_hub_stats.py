@@ -13,39 +13,32 @@ from federation.api import member_pb2
 from federation.hub import core
 from federation.hub.core import Hub, HubSettings
 from federation.hub.membership import Identity, Inventory
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.federation.hubs import HandClock
 
 
 async def test_the_stats_line_counts_heartbeats_and_acks_per_second(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = HandClock()
     hub = Hub(HubSettings(state_dir=tmp_path, fsync=False), clock=clock)
     await hub.start()
     try:
         sessions = {}
         for name in ("east", "west"):
-            await hub.register(Identity(name=name), Inventory())
-            sessions[name] = hub.open_session(name, [])
-        run = await hub.run_plan('{"steps": [{}]}', {}, 0.0, "")
+            await hub.sessions.register(Identity(name=name), Inventory())
+            sessions[name] = hub.sessions.open_session(name, [])
+        run = await hub.running.run_plan('{"steps": [{}]}', {}, 0.0, "")
         for _ in range(30):
-            hub.heartbeat(sessions["east"], member_pb2.MemberHeartbeat(seq=1))
-        hub.acknowledged(sessions["east"], f"{run.id}/east/start")
-        clock.now += 10
-        assert hub.stats(clock.now) == (
+            hub.sessions.heartbeat(sessions["east"], member_pb2.MemberHeartbeat(seq=1))
+        hub.sessions.acknowledged(sessions["east"], f"{run.id}/east/start")
+        clock.at += 10
+        assert hub.stats(clock.now()) == (
             "hub stats: 2 members (2 Ready), 2 sessions, 3.0 heartbeats/s, 0.1 acks/s "
             "(30 heartbeats, 1 acks in all), 1 runs (1 Running), 0 workloads (0 Running), "
             "0 watchers")
-        hub.close_session(sessions["west"])
-        hub.heartbeat(sessions["east"], member_pb2.MemberHeartbeat(seq=2))
-        clock.now += 5
+        hub.sessions.close_session(sessions["west"])
+        hub.sessions.heartbeat(sessions["east"], member_pb2.MemberHeartbeat(seq=2))
+        clock.at += 5
         # Rates are over the time since the last line; the totals go on.
-        assert hub.stats(clock.now) == (
+        assert hub.stats(clock.now()) == (
             "hub stats: 2 members (1 Ready), 1 sessions, 0.2 heartbeats/s, 0.0 acks/s "
             "(31 heartbeats, 1 acks in all), 1 runs (1 Running), 0 workloads (0 Running), "
             "0 watchers")
@@ -55,7 +48,7 @@ async def test_the_stats_line_counts_heartbeats_and_acks_per_second(tmp_path: Pa
 
 async def test_the_ticker_logs_the_stats_line_every_interval(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    clock = Clock()
+    clock = HandClock()
     hub = Hub(HubSettings(state_dir=tmp_path, heartbeat_interval=0.1, grace=1.0, fsync=False),
               clock=clock)
     with caplog.at_level(logging.INFO, logger=core.__name__):
@@ -63,7 +56,7 @@ async def test_the_ticker_logs_the_stats_line_every_interval(
         try:
             await asyncio.sleep(0.2)
             assert not [r for r in caplog.messages if r.startswith("hub stats:")]
-            clock.now += core.STATS_INTERVAL
+            clock.at += core.STATS_INTERVAL
             async with asyncio.timeout(2):
                 while not [r for r in caplog.messages if r.startswith("hub stats:")]:
                     await asyncio.sleep(0.02)

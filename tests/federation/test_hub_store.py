@@ -79,10 +79,10 @@ async def test_writes_are_paced_by_what_encoding_costs(tmp_path: Path) -> None:
 
 def test_old_finished_runs_are_forgotten_within_both_bounds(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from federation.hub import core
+    from federation.hub import core, running
 
-    monkeypatch.setattr(core, "KEEP_RUNS", 3)
-    monkeypatch.setattr(core, "KEEP_PARTS", 5)
+    monkeypatch.setattr(running, "KEEP_RUNS", 3)
+    monkeypatch.setattr(running, "KEEP_PARTS", 5)
     hub = core.Hub(core.HubSettings(state_dir=tmp_path))
 
     def run(number: int, members: int, finished: bool) -> Run:
@@ -93,10 +93,10 @@ def test_old_finished_runs_are_forgotten_within_both_bounds(
 
     for item in (run(1, 1, True), run(2, 2, True), run(3, 2, True), run(4, 1, True),
                  run(5, 9, False)):
-        hub.runs[item.id] = item
-    hub._forget_old_runs()
+        hub.running.runs[item.id] = item
+    hub.running.forget_old_runs()
     # Newest first: r4 (1 part), r3 (2), r2 (2) make 5 parts; r1 goes. The running one stays.
-    assert sorted(hub.runs) == ["r2", "r3", "r4", "r5"]
-    monkeypatch.setattr(core, "KEEP_RUNS", 1)
-    hub._forget_old_runs()
-    assert sorted(hub.runs) == ["r4", "r5"]
+    assert sorted(hub.running.runs) == ["r2", "r3", "r4", "r5"]
+    monkeypatch.setattr(running, "KEEP_RUNS", 1)
+    hub.running.forget_old_runs()
+    assert sorted(hub.running.runs) == ["r4", "r5"]

@@ -282,7 +282,7 @@ async def test_a_copy_of_another_clusters_job_is_not_this_members_to_report() ->
     copy["metadata"]["annotations"][jobs.COMMAND_ANNOTATION] = "w1/manager/job-0-1"
     member.api.put(JOBS, copy)
     assert await member.member.resync() == []
-    member.member._on_job(copy, live=True)
+    member.member.jobs.on_job(copy, live=True)
     assert member.reports == []
 
 
@@ -348,9 +348,9 @@ async def test_a_workload_admitted_before_its_job_shows_is_stamped_when_it_was_s
     uid = job["metadata"]["uid"]
     workload = _workload([ADMITTED], "worker-a")
     workload["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] = uid
-    member.member._on_workload_event("ADDED", workload)  # the Job's watch is behind
+    member.member.jobs.on_workload_event("ADDED", workload)  # the Job's watch is behind
     seen_at = member.clock.now()
     await member.clock.advance(3.0)
-    member.member._on_job(job, live=True)
+    member.member.jobs.on_job(job, live=True)
     assert member.reports[-1].job.admitted_at.ToNanoseconds() == int(seen_at * 1e9)
     assert member.reports[-1].job.placed_on == "worker-a"

@@ -99,12 +99,12 @@ async def test_a_start_annotates_its_plan_and_reports_in_that_context(
     # Later results come from the observe loop, outside any span: still in the plan's context.
     made["status"] = {"phase": "Succeeded", "verdict": "Passed", "stepsDone": "1/1"}
     host.api.put(PLANS, made)
-    await host.member._report_changes()
+    await host.member.plans.report_changes()
     assert host.reports[-1] == ("r1/west/start", executing)
     assert trace.get_current_span() is trace.INVALID_SPAN, "the context does not leak"
     # A restarted operator (a new member, nothing in memory) reads the context back.
     successor = Host(api=host.api)
-    await successor.member._report_changes()
+    await successor.member.plans.report_changes()
     assert successor.reports == [("r1/west/start", executing)]
 
 
@@ -130,7 +130,7 @@ async def test_a_create_job_annotates_its_job_and_reports_in_that_context(
     assert propagation.from_annotations(made["metadata"]["annotations"]) == executing
     assert host.reports == [("w1/west/job-0-1", executing)]
     made["status"] = {"startTime": "2027-01-15T08:00:01Z"}
-    host.member._on_job_event("MODIFIED", made)
+    host.member.jobs.on_job_event("MODIFIED", made)
     assert host.reports[-1] == ("w1/west/job-0-1", executing)
 
 
@@ -200,8 +200,9 @@ def test_a_jobs_context_is_its_current_attempts() -> None:
 
 
 def _failed() -> Any:
+    from federation.hub.outcomes import Outcome
     from federation.hub.workloads import Progress
-    return Progress("Failed", message="boom")
+    return Progress(Outcome.FAILED, message="boom")
 
 
 def test_the_store_keeps_the_context_of_runs_workloads_and_commands() -> None:

@@ -16,6 +16,7 @@ from federation.api import fleet_pb2, member_pb2
 from federation.client.fleet import FleetClient
 from federation.client.member import MemberLink
 from federation.client.simulated import SimulatedMember
+from federation.hub.outcomes import Outcome
 from federation.hub.workloads import (
     JobRecord,
     JobState,
@@ -26,6 +27,7 @@ from federation.hub.workloads import (
     latency,
     parse_command_id,
 )
+from primitives.stamps import Stamps
 from tests.federation.hubs import RunningHub, running_hub
 
 # -- pure --------------------------------------------------------------------------------------
@@ -64,17 +66,18 @@ def test_a_job_moves_through_its_states_with_the_members_times() -> None:
     cid = command_id("w1", "west", 0, 1)
     assert workload.acknowledged(cid, 100.2)
     assert job.state is JobState.PENDING
-    assert workload.reported(cid, Progress("Running", created_at=100.2, admitted_at=100.5),
-                             100.6)
+    assert workload.reported(cid, Progress(Outcome.RUNNING,
+                                           Stamps(created=100.2, admitted=100.5)), 100.6)
     assert job.state is JobState.ADMITTED
-    workload.reported(cid, Progress("Running", running_at=101.0), 101.1)
+    workload.reported(cid, Progress(Outcome.RUNNING, Stamps(running=101.0)), 101.1)
     assert job.state is JobState.RUNNING
     assert workload.gpus_running() == 16
-    workload.reported(cid, Progress("Succeeded", finished_at=111.0), 111.1)
+    workload.reported(cid, Progress(Outcome.SUCCEEDED, Stamps(finished=111.0)), 111.1)
     assert job.state is JobState.SUCCEEDED
     # What finished stays finished; another cluster's or attempt's news is not this Job's.
-    assert not workload.reported(cid, Progress("Failed"), 112.0)
-    assert not workload.reported(command_id("w1", "east", 1, 1), Progress("Running"), 112.0)
+    assert not workload.reported(cid, Progress(Outcome.FAILED), 112.0)
+    assert not workload.reported(command_id("w1", "east", 1, 1), Progress(Outcome.RUNNING),
+                                 112.0)
     report = workload.report(120.0)
     assert report.counts.succeeded == 1
     assert report.counts.waiting == 2
@@ -94,14 +97,16 @@ def test_a_job_whose_pods_ended_on_a_worker_frees_its_gpus_before_it_is_marked_f
     workload.sent(job, 100.0)
     cid = command_id("w1", "manager", 0, 1)
     workload.acknowledged(cid, 100.1)
-    workload.reported(cid, Progress("Running", admitted_at=100.5, running_at=101.0,
+    workload.reported(cid, Progress(Outcome.RUNNING, Stamps(admitted=100.5, running=101.0),
                                     placed_on="worker-a"), 101.1)
     assert workload.gpus_running() == 16
-    workload.reported(cid, Progress("Running", admitted_at=100.5, running_at=101.0,
-                                    released_at=111.0, placed_on="worker-a"), 111.1)
+    workload.reported(cid, Progress(Outcome.RUNNING, Stamps(admitted=100.5, running=101.0,
+                                                            released=111.0),
+                                    placed_on="worker-a"), 111.1)
     assert (job.state, workload.gpus_running()) == (JobState.RUNNING, 0)
-    workload.reported(cid, Progress("Succeeded", running_at=101.0, released_at=111.0,
-                                    finished_at=140.0, placed_on="worker-a"), 140.1)
+    workload.reported(cid, Progress(Outcome.SUCCEEDED, Stamps(running=101.0, released=111.0,
+                                                              finished=140.0),
+                                    placed_on="worker-a"), 140.1)
     assert job.state is JobState.SUCCEEDED
     assert workload.report(150.0).timings.to_completion.p50 == pytest.approx(40.0)
 
@@ -111,7 +116,8 @@ def test_a_failed_attempt_waits_again_until_attempts_run_out() -> None:
     job = workload.jobs[0]
     workload.place(job, "west")
     workload.sent(job, 100.0)
-    workload.reported(command_id("w1", "west", 0, 1), Progress("Failed", message="boom"), 105.0)
+    workload.reported(command_id("w1", "west", 0, 1), Progress(Outcome.FAILED, message="boom"),
+                      105.0)
     assert job.state is JobState.WAITING
     assert job.attempt == 2
     assert job.avoid == "west"
@@ -119,9 +125,9 @@ def test_a_failed_attempt_waits_again_until_attempts_run_out() -> None:
     workload.place(job, "east")
     workload.sent(job, 105.5)
     cid = command_id("w1", "east", 0, 2)
-    workload.reported(cid, Progress("Running", admitted_at=106.0, running_at=107.0), 107.0)
+    workload.reported(cid, Progress(Outcome.RUNNING, Stamps(admitted=106.0, running=107.0)), 107.0)
     assert job.recovered_in == pytest.approx(2.0)
-    workload.reported(cid, Progress("Failed", finished_at=110.0), 110.0)
+    workload.reported(cid, Progress(Outcome.FAILED, Stamps(finished=110.0)), 110.0)
     assert job.state is JobState.FAILED  # two attempts were all it had
     assert workload.settle(110.0)
     assert workload.phase.value == "Failed"
