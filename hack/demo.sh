@@ -94,7 +94,10 @@ fakefleet fleet ls
 step "a workload through the hub: 50 Jobs of 2 GPU pods, Poisson arrivals, spread over the fleet
 (examples/workloads/spread.yaml); exits 0 once every Job completed, with the report"
 fakefleet fleet submit examples/workloads/spread.yaml --watch --timeout 300
-kubectl --kubeconfig "$west" get jobs -l fakefleet.dev/workload | head -5
+# Read whole, then cut: piped into head, kubectl can be killed by SIGPIPE (and pipefail fails
+# the demo) when head closes before the list is written.
+jobs=$(kubectl --kubeconfig "$west" get jobs -l fakefleet.dev/workload)
+head -5 <<<"$jobs"
 
 step "kubectl scale fnp/west-h100 --replicas=12"
 k scale fnp/west-h100 --replicas=12
