@@ -276,7 +276,7 @@ class Heartbeats:
         now = rfc3339(self._clock.now())
         effect = rule.stage.effect
         before = record.life
-        after = stages.apply_node(effect, before, now)
+        after = stages.apply_node(effect, before, now, facts.conditions)
         status = stages.node_status(effect, facts, before, after)
         whole = stages.writes_node(effect) or bool(effect.allocatable)
         seen: NodeFacts | None = None  # the node as a write answered, when it matters

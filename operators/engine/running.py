@@ -243,6 +243,8 @@ class ClusterEngine:
     def updated(self, name: str) -> None:
         self.heartbeats.evaluate(name)
         self.pools.touch()
+        if self.node_ready(name):
+            self.pods.node_recovered(name)
 
     def forgotten(self, name: str) -> None:
         self.heartbeats.untrack(name)
@@ -267,6 +269,12 @@ class ClusterEngine:
     def node_ip(self, node: str) -> str:
         record = self.book.records.get(node)
         return nodes.node_ip(record.slot) if record is not None else ""
+
+    def node_ready(self, node: str) -> bool:
+        record = self.book.records.get(node)
+        facts = self.book.facts.get(node)
+        return record is not None and record.life.heartbeat and facts is not None and \
+            facts.ready == "True"
 
     # -- what the endpoints show (serving.Source) --------------------------------------------
 

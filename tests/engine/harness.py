@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,7 +17,8 @@ from operators.engine.pooling import ClusterRef
 from operators.engine.running import ClusterEngine, EngineSettings
 from operators.engine.stages import Rules
 from operators.k8s.client import Client
-from operators.k8s.requests import MERGE_PATCH, STRATEGIC_PATCH
+from operators.k8s.requests import MERGE_PATCH, STRATEGIC_PATCH, Request
+from operators.k8s.transport import Response, StreamResponse
 from primitives import keys
 from tests.fakes.clocks import FakeClock
 from tests.fakes.k8s import MemoryTransport
@@ -55,6 +57,29 @@ def pod(name: str, node: str, *, annotations: dict[str, str] | None = None,
             "status": {}}
 
 
+class Recorded:
+    """The engines' side of the member API: what they send, kept apart from others' requests
+    (the tests' own, as other writers)."""
+
+    def __init__(self, transport: MemoryTransport, sent: list[Request]) -> None:
+        self._transport = transport
+        self._sent = sent
+
+    async def send(self, request: Request) -> Response:
+        self._sent.append(request)
+        return await self._transport.send(request)
+
+    def stream(self, request: Request) -> contextlib.AbstractAsyncContextManager[StreamResponse]:
+        self._sent.append(request)
+        return self._transport.stream(request)
+
+    def refresh_credentials(self) -> None:
+        self._transport.refresh_credentials()
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+
 class Fleet:
     """One member cluster (and a host) in memory, and engines started against them."""
 
@@ -62,11 +87,13 @@ class Fleet:
         self.clock = FakeClock()
         self.member = MemoryTransport(self.clock)
         self.host = MemoryTransport(self.clock)
+        #: Every request the engines sent to the member, in order.
+        self.engine_requests: list[Request] = []
 
     def engine(self, *, hosted: bool = True, pools: dict[str, FakeNodePoolSpec] | None = None,
                seed: int = 1, rules: Rules | None = None, tracer: trace.Tracer | None = None,
                **settings: Any) -> ClusterEngine:
-        client = Client(self.member, clock=self.clock)
+        client = Client(Recorded(self.member, self.engine_requests), clock=self.clock)
         return ClusterEngine(
             ENGINE_NAME, client, host=Client(self.host, clock=self.clock) if hosted else None,
             serves=CLUSTER if hosted else None, pools=None if hosted else pools,
@@ -100,6 +127,12 @@ class Fleet:
                 path, body, content_type=STRATEGIC_PATCH if strategic else MERGE_PATCH)
         finally:
             self.member.faults = faults
+
+    def engine_sent(self, method: str, pattern: str = ".*") -> list[Request]:
+        """The requests the engines sent with ``method`` to paths matching ``pattern``."""
+        compiled = re.compile(pattern)
+        return [r for r in self.engine_requests
+                if r.method == method and compiled.fullmatch(r.path)]
 
     def nodes(self) -> dict[str, dict[str, Any]]:
         return {n["metadata"]["name"]: n for n in self.member.objects(NODES)}
