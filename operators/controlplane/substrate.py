@@ -45,6 +45,7 @@ from operators.controlplane.etcd import (
 from operators.controlplane.limits import check_inotify
 from operators.controlplane.pki import (
     CLIENTS,
+    ENGINE,
     ClusterPKI,
     ensure_etcd_pki,
     ensure_front_proxy_pki,
@@ -92,6 +93,12 @@ class LocalCluster:
     @property
     def kubeconfig_path(self) -> Path:
         return self.kubeconfig_of("admin")
+
+    @property
+    def engine_kubeconfig_path(self) -> Path:
+        """The engine's own identity in the cluster (:data:`~operators.controlplane.pki.
+        ENGINE`), which its RBAC must grant first (:mod:`operators.engine.authorizing`)."""
+        return self.kubeconfig_of(ENGINE)
 
     def kubeconfig_of(self, client: str) -> Path:
         """The kubeconfig of ``client``, one of :data:`~operators.controlplane.pki.CLIENTS`."""

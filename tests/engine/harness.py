@@ -13,6 +13,8 @@ from typing import Any
 from opentelemetry import trace
 
 from operators.api.nodepools import FakeNodePoolSpec
+from operators.engine import authorizing
+from operators.engine.heartbeating import LEASE_NAMESPACE
 from operators.engine.pooling import ClusterRef
 from operators.engine.running import ClusterEngine, EngineSettings
 from operators.engine.stages import Rules
@@ -80,10 +82,15 @@ class Recorded:
         await self._transport.close()
 
 
+#: The fleets the running test made (tests/engine/conftest.py checks their engines' requests).
+FLEETS: list[Fleet] = []
+
+
 class Fleet:
     """One member cluster (and a host) in memory, and engines started against them."""
 
     def __init__(self) -> None:
+        FLEETS.append(self)
         self.clock = FakeClock()
         self.member = MemoryTransport(self.clock)
         self.host = MemoryTransport(self.clock)
@@ -182,3 +189,28 @@ def states(obj: dict[str, Any]) -> dict[str, str]:
 
 def ready(node: dict[str, Any]) -> str:
     return next((c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready"), "")
+
+
+#: Paths outside the API's resources that any authenticated client may GET.
+PUBLIC = frozenset({"/version"})
+
+
+def granted(request: Request) -> bool:
+    """Whether the engine's RBAC (:mod:`operators.engine.authorizing`) lets ``request`` go
+    through, as the API server's RBAC authorizer decides it."""
+    if request.path in PUBLIC:
+        return request.method == "GET"
+    parts = [part for part in request.path.split("/") if part]
+    group, rest = ("", parts[2:]) if parts[:1] == ["api"] else (parts[1], parts[3:])
+    namespace = ""
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        namespace, rest = rest[1], rest[2:]
+    resource = "/".join(rest[:1] + rest[2:3])  # nodes, nodes/status
+    named = len(rest) > 1
+    verb = {"POST": "create", "PATCH": "patch", "PUT": "update"}.get(request.method) or (
+        ("delete" if named else "deletecollection") if request.method == "DELETE" else
+        "get" if named else
+        "watch" if request.query.get("watch") in ("1", "true") else "list")
+    rules = authorizing.CLUSTER + (authorizing.LEASES if namespace == LEASE_NAMESPACE else ())
+    return any(rule.group == group and resource in rule.resources and verb in rule.verbs
+               for rule in rules)
