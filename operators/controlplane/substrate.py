@@ -32,7 +32,7 @@ from typing import Any
 
 from operators.controlplane import components, health, kubeconfigs
 from operators.controlplane.binaries import Binaries
-from operators.controlplane.components import ClusterPorts, EtcdPorts, Profile
+from operators.controlplane.components import ClusterPorts, EtcdPorts, Profile, RequestLimits
 from operators.controlplane.errors import StateError
 from operators.controlplane.etcd import (
     EtcdEndpoint,
@@ -69,6 +69,8 @@ class ClusterOptions:
     profile: Profile = Profile.DEFAULT
     binaries: Binaries | None = None
     """Binaries of another Kubernetes version than the substrate's default."""
+    limits: RequestLimits | None = None
+    """The API server's request limits, if not its profile's (a benchmark trying others)."""
 
 
 @dataclasses.dataclass
@@ -241,6 +243,7 @@ class Substrate:
                 binaries.kube_apiserver, cluster=name, etcd_url=self.etcd.url,
                 etcd_pki=self.etcd.pki, port=ports.apiserver, pki=pki, profile=options.profile,
                 tracing_config=self._tracing_config(state, name), front_proxy=front_proxy,
+                limits=options.limits,
             ),
             f"{cluster.endpoint}/readyz",
             cluster.admin_tls(),
