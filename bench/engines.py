@@ -15,8 +15,12 @@ Engines: ``fakefleet`` (``python -m operators.engine``), ``kwok`` (KWOK's contro
 with its fast stages and leases, as kwokctl runs it) and ``ceiling`` (no engine: the harness
 itself writes the end states as fast as the API server takes them: nodes created Ready, pod
 status patched Running, pods deleted with grace 0). Every engine gets a fresh control plane
-(etcd, kube-apiserver, kube-scheduler, kube-controller-manager) with the load profile (request
-limits lifted, as KWOK's ``--disable-qps-limits``).
+(etcd, kube-apiserver, kube-scheduler, kube-controller-manager) with the load profile (the
+scheduler's and controller-manager's QPS limits lifted, as KWOK's ``--disable-qps-limits``;
+API Priority and Fairness on, with the API server's in-flight limits of
+``operators.controlplane.components.LIMITS``, or ``--inflight READ,MUTATING``). fakefleet's
+engine runs with its own identity (``system:nodes``, served by APF as kubelets are); KWOK and
+the harness run as admins, whom APF exempts.
 
 Tracing on against off: ``--engines fakefleet,fakefleet-traced`` runs fakefleet's engine twice.
 ``fakefleet`` runs with no OTLP endpoint anywhere (any ``OTEL_EXPORTER_OTLP_*ENDPOINT`` of the
@@ -57,8 +61,9 @@ from bench.metrics import mutating_requests
 from federation.telemetry.exporting import ENDPOINT_VARIABLES, exporter_environment
 from federation.telemetry.files import CollectorFiles, CollectorInfo
 from operators.controlplane import binaries as binaries_
-from operators.controlplane.components import Profile
+from operators.controlplane.components import LIMITS, Profile, RequestLimits
 from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
+from operators.engine import authorizing
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.errors import Conflict, NotFound
@@ -411,9 +416,12 @@ class Harness:
 
     async def _make_nodes(self) -> None:
         if self.engine in FAKEFLEET:
+            # As the operator runs it: its own identity in system:nodes, which APF serves as
+            # it serves kubelets (the harness, an admin, is exempt).
+            await authorizing.grant(self.client)
             await self._spawn([
                 sys.executable, "-m", "operators.engine",
-                "--kubeconfig", str(self.cluster.kubeconfig_path),
+                "--kubeconfig", str(self.cluster.engine_kubeconfig_path),
                 "--pool", f"{POOL}={self.nodes}", "--grace-cap", "0s",
                 "--concurrency", str(CONCURRENCY)])
             return
@@ -547,26 +555,29 @@ def stored_spans(directory: Path) -> int:
 
 
 async def run_engine(engine: str, binaries: binaries_.Binaries, workdir: Path, *, nodes: int,
-                     pods: int, scheduler: bool) -> EngineRun:
+                     pods: int, scheduler: bool,
+                     limits: RequestLimits | None = None) -> EngineRun:
+    """``limits``: the API server's request limits, if not the load profile's."""
     state = workdir / engine
     state.mkdir(parents=True)
     if engine != TRACED:
         return await _run_engine(engine, binaries, state, untraced_environment(),
-                                 nodes=nodes, pods=pods, scheduler=scheduler)
+                                 nodes=nodes, pods=pods, scheduler=scheduler, limits=limits)
     async with collecting(state / "collector") as collector:
         environ = {**untraced_environment(),
                    **exporter_environment(collector.endpoint, {})}
         result = await _run_engine(engine, binaries, state, environ, nodes=nodes, pods=pods,
-                                   scheduler=scheduler)
+                                   scheduler=scheduler, limits=limits)
     result.spans = stored_spans(state / "collector")
     return result
 
 
 async def _run_engine(engine: str, binaries: binaries_.Binaries, state: Path,
                       environ: Mapping[str, str], *, nodes: int, pods: int,
-                      scheduler: bool) -> EngineRun:
+                      scheduler: bool, limits: RequestLimits | None = None) -> EngineRun:
     async with Substrate(state, binaries, fsync=False, environ=environ) as substrate:
-        cluster = await substrate.add_cluster("bench", ClusterOptions(profile=Profile.LOAD))
+        cluster = await substrate.add_cluster("bench", ClusterOptions(profile=Profile.LOAD,
+                                                                      limits=limits))
         harness = Harness(engine, cluster, state, nodes=nodes, pods=pods, scheduler=scheduler,
                           environ=environ if engine in FAKEFLEET else None)
         return await harness.run()
@@ -656,6 +667,16 @@ def report(runs: dict[str, EngineRun], console: Console, *, nodes: int, pods: in
         console.print(gaps)
 
 
+def parse_limits(text: str) -> RequestLimits:
+    read, _, mutating = text.partition(",")
+    try:
+        return RequestLimits(inflight=int(read), mutating=int(mutating))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"--inflight {text!r}: expected two whole numbers above 0, READ,MUTATING, such as "
+            f"60,40 ({error})") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -666,6 +687,10 @@ def main() -> None:
     parser.add_argument("--no-scheduler", action="store_true",
                         help="skip the Deployment (real scheduler) variant")
     parser.add_argument("--output", type=Path, default=None, help="write the JSON here too")
+    parser.add_argument("--inflight", type=parse_limits, default=None, metavar="READ,MUTATING",
+                        help="the API server's --max-requests-inflight and "
+                             "--max-mutating-requests-inflight (default: the load profile's, "
+                             "{0.inflight},{0.mutating})".format(LIMITS[Profile.LOAD]))
     args = parser.parse_args()
     engines = [e for e in args.engines.split(",") if e]
     unknown = set(engines) - {*ENGINES, TRACED}
@@ -682,10 +707,11 @@ def main() -> None:
             console.print(f"[bold]{engine}[/]: {args.nodes} nodes, {args.pods} pods ...")
             runs[engine] = asyncio.run(run_engine(
                 engine, binaries, Path(workdir), nodes=args.nodes, pods=args.pods,
-                scheduler=not args.no_scheduler))
+                scheduler=not args.no_scheduler, limits=args.inflight))
     report(runs, console, nodes=args.nodes, pods=args.pods)
     payload = {
         "nodes": args.nodes, "pods": args.pods, "cpus": os.cpu_count(),
+        "requestLimits": dataclasses.asdict(args.inflight or LIMITS[Profile.LOAD]),
         "kwokVersion": kwok.KWOK_VERSION, "kubernetesVersion": binaries.version,
         "runs": {name: dataclasses.asdict(run) for name, run in runs.items()},
     }

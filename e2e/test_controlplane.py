@@ -140,10 +140,10 @@ async def test_state_is_private(substrate: Substrate) -> None:
         return stat.S_IMODE(path.stat().st_mode)
 
     assert mode(substrate.state_dir) == 0o700
-    for client in ("admin", "kube-scheduler", "kube-controller-manager"):
+    for client in ("admin", "kube-scheduler", "kube-controller-manager", "engine"):
         assert mode(alpha.kubeconfig_of(client)) == 0o600, client
     keys = [*alpha.pki.directory.glob("*.key"), *substrate.etcd.pki.directory.glob("*.key")]
-    assert len(keys) == 6 + 5
+    assert len(keys) == 7 + 5  # the cluster's: CA, serving, four clients, service accounts
     for key in keys:
         assert mode(key) == 0o600, key
 

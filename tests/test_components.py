@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from operators.controlplane import components
 from operators.controlplane.components import ClusterPorts, EtcdPorts, Profile
 from operators.controlplane.pki import ClusterPKI, EtcdPKI, FrontProxyPKI
@@ -35,14 +37,19 @@ def test_prefixes_differ_per_cluster() -> None:
     assert components.etcd_prefix("a") != components.etcd_prefix("b")
 
 
-def test_load_profile_lifts_limits_everywhere() -> None:
+def test_load_profile_lifts_client_limits_and_keeps_the_server_s_priorities() -> None:
+    """Issue 24: with APF off, no FlowSchema keeps heartbeats ahead of workload traffic; with
+    600 seats on two cores, APF never queues. So APF stays on, with fewer seats."""
     api = _flags(components.apiserver_argv(
         Path("kube-apiserver"), cluster="a", etcd_url="https://127.0.0.1:1", etcd_pki=ETCD_PKI,
         port=1, pki=PKI, profile=Profile.LOAD,
     ))
-    assert api["--max-requests-inflight"] == "0"
-    assert api["--max-mutating-requests-inflight"] == "0"
-    assert api["--enable-priority-and-fairness"] == "false"
+    assert "--enable-priority-and-fairness" not in api, "on, as by default"
+    limits = components.LIMITS[Profile.LOAD]
+    assert limits is not None
+    assert api["--max-requests-inflight"] == str(limits.inflight)
+    assert api["--max-mutating-requests-inflight"] == str(limits.mutating)
+    assert 0 < limits.inflight + limits.mutating < 400 + 200, "fewer seats than upstream's"
     scheduler = _flags(components.scheduler_argv(
         Path("kube-scheduler"), kubeconfig=Path("k"), port=2, profile=Profile.LOAD))
     kcm = _flags(components.controller_manager_argv(
@@ -117,3 +124,18 @@ def test_the_health_probe_context_verifies_nothing_and_loads_no_ca() -> None:
     assert context.verify_mode.name == "CERT_NONE"
     assert not context.check_hostname
     assert context.get_ca_certs() == []
+
+
+def test_request_limits_are_data_a_benchmark_may_change() -> None:
+    tried = components.RequestLimits(inflight=20, mutating=10)
+    api = _flags(components.apiserver_argv(
+        Path("kube-apiserver"), cluster="a", etcd_url="https://127.0.0.1:1", etcd_pki=ETCD_PKI,
+        port=1, pki=PKI, profile=Profile.LOAD, limits=tried))
+    assert (api["--max-requests-inflight"], api["--max-mutating-requests-inflight"]) == (
+        "20", "10")
+    default = _flags(components.apiserver_argv(
+        Path("kube-apiserver"), cluster="a", etcd_url="https://127.0.0.1:1", etcd_pki=ETCD_PKI,
+        port=1, pki=PKI, profile=Profile.DEFAULT))
+    assert "--max-requests-inflight" not in default, "upstream's defaults"
+    with pytest.raises(ValueError, match="mutating 0 serves nothing"):
+        components.RequestLimits(inflight=1, mutating=0)

@@ -188,3 +188,42 @@ def test_an_add_on_serves_the_names_it_is_given_and_acts_as_its_user(tmp_path: P
     assert names.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.0.0.1")]
     _cert(addon.serving_cert).verify_directly_issued_by(_cert(addon.ca_cert))
     _cert(addon.client_cert).verify_directly_issued_by(_cert(cluster.ca_cert))
+
+
+def test_the_engine_is_one_identity_of_the_nodes_group_outside_the_node_names(
+        tmp_path: Path) -> None:
+    """The Node authorizer abstains for a name outside system:node:, RBAC decides; the nodes'
+    FlowSchemas match the group; system:monitoring has the API server honour its traces."""
+    pki = ensure_pki(tmp_path, "a")
+    cert = _cert(pki.client_cert(pki_module.ENGINE))
+    subject = cert.subject
+    assert subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "fakefleet-engine"
+    assert [a.value for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == [
+        "system:nodes", "system:monitoring"]
+    cert.verify_directly_issued_by(_cert(pki.ca_cert))
+    usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+
+
+def test_a_pki_of_an_earlier_version_gains_the_engine_identity_from_its_own_ca(
+        tmp_path: Path) -> None:
+    """Defect: a PKI made before the engine had an identity lacked its files, and was made
+    anew as a whole: a new CA under every client that trusted the old one."""
+    first = ensure_pki(tmp_path / "pki", "a")
+    ca, admin = first.ca_cert.read_bytes(), first.client_cert("admin").read_bytes()
+    first.client_cert(pki_module.ENGINE).unlink()
+    first.client_key(pki_module.ENGINE).unlink()
+    again = ensure_pki(tmp_path / "pki", "a")
+    assert again.ca_cert.read_bytes() == ca, "the same CA"
+    assert again.client_cert("admin").read_bytes() == admin, "the others as they were"
+    _cert(again.client_cert(pki_module.ENGINE)).verify_directly_issued_by(_cert(again.ca_cert))
+    assert (again.client_key(pki_module.ENGINE).stat().st_mode & 0o777) == 0o600
+
+
+def test_an_engine_key_without_its_certificate_is_issued_again(tmp_path: Path) -> None:
+    first = ensure_pki(tmp_path / "pki", "a")
+    ca = first.ca_cert.read_bytes()
+    first.client_cert(pki_module.ENGINE).unlink()  # stopped between key and certificate
+    again = ensure_pki(tmp_path / "pki", "a")
+    assert again.ca_cert.read_bytes() == ca
+    assert all(path.exists() for path in again.files())

@@ -67,7 +67,7 @@ def test_every_key_of_a_pki_is_0600_in_a_0700_directory(tmp_path: Path) -> None:
     pki = ensure_pki(tmp_path / "pki", "a")
     assert _mode(pki.directory) == 0o700
     keys = [p for p in pki.directory.iterdir() if p.suffix == ".key"]
-    assert len(keys) == 6  # CA, serving, three clients, service accounts
+    assert len(keys) == 7  # CA, serving, four clients (the engine's too), service accounts
     for key in keys:
         assert _mode(key) == 0o600, key.name
 
@@ -82,7 +82,7 @@ def test_kubeconfigs_are_0600(tmp_path: Path) -> None:
     )
     write_kubeconfigs(cluster)
     written = sorted(p.name for p in directory.iterdir() if p.name.endswith("kubeconfig"))
-    assert written == ["kube-controller-manager.kubeconfig", "kube-scheduler.kubeconfig",
-                       "kubeconfig"]
+    assert written == ["engine.kubeconfig", "kube-controller-manager.kubeconfig",
+                       "kube-scheduler.kubeconfig", "kubeconfig"]
     for name in written:
         assert _mode(directory / name) == 0o600, name

@@ -308,6 +308,13 @@ class FakeNodePoolSpec(Model):
         return capacity
 
 
+#: The condition a pool's engine sets True while a Lease renewal gap of its nodes passed 3/4 of
+#: the node-lifecycle controller's grace (37.5 s of 50 s), with the gap measured and its node;
+#: False once every renewal is within that again. Absent while its engine never found it so (an
+#: engine that starts again measures anew, the gap across its restart included).
+HEARTBEATS_AT_RISK = "HeartbeatsAtRisk"
+
+
 class FakeNodePoolStatus(Model):
     """Observed state of a FakeNodePool."""
 
@@ -320,7 +327,8 @@ class FakeNodePoolStatus(Model):
     observedGeneration: int = 0
     """The metadata.generation the status describes."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Ready, Reconciling, Stalled."""
+    """Ready, Reconciling, Stalled; HeartbeatsAtRisk once its engine found Lease renewals
+    late (True while a renewal gap passes 3/4 of the node-lifecycle controller's grace)."""
 
 
 class FakeNodePool(CustomResource):

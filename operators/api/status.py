@@ -13,7 +13,12 @@ from collections.abc import Iterable
 from typing import Literal
 
 from operators.api.base import Condition
-from operators.api.nodepools import FakeNodePool, FakeNodePoolStatus, pool_selector
+from operators.api.nodepools import (
+    HEARTBEATS_AT_RISK,
+    FakeNodePool,
+    FakeNodePoolStatus,
+    pool_selector,
+)
 
 
 def condition(kind: str, holds: bool, *, reason: str, message: str, generation: int, now: str,
@@ -29,10 +34,13 @@ def condition(kind: str, holds: bool, *, reason: str, message: str, generation: 
 
 
 def pool_status(pool: FakeNodePool, *, replicas: int, ready: int, generation: int, now: str,
-                waiting: str = "", problem: str = "") -> FakeNodePoolStatus:
+                waiting: str = "", problem: str = "",
+                heartbeats: tuple[bool, str] | None = None) -> FakeNodePoolStatus:
     """The status of a pool with ``replicas`` nodes of which ``ready`` are Ready, as its engine
     last acted on ``generation``. ``waiting``: no engine serves the pool, and why;
-    ``problem``: what stops the engine from reaching the desired state (Stalled)."""
+    ``problem``: what stops the engine from reaching the desired state (Stalled);
+    ``heartbeats``: its engine's :data:`~operators.api.nodepools.HEARTBEATS_AT_RISK` (status,
+    message), None when it was never at risk (no such condition)."""
     desired = pool.spec.replicas
     current = generation == int(pool.metadata.get("generation", 0))
     settled = not waiting and not problem and current and replicas == ready == desired
@@ -53,5 +61,17 @@ def pool_status(pool: FakeNodePool, *, replicas: int, ready: int, generation: in
         observedGeneration=generation,
         conditions=[described("Ready", settled), described("Reconciling", not settled
                                                            and not problem),
-                    described("Stalled", bool(problem))],
+                    described("Stalled", bool(problem)),
+                    *_heartbeats(heartbeats, generation=generation, now=now,
+                                 previous=pool.status.conditions if pool.status else [])],
     )
+
+
+def _heartbeats(heartbeats: tuple[bool, str] | None, *, generation: int, now: str,
+                previous: Iterable[Condition]) -> list[Condition]:
+    if heartbeats is None:
+        return []
+    at_risk, message = heartbeats
+    return [condition(HEARTBEATS_AT_RISK, at_risk,
+                      reason="RenewalsLate" if at_risk else "RenewalsOnTime", message=message,
+                      generation=generation, now=now, previous=previous)]

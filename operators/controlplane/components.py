@@ -1,11 +1,15 @@
 """Command lines of etcd and the Kubernetes components: pure data, no processes started here.
 
 Everything listens on 127.0.0.1 only, and etcd speaks TLS alone, to clients and its peer, with
-client certificates required from its own CA. The ``load`` profile lifts request limits the way
-KWOK's ``--disable-qps-limits`` does: the apiserver's in-flight limits and API Priority and
-Fairness are off, and the scheduler and controller-manager may send thousands of requests per
-second. Every member's API server runs the aggregation layer (front-proxy PKI, requestheader
-flags), so an APIService such as metrics-server's ``v1beta1.metrics.k8s.io`` can be served.
+client certificates required from its own CA. API Priority and Fairness is on in every profile,
+as in real clusters: it is what keeps heartbeats ahead of workload traffic (the engine is in
+``system:nodes``, whose Lease and node writes upstream's FlowSchema ``system-node-high`` puts at
+``node-high``). The ``load`` profile lets the scheduler and controller-manager send thousands of
+requests per second, and gives the API server in-flight limits low enough that APF actually
+queues on two cores (:data:`LIMITS`: data, so that a benchmark can try others); admins
+(``system:masters``: kubectl, the benchmarks' harness) are exempt from APF whatever the limits.
+Every member's API server runs the aggregation layer (front-proxy PKI, requestheader flags),
+so an APIService such as metrics-server's ``v1beta1.metrics.k8s.io`` can be served.
 
 Tracing: when spans are exported (``OTEL_EXPORTER_OTLP_ENDPOINT``, the embedded collector's
 under ``fakefleet up``), the kube-apiservers get ``--tracing-config-file`` and etcd its
@@ -53,6 +57,33 @@ class Profile(enum.StrEnum):
 
     DEFAULT = "default"
     LOAD = "load"
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestLimits:
+    """How many requests the API server serves at once (``--max-requests-inflight``,
+    ``--max-mutating-requests-inflight``). With APF on, their sum is the seats its priority
+    levels share (node-high's nominal share is 40 of 245); past their share, a level's requests
+    queue, and a level with room (node-high, for heartbeats) goes on being served."""
+
+    inflight: int
+    mutating: int
+
+    def __post_init__(self) -> None:
+        for name in ("inflight", "mutating"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"request limits: {name} {getattr(self, name)} serves "
+                                 f"nothing; give at least 1 (or the API server's defaults, "
+                                 f"400 and 200)")
+
+
+#: The API server's request limits per profile (None: its own defaults, 400 and 200). Two cores
+#: serve a few thousand small writes a second at a few milliseconds each, some tens at once:
+#: 600 seats never fill and APF never queues, so every client just gets slower alike.
+LIMITS: dict[Profile, RequestLimits | None] = {
+    Profile.DEFAULT: None,
+    Profile.LOAD: RequestLimits(inflight=60, mutating=40),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,9 +196,11 @@ def apiserver_argv(
     profile: Profile,
     tracing_config: Path | None = None,
     front_proxy: FrontProxyPKI | None = None,
+    limits: RequestLimits | None = None,
 ) -> list[str]:
     """``tracing_config``: a file of :func:`tracing_configuration` (None: no tracing);
-    ``front_proxy``: the aggregation layer's PKI (None: no aggregated API servers)."""
+    ``front_proxy``: the aggregation layer's PKI (None: no aggregated API servers);
+    ``limits``: other request limits than the profile's (:data:`LIMITS`)."""
     argv = [
         str(binary),
         f"--etcd-servers={etcd_url}",
@@ -189,11 +222,11 @@ def apiserver_argv(
         "--allow-privileged=true",
         "--endpoint-reconciler-type=none",
     ]
-    if profile is Profile.LOAD:
+    limits = limits or LIMITS[profile]
+    if limits is not None:
         argv += [
-            "--max-requests-inflight=0",
-            "--max-mutating-requests-inflight=0",
-            "--enable-priority-and-fairness=false",
+            f"--max-requests-inflight={limits.inflight}",
+            f"--max-mutating-requests-inflight={limits.mutating}",
         ]
     if tracing_config is not None:
         argv.append(f"--tracing-config-file={tracing_config}")

@@ -51,12 +51,25 @@ _ETCD_SANS: tuple[x509.GeneralName, ...] = (
     x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
 )
 
+#: The engine's client identity in a member: the kubelets' group, so that the API server's
+#: priority and fairness serves it as it serves kubelets (upstream's FlowSchemas
+#: ``system-node-high`` for Lease and node writes, ``system-nodes`` for the rest), and a name
+#: outside ``system:node:``, so that the Node authorizer abstains and RBAC decides (the engine
+#: writes for every node: :mod:`operators.engine.authorizing` binds exactly what it writes).
+#: One identity for all nodes: a certificate (and a TLS connection) per node would be thousands.
+#: ``system:monitoring`` too: the API server honours an incoming trace context only from that
+#: group or ``system:masters``, and a fault's writes join the plan's trace; it matches no
+#: FlowSchema and its RBAC reads only health and metrics endpoints.
+ENGINE = "engine"
+ENGINE_USER = "fakefleet-engine"
+
 #: Client identities: file stem → (common name, organisations). RBAC's bootstrap policy binds
 #: the scheduler's and controller-manager's user names; admins are in ``system:masters``.
 CLIENTS = {
     "admin": ("fakefleet-admin", ("system:masters",)),
     "kube-scheduler": ("system:kube-scheduler", ()),
     "kube-controller-manager": ("system:kube-controller-manager", ()),
+    ENGINE: (ENGINE_USER, ("system:nodes", "system:monitoring")),
 }
 
 
@@ -150,10 +163,32 @@ def common_name(name: str, suffix: str = "") -> str:
 
 
 def ensure_pki(directory: Path, cluster: str) -> ClusterPKI:
-    """The PKI of ``cluster`` in ``directory``: reused if complete, else generated anew."""
+    """The PKI of ``cluster`` in ``directory``: reused if complete, else generated anew. A
+    client identity whose certificate a PKI otherwise complete lacks (one of an earlier
+    version has no engine identity) is issued by the PKI's own CA, so every kubeconfig made
+    from it stays valid."""
+    pki = ClusterPKI(directory)
+    _add_clients(pki)
     _ensure(directory, lambda at: ClusterPKI(at).files(),
             lambda staging: _generate_cluster(ClusterPKI(staging), cluster))
-    return ClusterPKI(directory)
+    return pki
+
+
+def _add_clients(pki: ClusterPKI) -> None:
+    missing = [stem for stem in CLIENTS if not pki.client_cert(stem).exists()]
+    issued = {path for stem in missing
+              for path in (pki.client_cert(stem), pki.client_key(stem))}
+    if not missing or not all(_parses(path) for path in pki.files() if path not in issued):
+        return  # none missing, or a new or broken PKI: generated as a whole
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey), "our CAs are ECDSA"
+    for stem in missing:
+        name, organisations = CLIENTS[stem]
+        # The key first, then the certificate: stopped between the two, the certificate is
+        # still missing, and both are issued again.
+        _issue(pki.client_cert(stem), pki.client_key(stem), name, organisations, ca_cert,
+               ca_key, _now(), usages=(ExtendedKeyUsageOID.CLIENT_AUTH,), sans=[])
 
 
 def ensure_etcd_pki(directory: Path) -> EtcdPKI:

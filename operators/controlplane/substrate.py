@@ -32,7 +32,7 @@ from typing import Any
 
 from operators.controlplane import components, health, kubeconfigs
 from operators.controlplane.binaries import Binaries
-from operators.controlplane.components import ClusterPorts, EtcdPorts, Profile
+from operators.controlplane.components import ClusterPorts, EtcdPorts, Profile, RequestLimits
 from operators.controlplane.errors import StateError
 from operators.controlplane.etcd import (
     EtcdEndpoint,
@@ -45,6 +45,7 @@ from operators.controlplane.etcd import (
 from operators.controlplane.limits import check_inotify
 from operators.controlplane.pki import (
     CLIENTS,
+    ENGINE,
     ClusterPKI,
     ensure_etcd_pki,
     ensure_front_proxy_pki,
@@ -68,6 +69,8 @@ class ClusterOptions:
     profile: Profile = Profile.DEFAULT
     binaries: Binaries | None = None
     """Binaries of another Kubernetes version than the substrate's default."""
+    limits: RequestLimits | None = None
+    """The API server's request limits, if not its profile's (a benchmark trying others)."""
 
 
 @dataclasses.dataclass
@@ -92,6 +95,12 @@ class LocalCluster:
     @property
     def kubeconfig_path(self) -> Path:
         return self.kubeconfig_of("admin")
+
+    @property
+    def engine_kubeconfig_path(self) -> Path:
+        """The engine's own identity in the cluster (:data:`~operators.controlplane.pki.
+        ENGINE`), which its RBAC must grant first (:mod:`operators.engine.authorizing`)."""
+        return self.kubeconfig_of(ENGINE)
 
     def kubeconfig_of(self, client: str) -> Path:
         """The kubeconfig of ``client``, one of :data:`~operators.controlplane.pki.CLIENTS`."""
@@ -234,6 +243,7 @@ class Substrate:
                 binaries.kube_apiserver, cluster=name, etcd_url=self.etcd.url,
                 etcd_pki=self.etcd.pki, port=ports.apiserver, pki=pki, profile=options.profile,
                 tracing_config=self._tracing_config(state, name), front_proxy=front_proxy,
+                limits=options.limits,
             ),
             f"{cluster.endpoint}/readyz",
             cluster.admin_tls(),

@@ -42,6 +42,7 @@ from pydantic import ValidationError
 from federation.telemetry import setup
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.api.stages import StageError, load_lifecycle
+from operators.engine.alerting import NODE_GRACE
 from operators.engine.pooling import ClusterRef
 from operators.engine.running import ClusterEngine, EngineSettings
 from operators.engine.serving import ServingError
@@ -80,6 +81,17 @@ def parse_port(text: str) -> int:
     return int(text)
 
 
+def parse_grace(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < 3600:  # nan and inf fail too
+        raise argparse.ArgumentTypeError(f"--node-monitor-grace {text!r}: expected seconds "
+                                         f"above 0 and below 3600, such as 50")
+    return seconds
+
+
 def parse_cluster(text: str) -> ClusterRef:
     namespace, _, name = text.rpartition("/")
     if not name:
@@ -106,7 +118,8 @@ def cluster_name(args: argparse.Namespace) -> str:
 async def serve(args: argparse.Namespace, rules: Rules,
                 pools: list[tuple[str, FakeNodePoolSpec]], *, tracer: trace.Tracer) -> None:
     settings = EngineSettings(concurrency=args.concurrency, pod_concurrency=args.concurrency,
-                              kubelet_port=None if args.no_metrics else args.kubelet_port)
+                              kubelet_port=None if args.no_metrics else args.kubelet_port,
+                              node_grace=args.node_monitor_grace)
     member = load_kubeconfig_file(args.kubeconfig)
     # Requests in flight plus the long watches (nodes, pods) and the events.
     # Writes go through SlowWrites, which an APIServerSlow fault on the FakeCluster slows.
@@ -177,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubelet-port", type=parse_port, default=0, metavar="PORT",
                         help="port of the nodes' kubelet endpoints and of the DCGM endpoint "
                              "(default: a free one)")
+    parser.add_argument("--node-monitor-grace", type=parse_grace, default=NODE_GRACE,
+                        metavar="SECONDS",
+                        help="the member's node-lifecycle controller's grace period: a Lease "
+                             "renewal gap past 3/4 of it puts a pool's heartbeats at risk "
+                             f"(default {NODE_GRACE:.0f})")
     parser.add_argument("--no-metrics", action="store_true",
                         help="measure no usage and serve no kubelet or DCGM endpoint")
     parser.add_argument("--verbose", action="store_true")

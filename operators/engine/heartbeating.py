@@ -10,6 +10,10 @@ have. Renewals have their own connections: pod churn must never delay them past 
 node-lifecycle controller's grace period. How late they go out is measured (``lag``): the pod
 half holds back while they are behind.
 
+Every renewal gap is measured against the node-lifecycle controller's grace: one a renewal
+closes, and every few seconds those still open (:class:`~operators.engine.alerting.GapAlarm`
+says when a pool's heartbeats are at risk).
+
 Every write is committed after it succeeded: a node's life changes only once its status says
 so; a failed write is retried with back-off, from the life as it was.
 
@@ -25,12 +29,14 @@ written; the life and facts are committed after.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from operators.engine import nodes, stages
+from operators.engine.alerting import GapAlarm
 from operators.engine.dispatching import Dispatcher
 from operators.engine.inventory import NodeBook, NodeRecord
 from operators.engine.nodes import NodeFacts
@@ -56,6 +62,8 @@ RENEW_FRACTION = 0.25  # the kubelet renews its lease every quarter of its durat
 RENEW_JITTER = 0.04
 STRETCHED_SPREAD = 0.25
 RETRY_BASE = 1.0
+#: How often the gaps still open are measured (seconds).
+GAP_CHECK = 2.5
 
 
 class GPUService(Protocol):
@@ -84,9 +92,11 @@ class Heartbeats:
         loaded: Callable[[], bool] = lambda: False,
         traces: FaultBatches,
         gpus: GPUService | None = None,
+        alarm: GapAlarm | None = None,
     ) -> None:
         self.cluster = cluster
         self._gpus = gpus
+        self.alarm = alarm or GapAlarm(cluster)
         self.client = client
         self._traces = traces
         self._book = book
@@ -110,7 +120,20 @@ class Heartbeats:
         return self.lag > self._slack
 
     async def run(self) -> None:
-        await self._dispatcher.run()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._dispatcher.run())
+            group.create_task(self._measure_open_gaps())
+
+    async def _measure_open_gaps(self) -> None:
+        """Every GAP_CHECK seconds: how long each heartbeating node's Lease has gone without
+        a renewal (a renewal late in a queue, or failing, must not wait for its end to tell)."""
+        while True:
+            await self._clock.sleep(GAP_CHECK)
+            now = self._clock.now()
+            for name, record in self._book.records.items():
+                if record.life.heartbeat and record.renewed_at:
+                    self.alarm.measured(record.pool, name, now - record.renewed_at, now)
+            self.alarm.review(now)
 
     # -- what the book tells ------------------------------------------------------------------
 
@@ -173,6 +196,7 @@ class Heartbeats:
                 record.lease_duration = int(spec.get("leaseDurationSeconds")
                                             or record.lease_duration)
                 renewed = parse(spec["renewTime"]) if spec.get("renewTime") else 0.0
+                record.renewed_at = renewed  # the gap across the restart counts too
                 record.renew_at = max(now, renewed + self._interval(record))
             self._schedule(("lease", name), record.renew_at)
         self._resumed = True
@@ -186,6 +210,8 @@ class Heartbeats:
             await self._create_lease(name, record)
         except K8sError as error:
             logger.debug("engine %s: lease of %s not created yet: %s", self.cluster, name, error)
+            # The node-lifecycle controller counts a new node's grace from its creation.
+            record.renewed_at = record.renewed_at or self._clock.now()
             record.leased = False
             record.renew_at = self._clock.now()
             self._schedule(("lease", name), record.renew_at)
@@ -257,7 +283,11 @@ class Heartbeats:
         record.leased = True
 
     def _renewed(self, name: str, record: NodeRecord) -> None:
-        record.renew_at = self._clock.now() + self._interval(record)
+        now = self._clock.now()
+        if record.renewed_at:
+            self.alarm.measured(record.pool, name, now - record.renewed_at, now)
+        record.renewed_at = now
+        record.renew_at = now + self._interval(record)
         self._schedule(("lease", name), record.renew_at)
 
     def _interval(self, record: NodeRecord) -> float:
@@ -276,7 +306,7 @@ class Heartbeats:
         now = rfc3339(self._clock.now())
         effect = rule.stage.effect
         before = record.life
-        after = stages.apply_node(effect, before, now)
+        after = stages.apply_node(effect, before, now, facts.conditions)
         status = stages.node_status(effect, facts, before, after)
         whole = stages.writes_node(effect) or bool(effect.allocatable)
         seen: NodeFacts | None = None  # the node as a write answered, when it matters
@@ -308,6 +338,7 @@ class Heartbeats:
             self._recorder.emit(kind="Node", name=name, uid=record.uid, event_type=event.type,
                                 reason=event.reason, message=event.message, host=name)
         if after.heartbeat and not before.heartbeat:
+            record.renewed_at = 0.0  # its silence was asked for: no gap to measure
             self._schedule(("lease", name), self._clock.now())
         self._pending.pop(name, None)
         self.evaluate(name)  # the next stage, from the life just committed

@@ -31,8 +31,8 @@ DEFAULT_LEASE_SECONDS = 40
 class NodeRecord:
     """What the engine remembers of one node it plays: a few words, not the object."""
 
-    __slots__ = ("failures", "lease_duration", "leased", "life", "pool", "renew_at", "slot",
-                 "uid")
+    __slots__ = ("failures", "lease_duration", "leased", "life", "pool", "renew_at",
+                 "renewed_at", "slot", "uid")
 
     def __init__(self, pool: str, slot: int, uid: str, lease_duration: int,
                  life: NodeLife) -> None:
@@ -43,6 +43,9 @@ class NodeRecord:
         self.life = life
         self.leased = True  # False: its Lease is missing and must be created
         self.renew_at = 0.0  # when the next renewal is due (0: not scheduled yet)
+        #: When the Lease was last renewed, as far as the engine knows (0: not known), for the
+        #: renewal gaps (:mod:`~operators.engine.alerting`).
+        self.renewed_at = 0.0
         self.failures = 0  # consecutive failed writes (for back-off)
 
 

@@ -12,6 +12,8 @@ Each stage is one merge patch of the status subresource. The new life is compute
 and committed only when the write succeeded: a retried step is computed again from the life
 the API shows, never applied twice. A pod adopted after a restart resumes from its status: a
 Job pod that started 40 s before the restart with a run time of 60 s exits 20 s after it.
+The pod status is the engine's as a kubelet's is its own: what another writer changes there is
+written back within one sync, from what the watch shows (:mod:`~operators.engine.owning`).
 
 A pod's stages are those of the fault entries it carries, then the defaults
 (:class:`~operators.engine.stages.Rulebook`); a change of its ``fakefleet.dev/faults``
@@ -30,15 +32,16 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol
 
 from operators.api.injections import done_annotations
-from operators.engine import claims, stages
+from operators.engine import owning, stages
 from operators.engine import pods as podlife
 from operators.engine.addresses import PodAddresses
 from operators.engine.dispatching import Dispatcher
 from operators.engine.pods import PodFacts, PodLife, life_from_status, render_status
+from operators.engine.preparing import Preparations
 from operators.engine.queues import DelayQueue
 from operators.engine.recording import EventRecorder
 from operators.engine.stages import PodRule, Rulebook, Timing
@@ -46,7 +49,7 @@ from operators.engine.tracing import FaultBatches
 from operators.engine.usage import UsageBook
 from operators.k8s import requests
 from operators.k8s.client import Client
-from operators.k8s.errors import Conflict, Invalid, K8sError, NotFound, transient
+from operators.k8s.errors import Conflict, Invalid, K8sError, NotFound
 from operators.k8s.patching import patch_until_current
 from operators.k8s.times import rfc3339
 from operators.k8s.watching import list_and_watch
@@ -59,7 +62,6 @@ BOUND = {"fieldSelector": "spec.nodeName!="}
 #: A failed status write is tried again after 1 s doubling, at most 10 s (the kubelet's status
 #: manager syncs every 10 s).
 RETRY_BASE, RETRY_MAX = 1.0, 10.0
-MAX_STAGES_PER_WRITE = 16
 
 
 class NodeDirectory(Protocol):
@@ -67,35 +69,28 @@ class NodeDirectory(Protocol):
 
     def node_slot(self, node: str) -> int | None: ...
 
+    def node_ready(self, node: str) -> bool:
+        """Whether it heartbeats and the API shows it Ready (:mod:`~operators.engine.owning`)."""
+
     def node_ip(self, node: str) -> str: ...
 
     def pod_timing(self, node: str) -> tuple[Timing, int]: ...
 
 
 class _Pod:
-    """A pod the engine runs: its facts, its committed life, its pending stage."""
+    """A pod the engine runs: its facts, its committed life, its pending stage, and how the
+    status the watch shows compares with its own (:class:`~operators.engine.owning.Ownership`)."""
 
-    __slots__ = ("due", "facts", "failures", "life", "stage", "warned")
+    __slots__ = ("due", "facts", "failures", "life", "own", "stage", "warned")
 
-    def __init__(self, facts: PodFacts, life: PodLife) -> None:
+    def __init__(self, facts: PodFacts, life: PodLife, *, reported: bool) -> None:
         self.facts = facts
         self.life = life
         self.stage: PodRule | None = None  # the stage its timer is for
         self.due = 0.0  # when that stage fires
         self.failures = 0
         self.warned = ""  # the unreadable fault annotation it was warned of
-
-
-class _Preparing:
-    """A pod whose ResourceClaims are not prepared yet: when to look again, and what the last
-    look found (the Event says it once)."""
-
-    __slots__ = ("attempts", "due", "refused")
-
-    def __init__(self) -> None:
-        self.attempts = 0
-        self.due = 0.0
-        self.refused = ""
+        self.own = owning.Ownership(reported=reported)
 
 
 class PodLifecycle:
@@ -128,7 +123,9 @@ class PodLifecycle:
         self._pods: dict[str, _Pod] = {}
         self._timers: DelayQueue[str] = DelayQueue(clock)
         self._refresh: set[str] = set()  # pods whose Ready must be re-reported (gates flipped)
-        self._preparing: dict[str, _Preparing] = {}  # by uid: pods whose claims are not ready
+        self._preparations = Preparations(cluster, client, recorder, clock=clock)
+        #: By node: pods whose status another writer changed while the node was not Ready.
+        self._waiting: dict[str, set[str]] = {}
         self._dispatcher = Dispatcher(self._timers, self._due, clock=clock, limit=concurrency,
                                       batch=batch, name=f"engine {cluster}: pods",
                                       throttle=throttle)
@@ -174,9 +171,11 @@ class PodLifecycle:
             if self._usage is not None:
                 self._warn(known.facts, self._usage.annotated(uid, self._clock.now()))
             if changed:
-                preparing = self._preparing.get(uid)
-                if preparing is not None and known.facts.claim_status != claims_before:
-                    preparing.due = 0.0  # the claims made for it changed: look at once
+                known.own.expected = None  # its readiness gates may say otherwise now
+            self._watched(known, obj.get("status") or {})
+            if changed:
+                if known.facts.claim_status != claims_before:
+                    self._preparations.claims_changed(uid)
                 self._plan(known)
                 if known.life.phase == podlife.RUNNING and \
                         known.facts.gates_ready() != ready_before:
@@ -194,14 +193,67 @@ class PodLifecycle:
             facts.claims_prepared = True  # it started: its claims were prepared then
         if life.ip is not None:
             self.addresses.claim(life.ip)
-        pod = _Pod(facts, life)
+        status = obj.get("status") or {}
+        pod = _Pod(facts, life, reported=bool(status.get("containerStatuses")))
         self._pods[uid] = pod
         problems = facts.problems
         if self._usage is not None:
             problems += self._usage.seen(facts, life, self._clock.now())
         if life.phase == podlife.PENDING and not life.start_time:
             self._warn(facts, problems)  # new to us: warn once
+        self._watched(pod, status)  # adopted as another writer left it (NotReady...)
         self._plan(pod)
+
+    # -- the status the engine owns (owning) -------------------------------------------------
+
+    def _watched(self, pod: _Pod, status: Mapping[str, Any]) -> None:
+        """Before :meth:`_plan` of the same event: a write back due changes the pod's timer."""
+        self._keep(pod, pod.own.watched(status, lambda: self._expected(pod),
+                                        **self._judging(pod)))
+
+    def _judging(self, pod: _Pod) -> dict[str, Any]:
+        return {"node_ready": self._nodes.node_ready(pod.facts.node),
+                "deleting": pod.facts.deleting, "now": self._clock.now()}
+
+    def _expected(self, pod: _Pod) -> owning.Owned:
+        if pod.own.expected is None:
+            pod.own.expected = owning.owned(render_status(pod.facts, pod.life, ""))
+        return pod.own.expected
+
+    def _keep(self, pod: _Pod, action: owning.Action) -> None:
+        """Do what the pod's ownership asks: a write back at its time, one once the node is
+        Ready, or another writer's end taken as the pod's (a terminal phase never goes back)."""
+        facts = pod.facts
+        if isinstance(action, owning.Heal):
+            logger.debug("engine %s: pod %s/%s: another writer changed its status; the "
+                         "engine's goes back at %.0f", self.cluster, facts.namespace,
+                         facts.name, action.at)
+            due = self._timers.due_at(facts.uid)
+            if due is None or due > action.at:
+                self._timers.schedule_at(facts.uid, action.at)
+                self._dispatcher.wake()
+        elif isinstance(action, owning.Wait):
+            self._waiting.setdefault(facts.node, set()).add(facts.uid)
+        elif isinstance(action, owning.Adopt):
+            pod.life = life_from_status(facts, action.status)
+            pod.own.adopted()
+            if action.rewrite:
+                self._refresh.add(facts.uid)  # the engine's write went over the end
+            else:
+                self._refresh.discard(facts.uid)
+            if self._usage is not None:
+                self._usage.lived(facts.uid, pod.life, self._clock.now())
+            logger.info("engine %s: pod %s/%s is %s as another writer said; the engine keeps "
+                        "it so", self.cluster, facts.namespace, facts.name, pod.life.phase)
+            self._plan(pod)
+
+    def node_recovered(self, node: str) -> None:
+        """``node`` is Ready again: write back the status of its pods that others changed
+        meanwhile (the node-lifecycle controller's NotReady), after the same delay as any."""
+        for uid in self._waiting.pop(node, ()):
+            pod = self._pods.get(uid)
+            if pod is not None:
+                self._keep(pod, pod.own.node_ready(self._clock.now()))
 
     def _warn(self, facts: PodFacts, problems: Sequence[str]) -> None:
         for problem in problems:
@@ -227,16 +279,20 @@ class PodLifecycle:
         if rule is not None and rule.is_hold:
             rule = None  # a fault keeps the pod as it is until something changes
         pod.stage = rule
+        facts = pod.facts
         if rule is None:
             if self._unprepared(pod):
                 self._prepare_at(pod)
-            elif pod.facts.uid not in self._refresh:
-                self._timers.cancel(pod.facts.uid)
+            elif pod.own.heal_at is not None:
+                self._timers.schedule_at(facts.uid, pod.own.heal_at)
+                self._dispatcher.wake()
+            elif facts.uid not in self._refresh:
+                self._timers.cancel(facts.uid)
             return
-        timing, seed = self._nodes.pod_timing(pod.facts.node)
-        facts = pod.facts
+        timing, seed = self._nodes.pod_timing(facts.node)
         pod.due = stages.pod_due(rule, facts, pod.life, timing, _draws(facts, seed))
-        self._timers.schedule_at(facts.uid, pod.due)
+        self._timers.schedule_at(facts.uid, pod.due if pod.own.heal_at is None
+                                 else min(pod.due, pod.own.heal_at))
         self._dispatcher.wake()
 
     def _forget(self, uid: str) -> None:
@@ -245,7 +301,9 @@ class PodLifecycle:
         pod = self._pods.pop(uid, None)
         self._timers.cancel(uid)
         self._refresh.discard(uid)
-        self._preparing.pop(uid, None)
+        self._preparations.forget(uid)
+        if pod is not None:
+            self._waiting.get(pod.facts.node, set()).discard(uid)
         if pod is not None and pod.life.ip is not None:
             self.addresses.release(pod.life.ip)
 
@@ -256,9 +314,16 @@ class PodLifecycle:
         if pod is None:
             return None
         rule = pod.stage
-        if rule is None and uid not in self._refresh:
-            return self._prepare(pod) if self._unprepared(pod) else None
-        if rule is not None and rule.traceparent and pod.due <= self._clock.now():
+        now = self._clock.now()
+        staged = rule is not None and pod.due <= now
+        due = staged or uid in self._refresh or (pod.own.heal_at is not None and
+                                                 pod.own.heal_at <= now)
+        if not due:
+            if rule is None and self._unprepared(pod):
+                return self._prepare(pod)
+            self._plan(pod)  # a write back the watch made needless: the timer of what is due
+            return None
+        if rule is not None and rule.traceparent and staged:
             return self._traced_step(pod, rule)
         return self._step(pod)
 
@@ -280,13 +345,20 @@ class PodLifecycle:
         after = before
         applied: list[PodRule] = []
         written: Any = None
+        healing: float | None = None
+        reported = False
         try:
             if rule is not None and rule.stage.effect.delete:
                 await self._delete(path, facts)
                 return
+            healing = pod.own.writes()  # the write back this write also is, if one is due
             now = rfc3339(self._clock.now())
             if rule is not None and pod.due <= self._clock.now():
-                after, applied = self._advance(facts, before, rule, now)
+                timing, seed = self._nodes.pod_timing(facts.node)
+                after, applied = stages.advance_pod(
+                    rule, facts, before, self._rules(facts.faults).pods, timing,
+                    lambda: _draws(facts, seed), now=self._clock.now(), stamp=now,
+                    allocate=self._allocate)
             ending = next((done for done in applied if done.stage.effect.endFault
                            and done.entry), None)
             if after is not before or refresh or ending is None:
@@ -297,6 +369,7 @@ class PodLifecycle:
                     f"{path}/status", {"metadata": {"uid": facts.uid},
                                        "status": render_status(facts, after, now)},
                     decode=ending is not None))
+                reported = True
             if ending is not None:
                 written = await self._end_fault(path, facts, ending, written)
         except NotFound:
@@ -309,6 +382,7 @@ class PodLifecycle:
             if isinstance(error, Invalid) and "metadata.uid" in error.message:
                 self._forget(facts.uid)  # replaced: the watch brings the new pod
                 return
+            self._written(pod, reported=False, healing=healing)
             pod.failures += 1
             delay = min(RETRY_BASE * 2 ** (pod.failures - 1), RETRY_MAX)
             logger.debug("engine %s: %s on %s/%s failed (retry in %.0fs): %s", self.cluster,
@@ -320,11 +394,15 @@ class PodLifecycle:
                 self._timers.schedule(facts.uid, delay)
                 self._dispatcher.wake()
             return
+        except BaseException:
+            pod.own.stopped()  # a defect (the dispatcher tries again) or a stop
+            raise
         pod.failures = 0
         if written is not None:
             facts.recorded(written["metadata"])  # its fault entry done, with what else changed
         if after is not before:
             pod.life = after  # committed: the status says so now
+            pod.own.expected = None
             if self._usage is not None:
                 self._usage.lived(facts.uid, after, self._clock.now())
             for done in applied:
@@ -334,33 +412,16 @@ class PodLifecycle:
                                         reason=event.reason, message=event.message,
                                         host=facts.node)
         if facts.uid in self._pods:
+            self._written(pod, reported=reported, healing=healing)
             self._plan(pod)
             if facts.uid in self._refresh and facts.uid not in self._timers:
                 self._timers.schedule(facts.uid, 0.0)  # a readiness gate flipped meanwhile
                 self._dispatcher.wake()
 
-    def _advance(self, facts: PodFacts, life: PodLife, rule: PodRule,
-                 now: str) -> tuple[PodLife, list[PodRule]]:
-        """The life after ``rule``, and after every stage that falls due at the same moment
-        (init containers and a start without delays): one write for all of them."""
-        applied = [rule]
-        life = stages.apply_pod(rule.stage.effect, facts, life, now, allocate=self._allocate)
-        if rule.stage.effect.endFault:
-            return life, applied  # the stages after it are the ones of its entry done
-        timing, seed = self._nodes.pod_timing(facts.node)
-        rules = self._rules(facts.faults).pods
-        for _ in range(MAX_STAGES_PER_WRITE - 1):
-            following = stages.match_pod(rules, facts, life)
-            if following is None or following.is_hold or following.stage.effect.delete or \
-                    following.stage.effect.endFault:
-                break
-            if stages.pod_due(following, facts, life, timing, _draws(facts, seed)) > \
-                    self._clock.now():
-                break
-            life = stages.apply_pod(following.stage.effect, facts, life, now,
-                                    allocate=self._allocate)
-            applied.append(following)
-        return life, applied
+    def _written(self, pod: _Pod, *, reported: bool, healing: float | None) -> None:
+        self._keep(pod, pod.own.written(reported=reported, healing=healing,
+                                        expected=lambda: self._expected(pod),
+                                        **self._judging(pod)))
 
     async def _end_fault(self, path: str, facts: PodFacts, rule: PodRule,
                          written: Any) -> Any:
@@ -395,59 +456,17 @@ class PodLifecycle:
             not facts.deleting
 
     def _prepare_at(self, pod: _Pod) -> None:
-        """Look at the pod's claims when due: at once the first time, after a back-off once
-        refused (or the API failed), at once again when the claims made for it change."""
-        preparing = self._preparing.setdefault(pod.facts.uid, _Preparing())
-        self._timers.schedule_at(pod.facts.uid, preparing.due)
+        """Look at the pod's claims when due (:class:`~operators.engine.preparing.
+        Preparations` says when)."""
+        self._timers.schedule_at(pod.facts.uid, self._preparations.due(pod.facts.uid))
         self._dispatcher.wake()
 
     async def _prepare(self, pod: _Pod) -> None:
-        """Read the pod's claims, as the kubelet does before it starts a pod, and decide
-        whether it may start; a refusal is said once in an Event and looked at again after a
-        back-off, an API error only retried."""
-        facts = pod.facts
-        wanted, problem = claims.needed(facts.namespace, facts.name, facts.claims,
-                                        facts.claim_status)
-        for name, owned in wanted:
-            try:
-                claim = await self.client.get(claims.claim_path(facts.namespace, name))
-            except NotFound:
-                problem = claims.not_found(name)
-            except K8sError as error:
-                if transient(error):  # nothing learnt: look again later
-                    self._refused(pod, "", facts.claims_prepared)
-                    self._plan(pod)
-                    return
-                problem = f"fetch ResourceClaim {name}: {error}"
-            else:
-                problem = claims.refusal(facts.namespace, facts.name, facts.uid, name, claim,
-                                         owned=owned)
-            if problem:
-                break
-        if self._pods.get(facts.uid) is not pod:
-            return  # gone while its claims were read
-        if not problem:
-            self._preparing.pop(facts.uid, None)
-            facts.claims_prepared = True
-        else:
-            self._refused(pod, problem, False)
+        await self._preparations.prepare(pod.facts)
+        if self._pods.get(pod.facts.uid) is not pod:
+            self._preparations.forget(pod.facts.uid)  # gone while its claims were read
+            return
         self._plan(pod)
-
-    def _refused(self, pod: _Pod, problem: str, prepared: bool | None) -> None:
-        facts = pod.facts
-        preparing = self._preparing.setdefault(facts.uid, _Preparing())
-        preparing.attempts += 1
-        preparing.due = self._clock.now() + min(RETRY_BASE * 2 ** (preparing.attempts - 1),
-                                                RETRY_MAX)
-        facts.claims_prepared = prepared
-        if problem and problem != preparing.refused:
-            preparing.refused = problem
-            logger.debug("engine %s: pod %s/%s waits for its claims: %s", self.cluster,
-                         facts.namespace, facts.name, problem)
-            self._recorder.emit(kind="Pod", namespace=facts.namespace, name=facts.name,
-                                uid=facts.uid, event_type="Warning",
-                                reason=claims.EVENT_REASON,
-                                message=claims.event_message(problem), host=facts.node)
 
     def _release_unwritten(self, before: PodLife, after: PodLife) -> None:
         if after.ip is not None and after.ip != before.ip:

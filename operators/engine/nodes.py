@@ -230,15 +230,32 @@ def healthy_life(now: str) -> NodeLife:
 
 
 def set_conditions(current: tuple[NodeCondition, ...], changes: Sequence[stage_api.Condition],
-                   now: str) -> tuple[NodeCondition, ...]:
-    """``current`` with ``changes`` applied by type (new types appended, in order)."""
+                   now: str, observed: Mapping[str, str] | None = None
+                   ) -> tuple[NodeCondition, ...]:
+    """``current`` with ``changes`` applied by type (new types appended, in order). A status
+    changes at ``now`` when it differs from the engine's own or from what the API shows
+    (``observed``, type → status: the kubelet compares with the node it reads, so a node
+    the node-lifecycle controller marked Unknown gets a new transition when it is Ready again).
+    """
+    observed = observed or {}
     by_type = {condition.type: condition for condition in current}
     for change in changes:
         old = by_type.get(change.type)
-        since = old.since if old is not None and old.status == change.status else now
+        kept = old is not None and old.status == change.status and \
+            observed.get(change.type, change.status) == change.status
         by_type[change.type] = NodeCondition(change.type, change.status, change.reason,
-                                             change.message, now, since)
+                                             change.message, now, old.since if kept and old
+                                             else now)
     return tuple(by_type.values())
+
+
+def posted_again(conditions: tuple[NodeCondition, ...], observed: Mapping[str, str],
+                 now: str) -> tuple[NodeCondition, ...]:
+    """``conditions`` as a kubelet posts them after the API showed others in their place (the
+    node-lifecycle controller's Unknown): each of those anew, heartbeat and transition
+    ``now``; the others as they are."""
+    return tuple(dataclasses.replace(c, heartbeat=now, since=now)
+                 if observed.get(c.type, c.status) != c.status else c for c in conditions)
 
 
 def life_from_node(node: Mapping[str, Any]) -> NodeLife:

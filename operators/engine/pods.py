@@ -290,7 +290,8 @@ def _init_progress(facts: PodFacts, statuses: list[Mapping[str, Any]]) -> tuple[
             break  # removed with an evicted pod: it never completed
         if "terminated" in state and not sidecar:
             done.append(state["terminated"].get("finishedAt", ""))
-        elif sidecar and "running" in state and (by_name.get(name) or {}).get("started"):
+        elif sidecar and "running" in state and (by_name.get(name) or {}).get("ready"):
+            # Ready, not only started: the sidecar being started is running (and started) too.
             done.append(state["running"].get("startedAt", ""))
         else:
             break

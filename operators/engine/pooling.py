@@ -4,7 +4,8 @@ Served by the operator, an engine watches the FakeNodePools of its cluster in th
 (``fieldSelector=spec.clusterRef=<cluster>``, one namespace) and writes their status itself:
 ``replicas`` are the nodes that exist, ``readyReplicas`` those whose Ready condition the member
 API shows True, ``observedGeneration`` the spec the engine last acted on, and kstatus
-conditions (Stalled with the reason when the pool cannot be reached). Writes are coalesced (a
+conditions (Stalled with the reason when the pool cannot be reached; HeartbeatsAtRisk when
+its Lease renewals come near the node-lifecycle controller's grace). Writes are coalesced (a
 scale-up of a thousand nodes is a handful of status writes) and skipped when the status already
 says it. Used alone (``--pool``), an engine serves the pools of its command line and writes
 nothing.
@@ -76,8 +77,12 @@ class Pools:
         fixed: Mapping[str, FakeNodePoolSpec] | None = None,
         interval: float = STATUS_INTERVAL,
         on_latency: Callable[[float], None] | None = None,
+        heartbeats: Callable[[str], tuple[bool, str] | None] = lambda _: None,
     ) -> None:
+        """``heartbeats``: a pool's HeartbeatsAtRisk (status, message), None if it has none
+        (:meth:`~operators.engine.alerting.GapAlarm.condition`)."""
         self._clock = clock
+        self._heartbeats = heartbeats
         self._on_latency = on_latency
         self._counts = counts
         self._problem = problem
@@ -207,7 +212,8 @@ class Pools:
         replicas, ready = self._counts(name)
         status = pool_status(pool, replicas=replicas, ready=ready,
                              generation=self._acted.get(name, 0),
-                             now=rfc3339(self._clock.now()), problem=self._problem(name))
+                             now=rfc3339(self._clock.now()), problem=self._problem(name),
+                             heartbeats=self._heartbeats(name))
         if status == pool.status:
             return
         try:

@@ -31,6 +31,7 @@ from opentelemetry import trace
 from operators.api.durations import parse_duration
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.engine import nodes
+from operators.engine.alerting import NODE_GRACE, GapAlarm
 from operators.engine.heartbeating import NODES, Heartbeats
 from operators.engine.inventory import NodeBook
 from operators.engine.lifecycle import PodLifecycle
@@ -78,6 +79,9 @@ class EngineSettings:
     #: controller's 50 s grace (node-monitor-grace-period).
     heartbeat_slack: float = 5.0
     status_interval: float = 1.0
+    #: The member's node-lifecycle controller's grace period (``--node-monitor-grace-period``):
+    #: a renewal gap past 3/4 of it says the pool's heartbeats are at risk.
+    node_grace: float = NODE_GRACE
     #: The port of the nodes' kubelet endpoints and the DCGM endpoint (0: any free one);
     #: None: no usage is measured and nothing is served.
     kubelet_port: int | None = None
@@ -121,17 +125,21 @@ class ClusterEngine:
         self.publisher = Publisher(cluster, client, self.book, clock=clock,
                                    concurrency=settings.concurrency, on_change=self._changed,
                                    recorder=self.recorder)
+        self.alarm = GapAlarm(cluster, grace=settings.node_grace,
+                              on_change=lambda: self.pools.touch())
         self.heartbeats = Heartbeats(cluster, self.heartbeat_client, self.book, rulebook,
                                      self.recorder, clock=clock, rng=rng,
                                      connections=settings.heartbeat_connections,
                                      batch=settings.heartbeat_batch,
                                      slack=settings.heartbeat_slack, loaded=self._loaded,
-                                     traces=self.traces, gpus=self.publisher)
+                                     traces=self.traces, gpus=self.publisher,
+                                     alarm=self.alarm)
         self.registrar = Registrar(cluster, client, self.book, self.heartbeats, clock=clock,
                                    concurrency=settings.concurrency)
         self.pools = Pools(clock=clock, counts=self.book.counts, problem=self._problem,
                            on_change=self._changed, host=host, cluster=serves, fixed=pools,
-                           interval=settings.status_interval, on_latency=on_latency)
+                           interval=settings.status_interval, on_latency=on_latency,
+                           heartbeats=self.alarm.condition)
         serving = settings.kubelet_port is not None
         self.usage = UsageBook(pool_of=self._pool_of, created=self._created) \
             if serving else None
@@ -243,6 +251,8 @@ class ClusterEngine:
     def updated(self, name: str) -> None:
         self.heartbeats.evaluate(name)
         self.pools.touch()
+        if self.node_ready(name):
+            self.pods.node_recovered(name)
 
     def forgotten(self, name: str) -> None:
         self.heartbeats.untrack(name)
@@ -267,6 +277,12 @@ class ClusterEngine:
     def node_ip(self, node: str) -> str:
         record = self.book.records.get(node)
         return nodes.node_ip(record.slot) if record is not None else ""
+
+    def node_ready(self, node: str) -> bool:
+        record = self.book.records.get(node)
+        facts = self.book.facts.get(node)
+        return record is not None and record.life.heartbeat and facts is not None and \
+            facts.ready == "True"
 
     # -- what the endpoints show (serving.Source) --------------------------------------------
 

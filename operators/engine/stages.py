@@ -42,6 +42,7 @@ from operators.engine.nodes import (
     NodeFacts,
     NodeLife,
     apply_gpus,
+    posted_again,
     render_conditions,
     set_conditions,
 )
@@ -52,6 +53,8 @@ from primitives import keys, selectors
 #: Distinct fault annotation texts whose rules are kept compiled (a plan's thousands of victims
 #: share a handful: one per step and state).
 RULEBOOK_SIZE = 512
+#: Most stages one pod write applies (init containers and a start without delays).
+MAX_STAGES_PER_WRITE = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,6 +330,29 @@ def apply_pod(effect: PodEffect, pod: PodFacts, life: PodLife, now: str, *,
     return dataclasses.replace(life, **changes)  # type: ignore[arg-type]
 
 
+def advance_pod(rule: PodRule, pod: PodFacts, life: PodLife, rules: Sequence[PodRule],
+                timing: Timing, draws: Callable[[], random.Random], *, now: float, stamp: str,
+                allocate: Callable[[PodFacts], str]) -> tuple[PodLife, list[PodRule]]:
+    """The life after ``rule``, and after every stage of ``rules`` that falls due by ``now``
+    with it (init containers and a start without delays): one write for all of them, each
+    stamped ``stamp``. Also the stages applied, in order. ``draws``: the pod's own random
+    draws, afresh for each stage (:func:`pod_due`)."""
+    applied = [rule]
+    life = apply_pod(rule.stage.effect, pod, life, stamp, allocate=allocate)
+    if rule.stage.effect.endFault:
+        return life, applied  # the stages after it are the ones of its entry done
+    for _ in range(MAX_STAGES_PER_WRITE - 1):
+        following = match_pod(rules, pod, life)
+        if following is None or following.is_hold or following.stage.effect.delete or \
+                following.stage.effect.endFault:
+            break
+        if pod_due(following, pod, life, timing, draws()) > now:
+            break
+        life = apply_pod(following.stage.effect, pod, life, stamp, allocate=allocate)
+        applied.append(following)
+    return life, applied
+
+
 # -- nodes ------------------------------------------------------------------------------------
 
 def match_node(rules: Sequence[NodeRule], node: NodeFacts, life: NodeLife) -> NodeRule | None:
@@ -341,14 +367,20 @@ def node_due(rule: NodeRule, life: NodeLife, rng: random.Random) -> float:
     return (parse(life.changed_at) if life.changed_at else 0.0) + seconds
 
 
-def apply_node(effect: NodeEffect, life: NodeLife, now: str) -> NodeLife:
-    """The node's life after ``effect``."""
-    conditions = set_conditions(life.conditions, effect.conditions, now)
+def apply_node(effect: NodeEffect, life: NodeLife, now: str,
+               observed: Mapping[str, str] | None = None) -> NodeLife:
+    """The node's life after ``effect``; ``observed``: the node's conditions as the API shows
+    them (type → status). A heartbeating node that posts its conditions posts every one the
+    API shows otherwise anew, as a kubelet does coming back from Unknown."""
+    observed = observed or {}
+    conditions = set_conditions(life.conditions, effect.conditions, now, observed)
     if effect.reportStatus:
         conditions = tuple(dataclasses.replace(c, heartbeat=now) for c in conditions)
+    heartbeat = life.heartbeat if effect.heartbeat is None else effect.heartbeat
+    if heartbeat and (effect.conditions or effect.reportStatus):
+        conditions = posted_again(conditions, observed, now)
     return dataclasses.replace(
-        life, changed_at=now, conditions=conditions,
-        heartbeat=life.heartbeat if effect.heartbeat is None else effect.heartbeat,
+        life, changed_at=now, conditions=conditions, heartbeat=heartbeat,
         gpus=apply_gpus(life.gpus, effect.gpus) if effect.gpus is not None else life.gpus)
 
 

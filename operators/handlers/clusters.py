@@ -28,6 +28,7 @@ from operators.controlplane.components import Profile
 from operators.controlplane.errors import BinaryError, ControlPlaneError, PortInUseError
 from operators.controlplane.state import StateDir
 from operators.controlplane.substrate import ClusterOptions
+from operators.engine import authorizing
 from operators.engine.registering import remove_all
 from operators.handlers import addons
 from operators.handlers.provisioning import TEARDOWN, Provisioning
@@ -218,8 +219,14 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
                     "secrets")
     elif isinstance(action, planning.StartEngine):
         member = runtime.external.get(key)
-        kubeconfig = member.kubeconfig if member else \
-            runtime.substrate.clusters[key].kubeconfig_path
+        if member is not None:
+            kubeconfig = member.kubeconfig  # an adopted cluster: the credentials it was given
+        else:
+            local = runtime.substrate.clusters[key]
+            async with Client.connect(load_kubeconfig_file(local.kubeconfig_path),
+                                      connections=1) as admin:
+                await authorizing.grant(admin)
+            kubeconfig = local.engine_kubeconfig_path
         await runtime.start_engine(key, namespace, name, kubeconfig)
     elif isinstance(action, planning.StopEngine):
         await runtime.stop_engine(key)

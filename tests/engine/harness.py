@@ -6,17 +6,21 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 from opentelemetry import trace
 
 from operators.api.nodepools import FakeNodePoolSpec
+from operators.engine import authorizing
+from operators.engine.heartbeating import LEASE_NAMESPACE
 from operators.engine.pooling import ClusterRef
 from operators.engine.running import ClusterEngine, EngineSettings
 from operators.engine.stages import Rules
 from operators.k8s.client import Client
-from operators.k8s.requests import MERGE_PATCH, STRATEGIC_PATCH
+from operators.k8s.requests import MERGE_PATCH, STRATEGIC_PATCH, Request
+from operators.k8s.transport import Response, StreamResponse
 from primitives import keys
 from tests.fakes.clocks import FakeClock
 from tests.fakes.k8s import MemoryTransport
@@ -55,18 +59,48 @@ def pod(name: str, node: str, *, annotations: dict[str, str] | None = None,
             "status": {}}
 
 
+class Recorded:
+    """The engines' side of the member API: what they send, kept apart from others' requests
+    (the tests' own, as other writers)."""
+
+    def __init__(self, transport: MemoryTransport, sent: list[Request]) -> None:
+        self._transport = transport
+        self._sent = sent
+
+    async def send(self, request: Request) -> Response:
+        self._sent.append(request)
+        return await self._transport.send(request)
+
+    def stream(self, request: Request) -> contextlib.AbstractAsyncContextManager[StreamResponse]:
+        self._sent.append(request)
+        return self._transport.stream(request)
+
+    def refresh_credentials(self) -> None:
+        self._transport.refresh_credentials()
+
+    async def close(self) -> None:
+        await self._transport.close()
+
+
+#: The fleets the running test made (tests/engine/conftest.py checks their engines' requests).
+FLEETS: list[Fleet] = []
+
+
 class Fleet:
     """One member cluster (and a host) in memory, and engines started against them."""
 
     def __init__(self) -> None:
+        FLEETS.append(self)
         self.clock = FakeClock()
         self.member = MemoryTransport(self.clock)
         self.host = MemoryTransport(self.clock)
+        #: Every request the engines sent to the member, in order.
+        self.engine_requests: list[Request] = []
 
     def engine(self, *, hosted: bool = True, pools: dict[str, FakeNodePoolSpec] | None = None,
                seed: int = 1, rules: Rules | None = None, tracer: trace.Tracer | None = None,
                **settings: Any) -> ClusterEngine:
-        client = Client(self.member, clock=self.clock)
+        client = Client(Recorded(self.member, self.engine_requests), clock=self.clock)
         return ClusterEngine(
             ENGINE_NAME, client, host=Client(self.host, clock=self.clock) if hosted else None,
             serves=CLUSTER if hosted else None, pools=None if hosted else pools,
@@ -100,6 +134,12 @@ class Fleet:
                 path, body, content_type=STRATEGIC_PATCH if strategic else MERGE_PATCH)
         finally:
             self.member.faults = faults
+
+    def engine_sent(self, method: str, pattern: str = ".*") -> list[Request]:
+        """The requests the engines sent with ``method`` to paths matching ``pattern``."""
+        compiled = re.compile(pattern)
+        return [r for r in self.engine_requests
+                if r.method == method and compiled.fullmatch(r.path)]
 
     def nodes(self) -> dict[str, dict[str, Any]]:
         return {n["metadata"]["name"]: n for n in self.member.objects(NODES)}
@@ -149,3 +189,28 @@ def states(obj: dict[str, Any]) -> dict[str, str]:
 
 def ready(node: dict[str, Any]) -> str:
     return next((c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready"), "")
+
+
+#: Paths outside the API's resources that any authenticated client may GET.
+PUBLIC = frozenset({"/version"})
+
+
+def granted(request: Request) -> bool:
+    """Whether the engine's RBAC (:mod:`operators.engine.authorizing`) lets ``request`` go
+    through, as the API server's RBAC authorizer decides it."""
+    if request.path in PUBLIC:
+        return request.method == "GET"
+    parts = [part for part in request.path.split("/") if part]
+    group, rest = ("", parts[2:]) if parts[:1] == ["api"] else (parts[1], parts[3:])
+    namespace = ""
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        namespace, rest = rest[1], rest[2:]
+    resource = "/".join(rest[:1] + rest[2:3])  # nodes, nodes/status
+    named = len(rest) > 1
+    verb = {"POST": "create", "PATCH": "patch", "PUT": "update"}.get(request.method) or (
+        ("delete" if named else "deletecollection") if request.method == "DELETE" else
+        "get" if named else
+        "watch" if request.query.get("watch") in ("1", "true") else "list")
+    rules = authorizing.CLUSTER + (authorizing.LEASES if namespace == LEASE_NAMESPACE else ())
+    return any(rule.group == group and resource in rule.resources and verb in rule.verbs
+               for rule in rules)
