@@ -8,6 +8,14 @@
 # be served by this image.
 #
 #   docker build -t REGISTRY/fakefleet:0.1.0 --build-arg KUBERNETES_VERSION=v1.36.3 .
+#
+# Python packages come pinned from constraints.txt ('make constraints' writes it). The base
+# images are tags; to pin them as well, on a machine that reaches the registry, resolve each to
+# its digest and pass it in:
+#
+#   docker buildx imagetools inspect golang:1.26-bookworm --format '{{json .Manifest.Digest}}'
+#   docker build --build-arg GO_IMAGE=golang:1.26-bookworm@sha256:<digest> \
+#                --build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:<digest> ...
 ARG GO_IMAGE=golang:1.26-bookworm
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -17,11 +25,11 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY operators ./operators
 COPY federation ./federation
 COPY primitives ./primitives
-RUN python3 -m venv /venv && /venv/bin/pip install --no-cache-dir .
+RUN python3 -m venv /venv && /venv/bin/pip install --no-cache-dir -c constraints.txt .
 ENV FAKEFLEET_CACHE_DIR=/opt/fakefleet/cache
 RUN /venv/bin/fakefleet binaries --kubernetes-version "${KUBERNETES_VERSION}" \
       --no-kueue --no-helm \
@@ -30,11 +38,11 @@ RUN /venv/bin/fakefleet binaries --kubernetes-version "${KUBERNETES_VERSION}" \
 
 FROM ${PYTHON_IMAGE}
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY operators ./operators
 COPY federation ./federation
 COPY primitives ./primitives
-RUN pip install --no-cache-dir . && rm -rf /src
+RUN pip install --no-cache-dir -c constraints.txt . && rm -rf /src
 COPY --from=binaries /opt/fakefleet/cache /opt/fakefleet/cache
 ENV FAKEFLEET_CACHE_DIR=/opt/fakefleet/cache \
     PYTHONUNBUFFERED=1 \

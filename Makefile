@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 KUBERNETES_VERSION ?= v1.36.3
 
-.PHONY: setup binaries kwok demo demo-multikueue chart test test-unit test-e2e lint generate verify bench clean
+.PHONY: setup binaries kwok demo demo-multikueue chart test test-unit test-e2e lint generate verify constraints bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,11 @@ lint: $(STAMP)
 ## the chart's RBAC rules from operators/handlers/permissions.py; protobuf stubs)
 generate: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/update-generated.sh
+
+## constraints: pin the versions the image installs (constraints.txt) from pyproject.toml's
+## dependencies, resolved in a fresh virtualenv; run it after changing them, and commit
+constraints:
+	PYTHON=$(PYTHON) hack/update-constraints.sh
 
 ## verify: regenerate and fail if committed artifacts drifted
 verify: $(STAMP)

@@ -11,8 +11,13 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The top-level packages of the distribution.
@@ -56,6 +61,28 @@ def test_the_wheel_holds_every_package_and_its_data_and_no_test_fake(tmp_path: P
     assert shipped == _packages_in_tree()
     assert "operators/engine/stages.yaml" in names
     assert not any(name.startswith(("tests/", "e2e/", "bench/")) for name in names)
+
+
+def test_the_image_installs_every_runtime_dependency_pinned() -> None:
+    """constraints.txt ('make constraints') pins each of pyproject.toml's dependencies to one
+    version that the dependency's own range allows; the Dockerfile installs with it."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not pinned with =="
+            pins[canonicalize_name(name)] = Version(version)
+    for dependency in map(Requirement, project["dependencies"]):
+        pinned = pins.get(canonicalize_name(dependency.name))
+        assert pinned is not None, f"{dependency.name} is not in constraints.txt: make constraints"
+        assert dependency.specifier.contains(pinned, prereleases=True), (
+            f"constraints.txt pins {dependency.name}=={pinned}, outside {dependency.specifier}: "
+            f"make constraints")
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    installs = re.findall(r"pip install [^\n]*", dockerfile)
+    assert installs
+    assert all("-c constraints.txt" in line for line in installs)
 
 
 def test_the_image_copies_every_top_level_package() -> None:
