@@ -49,10 +49,10 @@ def write_private(path: Path, data: bytes, *, durable: bool = True) -> None:
         temporary.unlink(missing_ok=True)
         raise
     if durable:
-        _sync_directory(path.parent)
+        sync_directory(path.parent)
 
 
-def _sync_directory(directory: Path) -> None:
+def sync_directory(directory: Path) -> None:
     """Flush a directory's entries, so that a rename in it survives a crash."""
     descriptor = os.open(directory, os.O_RDONLY)
     try:

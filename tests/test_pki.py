@@ -12,7 +12,14 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from operators.controlplane import pki as pki_module
-from operators.controlplane.pki import MAX_COMMON_NAME, common_name, ensure_etcd_pki, ensure_pki
+from operators.controlplane.errors import StateError
+from operators.controlplane.pki import (
+    MAX_COMMON_NAME,
+    common_name,
+    ensure_addon_pki,
+    ensure_etcd_pki,
+    ensure_pki,
+)
 
 
 def _cert(path: Path) -> x509.Certificate:
@@ -51,23 +58,44 @@ def test_each_cluster_has_its_own_ca(tmp_path: Path) -> None:
     assert (a.ca_key.stat().st_mode & 0o777) == 0o600
 
 
-def test_missing_service_account_key_rebuilds_the_whole_pki(tmp_path: Path) -> None:
+def test_a_missing_file_is_refused_not_replaced_under_clients_that_trust_the_ca(
+        tmp_path: Path) -> None:
     first = ensure_pki(tmp_path / "pki", "a")
     ca = first.ca_cert.read_bytes()
     first.service_account_key.unlink()
-    again = ensure_pki(tmp_path / "pki", "a")
-    assert again.service_account_key.exists()
-    assert again.ca_cert.read_bytes() != ca, "nothing of an incomplete PKI is kept"
-    _cert(again.serving_cert).verify_directly_issued_by(_cert(again.ca_cert))
+    with pytest.raises(StateError) as refused:
+        ensure_pki(tmp_path / "pki", "a")
+    message = str(refused.value)
+    assert f"{first.service_account_key} is missing" in message
+    assert "Restore the file" in message
+    assert f"delete {tmp_path / 'pki'}" in message
+    assert first.ca_cert.read_bytes() == ca, "nothing is replaced"
 
 
-def test_a_file_that_does_not_parse_rebuilds_the_pki(tmp_path: Path) -> None:
+def test_a_torn_key_is_refused_with_its_name(tmp_path: Path) -> None:
     first = ensure_pki(tmp_path / "pki", "a")
     ca = first.ca_cert.read_bytes()
-    first.client_key("admin").write_bytes(b"")  # e.g. truncated by a crash
-    again = ensure_pki(tmp_path / "pki", "a")
-    assert again.ca_cert.read_bytes() != ca
-    assert all(path.stat().st_size > 0 for path in again.files())
+    first.client_key("admin").write_bytes(b"")  # e.g. truncated by a crash or a full disk
+    with pytest.raises(StateError, match=r"admin\.key is empty or torn"):
+        ensure_pki(tmp_path / "pki", "a")
+    assert first.ca_cert.read_bytes() == ca
+
+
+def test_an_empty_directory_gets_a_new_pki(tmp_path: Path) -> None:
+    (tmp_path / "pki").mkdir()
+    pki = ensure_pki(tmp_path / "pki", "a")
+    assert all(path.stat().st_size > 0 for path in pki.files())
+
+
+def test_a_torn_add_on_pki_is_made_anew_from_the_member_ca(tmp_path: Path) -> None:
+    cluster = ensure_pki(tmp_path / "cluster", "a")
+    addon = ensure_addon_pki(tmp_path / "addon", cluster, "fakefleet:thing", ca_name="thing-ca",
+                             serving_name="thing", hosts=("127.0.0.1",))
+    addon.serving_key.write_bytes(b"")
+    again = ensure_addon_pki(tmp_path / "addon", cluster, "fakefleet:thing",
+                             ca_name="thing-ca", serving_name="thing", hosts=("127.0.0.1",))
+    assert again.serving_key.stat().st_size > 0
+    _cert(again.client_cert).verify_directly_issued_by(_cert(cluster.ca_cert))
 
 
 def test_interrupted_generation_leaves_no_pki_that_counts_as_complete(
@@ -152,14 +180,14 @@ def test_etcd_has_its_own_ca_and_serves_loopback(tmp_path: Path) -> None:
         assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
 
 
-def test_etcd_pki_is_reused_when_complete_and_rebuilt_when_not(tmp_path: Path) -> None:
+def test_etcd_pki_is_reused_when_complete_and_refused_when_not(tmp_path: Path) -> None:
     first = ensure_etcd_pki(tmp_path / "etcd")
     ca = first.ca_cert.read_bytes()
     assert ensure_etcd_pki(tmp_path / "etcd").ca_cert.read_bytes() == ca
     first.fakefleet_client_key.unlink()
-    again = ensure_etcd_pki(tmp_path / "etcd")
-    assert again.fakefleet_client_key.exists()
-    assert again.ca_cert.read_bytes() != ca
+    with pytest.raises(StateError, match=r"fakefleet-client\.key is missing"):
+        ensure_etcd_pki(tmp_path / "etcd")
+    assert first.ca_cert.read_bytes() == ca
 
 
 def test_the_front_proxy_has_a_ca_of_its_own_beside_the_cluster_s(tmp_path: Path) -> None:

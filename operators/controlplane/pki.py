@@ -4,11 +4,13 @@ Each cluster gets its own CA, so the credentials of one simulated cluster never 
 shared etcd gets a CA of its own too, so no cluster credential opens etcd. Keys are ECDSA P-256:
 fast to generate (a PKI takes milliseconds) and accepted by every component.
 
-A PKI is complete or it is rebuilt: it is generated into a staging directory that is renamed
-into place only once every file is written, and an existing one with a file missing or that
-does not parse is generated again as a whole. So an interrupted first run can never leave a PKI
-whose service-account key is missing and is then used as it is. A complete PKI is reused, so a
-restarted cluster keeps its kubeconfigs valid.
+A PKI is complete or absent: it is generated into a staging directory that is renamed into
+place only once every file is written (each flushed to disk, the directories too), so an
+interrupted first run can never leave a PKI whose service-account key is missing. A complete
+PKI is reused, so a restarted cluster keeps its kubeconfigs valid. One that exists with a file
+missing or torn (a disk that filled, a hand that slipped) is refused with the file's name and
+the two ways out, never replaced behind the back of the clients that trust its CA; only an
+add-on's PKI, which no one but fakefleet's own objects trusts, is made anew.
 
 Private keys are written 0600 from their creation (:mod:`~primitives.files`).
 """
@@ -29,7 +31,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from primitives.files import Directory, Named, private_directory, write_private
+from operators.controlplane.errors import StateError
+from primitives.files import Directory, Named, private_directory, sync_directory, write_private
 
 VALIDITY = datetime.timedelta(days=3650)
 #: X.509's upper bound on a common name (RFC 5280, ``ub-common-name``).
@@ -215,7 +218,7 @@ def ensure_addon_pki(directory: Path, cluster: ClusterPKI, user: str, *, ca_name
         shutil.rmtree(directory, ignore_errors=True)
     _ensure(directory, lambda at: AddonPKI(at).files(),
             lambda staging: _generate_addon(AddonPKI(staging), cluster, user, ca_name,
-                                            serving_name, hosts))
+                                            serving_name, hosts), derived=True)
     return pki
 
 
@@ -247,9 +250,25 @@ def _issued_by(cert_path: Path, ca_path: Path) -> bool:
 
 
 def _ensure(directory: Path, files: Callable[[Path], Iterator[Path]],
-            generate: Callable[[Path], None]) -> None:
-    if all(_parses(path) for path in files(directory)):
+            generate: Callable[[Path], None], *, derived: bool = False) -> None:
+    """Reuse the PKI in ``directory``, or generate one where there is none. A PKI that exists
+    but has a file missing or torn is refused (:class:`StateError`, naming the file), not made
+    anew: its CA is trusted by clients that would silently stop working (kubeconfigs handed
+    out, the API servers started with it). ``derived``: a PKI only fakefleet's own objects
+    trust (an add-on's, whose CA the operator writes into the member on every start), which is
+    safe to make anew."""
+    paths = list(files(directory))
+    if all(_parses(path) for path in paths):
         return
+    if not derived and directory.exists() and any(directory.iterdir()):
+        broken = next(path for path in paths if not _parses(path))
+        what = "missing" if not broken.exists() else "empty or torn (it does not parse)"
+        raise StateError(
+            f"{broken} is {what}: it belongs to the certificates in {directory}, whose CA "
+            f"kubeconfigs and running components trust, so fakefleet does not replace them by "
+            f"itself. Restore the file from a backup; or, to start this PKI afresh (every "
+            f"kubeconfig and certificate made from it stops working), stop fakefleet and "
+            f"delete {directory}")
     # A fixed name: only one process generates a given PKI, and a staging directory that an
     # interrupted run left behind is simply started over.
     staging = directory.with_name(f".{directory.name}.staging")
@@ -260,9 +279,10 @@ def _ensure(directory: Path, files: Callable[[Path], Iterator[Path]],
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    # Whatever is there is incomplete: nothing of it is kept, so no stale CA signs a new key.
+    # A derived PKI that is incomplete: nothing of it is kept, so no stale CA signs a new key.
     shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)
+    sync_directory(directory.parent)
 
 
 def _parses(path: Path) -> bool:
@@ -293,11 +313,8 @@ def _generate_cluster(pki: ClusterPKI, cluster: str) -> None:
 
     sa_key = ec.generate_private_key(ec.SECP256R1())
     _write_key(pki.service_account_key, sa_key)
-    pki.service_account_pub.write_bytes(
-        sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
+    write_private(pki.service_account_pub, sa_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 
 
 def _generate_etcd(pki: EtcdPKI) -> None:
@@ -377,7 +394,7 @@ def _new_ca(cert_path: Path, key_path: Path, name: str,
         .sign(key, hashes.SHA256())
     )
     _write_key(key_path, key)
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
     return cert, key
 
 
@@ -423,7 +440,7 @@ def _issue(
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     _write_key(key_path, key)
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    write_private(cert_path, cert.public_bytes(serialization.Encoding.PEM))
 
 
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
