@@ -27,7 +27,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -284,11 +284,11 @@ async def run(
                 operator = await _start_operator(state_dir, settings.startup_timeout, env)
             if ready_flag is not None:
                 ready_flag.set()
-            while not stop_flag.is_set():
-                publish(state.host_file,
-                        _snapshot(substrate, settings, started, operator, hub, collector))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop_flag.wait(), publish_interval)
+            running = substrate
+            await keep_publishing(
+                state.host_file,
+                lambda: _snapshot(running, settings, started, operator, hub, collector),
+                stop_flag=stop_flag, interval=publish_interval)
         except ControlPlaneError as error:
             publish(state.host_file, HostState(pid=os.getpid(), error=str(error)))
             raise
@@ -303,6 +303,29 @@ async def run(
                 await collector.stop(timeout=10)
             if (published := read_host(state)) is None or published.error is None:
                 state.host_file.unlink(missing_ok=True)
+
+
+async def keep_publishing(path: Path, snapshot: Callable[[], HostState], *,
+                          stop_flag: asyncio.Event, interval: float) -> None:
+    """Publish what runs at ``path`` every ``interval`` until ``stop_flag`` is set. A write
+    that fails (a full disk) is logged, once until it succeeds again, and tried on the next
+    round: the control plane it describes keeps running, and ``fakefleet status`` reads the
+    last file that was written."""
+    failing = ""
+    while not stop_flag.is_set():
+        try:
+            publish(path, snapshot())
+        except OSError as error:
+            if str(error) != failing:
+                logger.error("cannot publish %s (%s): fakefleet status shows what was last "
+                             "written; everything keeps running", path, error)
+            failing = str(error)
+        else:
+            if failing:
+                logger.info("%s is published again", path)
+            failing = ""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop_flag.wait(), interval)
 
 
 async def _main_async(settings: HostSettings) -> int:
