@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -11,7 +12,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import aiohttp
+
 from e2e.conftest import FAKEFLEET, KUBECTL, eventually, fakefleet, processes_mentioning
+from operators.controlplane.etcd import shared_etcd
 
 
 def test_up_status_kubeconfig_down(cli_state: Path) -> None:
@@ -107,3 +111,37 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] == "Z"
     except FileNotFoundError:
         return True
+
+
+def test_a_full_etcd_is_shown_by_status_and_cleared_by_disarm(cli_state: Path) -> None:
+    """etcd's NOSPACE alarm (raised here by hand, as a full database raises it) stops every
+    write; status names it with the way out, and 'fakefleet etcd disarm' clears it."""
+    state = str(cli_state)
+    fakefleet("up", "--state-dir", state, "--no-hub", "--no-collector", "--unsafe-no-fsync")
+    etcd = shared_etcd(cli_state)
+
+    async def raise_nospace() -> None:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{etcd.url}/v3/maintenance/status", json={},
+                                    ssl=etcd.tls()) as response:
+                member = (await response.json())["header"]["member_id"]
+            async with session.post(f"{etcd.url}/v3/maintenance/alarm", ssl=etcd.tls(), json={
+                    "action": "ACTIVATE", "memberID": member, "alarm": "NOSPACE"}) as response:
+                response.raise_for_status()
+
+    asyncio.run(raise_nospace())
+    kubeconfig = str(cli_state / "clusters" / "host" / "kubeconfig")
+    refused = subprocess.run([KUBECTL, "--kubeconfig", kubeconfig, "create", "namespace", "full"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0, "a full etcd refuses writes"
+    status = subprocess.run([FAKEFLEET, "status", "--state-dir", state], capture_output=True,
+                            text=True, timeout=60)
+    assert "NOSPACE alarm" in status.stderr
+    assert "fakefleet etcd disarm" in status.stderr
+
+    disarmed = fakefleet("etcd", "disarm", "--state-dir", state)
+    assert "alarms cleared: NOSPACE" in disarmed.stderr
+    assert "NOSPACE" not in fakefleet("status", "--state-dir", state).stderr
+    eventually(lambda: subprocess.run(
+        [KUBECTL, "--kubeconfig", kubeconfig, "create", "namespace", "full"],
+        capture_output=True, timeout=60).returncode == 0, what="writes accepted again")

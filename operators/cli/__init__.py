@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from operators.cli import fleets, hosting, kueue, plans, traces, views, workloads
+from operators.cli import etcd, fleets, hosting, kueue, plans, traces, views, workloads
 from operators.cli.terminal import console
 from operators.controlplane.errors import ControlPlaneError
 
@@ -41,6 +41,7 @@ for command in (
     fleets.fleet,
     kueue.kueue,
     traces.trace,
+    etcd.etcd,
 ):
     main.add_command(command)
 

@@ -44,7 +44,7 @@ from operators.controlplane import binaries as binaries_
 from operators.controlplane import daemon, health, helm
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import StateError
-from operators.controlplane.etcd import shared_etcd
+from operators.controlplane.etcd import alarm_message, etcd_alarms, shared_etcd
 from operators.controlplane.helm import HELM_VERSION
 from operators.controlplane.pki import ClusterPKI
 from operators.controlplane.state import (
@@ -269,7 +269,7 @@ def status(state_dir: Path) -> None:
     members = operator.components if operator and any(
         c.name == "operator" and c.pid == operator.pid for c in host.components) else []
     components = [*host.components, *members]
-    results = asyncio.run(_probe_all(state, components))
+    results, alarms = asyncio.run(_probe_all(state, components))
     table = Table(title=f"fakefleet {host.kubernetesVersion} in {state_dir}")
     for column in ("cluster", "component", "pid", "port", "restarts", "health"):
         table.add_column(column)
@@ -280,11 +280,15 @@ def status(state_dir: Path) -> None:
             "[green]ok[/]" if healthy else f"[red]{detail[:60]}[/]",
         )
     stdout.print(table)
+    if alarms:
+        console.print(f"[bold red]etcd:[/] {alarm_message(alarms)}", highlight=False)
 
 
-async def _probe_all(state: StateDir, components: list[ComponentState]) -> list[
-        tuple[bool, str]]:
-    etcd_tls = shared_etcd(state.root).tls()
+async def _probe_all(state: StateDir, components: list[ComponentState]) -> tuple[
+        list[tuple[bool, str]], list[str]]:
+    """Each component's health, and the alarms etcd raised (a full database among them)."""
+    etcd = shared_etcd(state.root)
+    etcd_tls = etcd.tls()
 
     async def probe(component: ComponentState) -> tuple[bool, str]:
         url = component.healthUrl
@@ -312,7 +316,9 @@ async def _probe_all(state: StateDir, components: list[ComponentState]) -> list[
             return await health.probe(url, etcd_tls)
         return await health.probe(url, health.insecure_tls() if url.startswith("https") else None)
 
-    return list(await asyncio.gather(*(probe(c) for c in components)))
+    healths, raised = await asyncio.gather(
+        asyncio.gather(*(probe(c) for c in components)), etcd_alarms(etcd))
+    return list(healths), raised
 
 
 def _split(cluster: str) -> tuple[str, str]:

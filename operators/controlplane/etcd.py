@@ -1,5 +1,6 @@
 """The shared etcd as fakefleet reaches it: where its files are in the state directory, how a
-client connects to it, and the two calls fakefleet makes to it (count and delete a key prefix).
+client connects to it, and the calls fakefleet makes to it (count and delete a key prefix; read,
+and clear, its alarms).
 
 etcd speaks TLS only, and only to clients that present a certificate of its own CA: the
 kube-apiservers with theirs, fakefleet with its own. A local user without access to the state
@@ -124,6 +125,74 @@ async def delete_etcd_prefix(etcd: EtcdEndpoint, prefix: str) -> int:
     return int(body.get("deleted", 0))
 
 
+#: etcd raises this alarm when its database reaches its quota (``--quota-backend-bytes``, 2 GiB
+#: by default); from then on it refuses every write, so every member's API server fails
+#: writes. It stays raised until someone frees space and disarms it.
+NOSPACE = "NOSPACE"
+
+
+async def etcd_alarms(etcd: EtcdEndpoint) -> list[str]:
+    """The alarms etcd has raised (``NOSPACE``, ``CORRUPT``), each once; none when etcd does
+    not answer (its health probe says that)."""
+    try:
+        body = await _call(etcd, "/v3/maintenance/alarm", {"action": "GET"})
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return []
+    return sorted({alarm.get("alarm", "") for alarm in body.get("alarms") or ()} - {""})
+
+
+def alarm_message(alarms: list[str]) -> str:
+    """What ``fakefleet status`` says of raised alarms ("" for none)."""
+    if not alarms:
+        return ""
+    if NOSPACE in alarms:
+        return ("NOSPACE alarm: etcd's database is full and it refuses every write; delete "
+                "FakeClusters you no longer need, then run 'fakefleet etcd disarm'")
+    return f"alarm {', '.join(alarms)}: see etcd.log in the state directory"
+
+
+@dataclasses.dataclass(frozen=True)
+class Disarmed:
+    """What :func:`disarm_etcd` did: the database's size before and after, and the alarms it
+    cleared."""
+
+    size_before: int
+    size_after: int
+    alarms: list[str]
+
+
+async def disarm_etcd(etcd: EtcdEndpoint) -> Disarmed:
+    """Free what etcd holds of old revisions and clear its alarms: compact to the current
+    revision, defragment, then disarm every alarm (what etcd's own docs prescribe for
+    NOSPACE). Space the live keys take is not freed: that takes deleting them."""
+    before = await _call(etcd, "/v3/maintenance/status", {})
+    revision = int((before.get("header") or {}).get("revision", 0))
+    if revision:
+        await _call(etcd, "/v3/kv/compaction", {"revision": revision, "physical": True},
+                    compacted_ok=True)
+    await _call(etcd, "/v3/maintenance/defragment", {})
+    raised = (await _call(etcd, "/v3/maintenance/alarm", {"action": "GET"})).get("alarms") or []
+    for alarm in raised:
+        await _call(etcd, "/v3/maintenance/alarm", {"action": "DEACTIVATE", **alarm})
+    after = await _call(etcd, "/v3/maintenance/status", {})
+    return Disarmed(int(before.get("dbSize", 0)), int(after.get("dbSize", 0)),
+                    sorted({alarm.get("alarm", "") for alarm in raised} - {""}))
+
+
+async def _call(etcd: EtcdEndpoint, path: str, payload: dict[str, Any], *,
+                compacted_ok: bool = False) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as session, session.post(
+        etcd.url + path, json=payload, ssl=etcd.tls()
+    ) as response:
+        if compacted_ok and response.status == 400:
+            text = await response.text()
+            if "compacted" in text:  # already compacted to this revision: nothing to do
+                return {}
+        response.raise_for_status()
+        body: dict[str, Any] = await response.json()
+        return body
+
+
 async def _range_call(etcd: EtcdEndpoint, path: str, prefix: str,
                       **extra: Any) -> dict[str, Any]:
     if not prefix.endswith("/"):
@@ -134,9 +203,4 @@ async def _range_call(etcd: EtcdEndpoint, path: str, prefix: str,
         "range_end": base64.b64encode(range_end.encode()).decode(),
         **extra,
     }
-    async with aiohttp.ClientSession() as session, session.post(
-        etcd.url + path, json=payload, ssl=etcd.tls()
-    ) as response:
-        response.raise_for_status()
-        body: dict[str, Any] = await response.json()
-        return body
+    return await _call(etcd, path, payload)
