@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TextIO
 
 import click
-import yaml
 from pydantic import ValidationError
 from rich.live import Live
 from rich.table import Table
@@ -31,6 +30,7 @@ from federation.client.fleet import FleetClient
 from federation.client.selectors import parse
 from operators.api.base import API_VERSION
 from operators.api.faultplans import FaultPlan
+from operators.cli import documents
 from operators.cli.connecting import (
     Command,
     FleetError,
@@ -179,10 +179,11 @@ def _print_event(event: fleet_pb2.ClusterEvent, before: common_pb2.Member | None
 def _plan_spec(file: TextIO) -> tuple[str, str]:
     """The plan's name and its spec as JSON, checked against the FaultPlan model first."""
     try:
-        document = yaml.safe_load(file)
-    except yaml.YAMLError as error:
-        raise FleetError(f"{file.name} is not YAML: {error}") from None
-    if not isinstance(document, dict) or document.get("kind") != "FaultPlan":
+        document = documents.single(file, "one FaultPlan (its spec is run in every selected "
+                                          "member)")
+    except documents.DocumentError as error:
+        raise FleetError(str(error)) from None
+    if document.get("kind") != "FaultPlan":
         raise FleetError(f"{file.name} is not a FaultPlan: a fleet run takes one FaultPlan "
                          f"(its spec is run in every selected member)")
     if document.get("apiVersion") != API_VERSION:
@@ -194,12 +195,12 @@ def _plan_spec(file: TextIO) -> tuple[str, str]:
         details = "\n".join(f"  {'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                             for e in error.errors())
         raise FleetError(f"{file.name}: the FaultPlan is not valid:\n{details}") from None
-    spec = document.get("spec") or {}
+    spec = document.get("spec") or {}  # a mapping: the model took it
     for field in ("startAt", "clusters"):
         if field in spec:
             raise FleetError(f"{file.name}: spec.{field} is set by the hub for each member; "
                              f"remove it")
-    name = (document.get("metadata") or {}).get("name", "")
+    name = str((document.get("metadata") or {}).get("name", ""))  # the model took it
     return name, json.dumps(spec)
 
 

@@ -11,11 +11,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
 from pydantic import ValidationError
 
 from operators.api.base import API_VERSION
 from operators.api.faultplans import FaultPlan, FaultPlanSpec
+from operators.cli import documents
 from operators.cli.terminal import default_state_dir, host_client
 from operators.controlplane.errors import StateError
 from operators.controlplane.state import StateDir
@@ -66,13 +66,13 @@ def read_plans(file: TextIO, namespace: str | None) -> list[PlanDocument]:
     """The FaultPlans of ``file``, checked against the API's model before anything is sent."""
     source = file.name
     try:
-        documents = [document for document in yaml.safe_load_all(file) if document is not None]
-    except yaml.YAMLError as error:
-        raise StateError(f"{source} is not YAML: {error}") from error
-    if not documents:
+        found = documents.read(file)
+    except documents.DocumentError as error:
+        raise StateError(str(error)) from None
+    if not found:
         raise StateError(f"{source} holds no document: give a file with a FaultPlan")
     plans: list[PlanDocument] = []
-    for number, document in enumerate(documents, 1):
+    for number, document in enumerate(found, 1):
         where = f"{source}, document {number}"
         kind = document.get("kind") if isinstance(document, dict) else None
         if kind != "FaultPlan":
@@ -83,10 +83,14 @@ def read_plans(file: TextIO, namespace: str | None) -> list[PlanDocument]:
         if document.get("apiVersion") != API_VERSION:
             raise StateError(f"{where}: apiVersion {document.get('apiVersion')!r}: a FaultPlan "
                              f"is {API_VERSION}")
-        metadata = document.get("metadata") or {}
+        try:
+            metadata = documents.mapping(document.get("metadata"), f"{where}: metadata")
+        except documents.DocumentError as error:
+            raise StateError(str(error)) from None
         name = metadata.get("name")
-        if not name:
-            raise StateError(f"{where}: the FaultPlan has no metadata.name: give it one")
+        if not name or not isinstance(name, str):
+            raise StateError(f"{where}: the FaultPlan has no metadata.name: give it one (a "
+                             f"name, as text)")
         own = metadata.get("namespace")
         if namespace and own and own != namespace:
             raise StateError(f"{where}: FaultPlan {name} is in namespace {own}, but -n gives "

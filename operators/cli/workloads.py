@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import TextIO
 
 import click
-import yaml
 from google.protobuf import json_format
 from rich.table import Table
 
 from federation.api import fleet_pb2
 from federation.client.fleet import FleetClient
+from operators.cli import documents
 from operators.cli.connecting import (
     FleetError,
     age,
@@ -44,18 +44,21 @@ PHASES = {value: name.removeprefix("WORKLOAD_PHASE_").title()
 def read_workload(file: TextIO) -> tuple[str, fleet_pb2.WorkloadSpec]:
     """The workload's name and spec from a YAML document (kind Workload)."""
     try:
-        document = yaml.safe_load(file)
-    except yaml.YAMLError as error:
-        raise FleetError(f"{file.name} is not YAML: {error}") from None
-    if not isinstance(document, dict) or document.get("kind") != KIND:
-        raise FleetError(f"{file.name}: kind {(document or {}).get('kind')!r}; 'fleet submit' "
-                         f"takes a {KIND} (see examples/workloads/)")
+        document = documents.single(file, f"one {KIND}")
+        if document.get("kind") != KIND:
+            raise documents.DocumentError(
+                f"{file.name}: kind {document.get('kind')!r}; 'fleet submit' takes one "
+                f"{KIND} (see examples/workloads/)")
+        metadata = documents.mapping(document.get("metadata"), f"{file.name}: metadata")
+        body = documents.mapping(document.get("spec"), f"{file.name}: spec")
+    except documents.DocumentError as error:
+        raise FleetError(str(error)) from None
     spec = fleet_pb2.WorkloadSpec()
     try:
-        json_format.ParseDict(document.get("spec") or {}, spec)
+        json_format.ParseDict(body, spec)
     except json_format.ParseError as error:
         raise FleetError(f"{file.name}: spec: {error}") from None
-    return str((document.get("metadata") or {}).get("name", "")), spec
+    return str(metadata.get("name", "")), spec
 
 
 def _latency(value: fleet_pb2.Latency) -> str:
