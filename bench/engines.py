@@ -2,6 +2,7 @@
 side on the same machine against the same kind of control plane:
 
     python -m bench.engines [--nodes 5000] [--pods 10000] [--engines fakefleet,kwok,ceiling]
+                            [--inflight READ,MUTATING] [--hog]
 
 Phases, each timed until every object reached its state:
 1. nodes: 5000 nodes Ready (fakefleet's engine creates its pool's nodes itself; for KWOK and the
@@ -32,6 +33,9 @@ tracing being on for background work (it should be near nothing: none of it is t
 spans the collector stored are reported). The column fakefleet-traced/fakefleet is the ratio of
 the times (< 0.9: tracing costs more than 10 %).
 
+``--hog`` runs everything with one busy process pinned to the last core, a slowdown that is the
+same every run (:mod:`bench.hogging`).
+
 The table gives seconds and objects/s per phase, the engine's peak RSS and CPU seconds, and the
 ratios fakefleet/KWOK and fakefleet/ceiling (> 1 means fakefleet is faster). Results also go to
 ``bench/results/engines-<time>.json`` (git-ignored).
@@ -57,6 +61,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import kwok
+from bench.hogging import hog
 from bench.metrics import mutating_requests
 from federation.telemetry.exporting import ENDPOINT_VARIABLES, exporter_environment
 from federation.telemetry.files import CollectorFiles, CollectorInfo
@@ -691,6 +696,9 @@ def main() -> None:
                         help="the API server's --max-requests-inflight and "
                              "--max-mutating-requests-inflight (default: the load profile's, "
                              "{0.inflight},{0.mutating})".format(LIMITS[Profile.LOAD]))
+    parser.add_argument("--hog", action="store_true",
+                        help="a reproducible slowdown: one busy process pinned to the last core "
+                             "for the whole run (bench/hogging.py)")
     args = parser.parse_args()
     engines = [e for e in args.engines.split(",") if e]
     unknown = set(engines) - {*ENGINES, TRACED}
@@ -702,7 +710,7 @@ def main() -> None:
     if "kwok" in engines:
         kwok.kwok_binary(progress=console.print)  # built (or found) before any timing starts
     runs: dict[str, EngineRun] = {}
-    with tempfile.TemporaryDirectory(prefix="fakefleet-bench-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="fakefleet-bench-") as workdir, hog(args.hog):
         for engine in engines:
             console.print(f"[bold]{engine}[/]: {args.nodes} nodes, {args.pods} pods ...")
             runs[engine] = asyncio.run(run_engine(
@@ -710,7 +718,7 @@ def main() -> None:
                 scheduler=not args.no_scheduler, limits=args.inflight))
     report(runs, console, nodes=args.nodes, pods=args.pods)
     payload = {
-        "nodes": args.nodes, "pods": args.pods, "cpus": os.cpu_count(),
+        "nodes": args.nodes, "pods": args.pods, "cpus": os.cpu_count(), "hog": args.hog,
         "requestLimits": dataclasses.asdict(args.inflight or LIMITS[Profile.LOAD]),
         "kwokVersion": kwok.KWOK_VERSION, "kubernetesVersion": binaries.version,
         "runs": {name: dataclasses.asdict(run) for name, run in runs.items()},
