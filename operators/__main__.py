@@ -41,6 +41,7 @@ from operators.controlplane.etcd import shared_etcd
 from operators.controlplane.state import ComponentState, OperatorState, StateDir, publish
 from operators.controlplane.substrate import Substrate
 from operators.controlplane.supervising import Supervised
+from operators.faults.evaluating import CelWorkers, Limits
 from operators.handlers import addons, permissions, registry
 from operators.handlers.runtime import Runtime
 from operators.k8s.applying import install_crds
@@ -69,6 +70,8 @@ class Options:
     default_profile: Profile = Profile.DEFAULT
     #: host:port of kopf's health endpoint (/healthz), for a pod's probes; None: none.
     liveness: str | None = None
+    #: What judging one CEL expectation may cost (docs/faults.md, "The CEL budget").
+    cel: Limits = dataclasses.field(default_factory=Limits)
 
 
 async def check_access(host: Client, options: Options) -> None:
@@ -110,6 +113,7 @@ async def serve(options: Options, *, tracer: trace.Tracer) -> None:
             state_dir=state_dir, host=host, host_config=options.host,
             substrate=substrate, resolve_binaries=lambda version: binaries_.resolve(version),
             tracer=tracer, default_profile=options.default_profile,
+            cel=CelWorkers(options.cel),
         )
         announce = asyncio.create_task(_publish(runtime, ready_flag))
         operator = asyncio.create_task(registry.run(
@@ -192,6 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--liveness", metavar="HOST:PORT", default=None,
                         help="serve kopf's health endpoint (/healthz) there, for a pod's "
                              "probes (default: none)")
+    parser.add_argument("--cel-budget-ms", type=float, default=Limits.budget * 1000,
+                        help="CPU time one object's evaluation of a FaultPlan's cel "
+                             "expectation may take (default %(default)g ms)")
+    parser.add_argument("--cel-memory-mib", type=int, default=Limits.memory >> 20,
+                        help="address space of each CEL worker process (default "
+                             "%(default)d MiB)")
     parser.add_argument("--install-crds", action="store_true",
                         help="apply the CRDs to the host cluster before starting")
     parser.add_argument("--unsafe-no-fsync", action="store_true",
@@ -205,13 +215,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.verbose:  # kopf logs every timer run at INFO
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    try:
+        cel = Limits(budget=args.cel_budget_ms / 1000, memory=args.cel_memory_mib << 20)
+    except ValueError:
+        parser.error(f"--cel-budget-ms {args.cel_budget_ms:g} --cel-memory-mib "
+                     f"{args.cel_memory_mib}: give a budget of more than 0 and at most "
+                     f"60000 ms, and at least 64 MiB")
     state_dir: Path = args.state_dir.resolve()
     state = StateDir(state_dir).create()
     host = choose_host(args.kubeconfig, args.service_account_dir, state)
     options = Options(state_dir=state_dir, host=host, install=args.install_crds,
                       fsync=not args.unsafe_no_fsync, namespaces=tuple(args.namespaces),
                       hub=args.hub, default_profile=Profile(args.default_profile),
-                      liveness=args.liveness)
+                      liveness=args.liveness, cel=cel)
     with state.operator_lock.open("a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -21,7 +21,6 @@ from operators.api import faultplans as api
 from operators.api.durations import parse_duration
 from operators.faults import expectations as ex
 from operators.faults import planning, targets
-from operators.faults.cel import CelMatcher
 from operators.faults.planning import PlanError
 from operators.k8s.times import parse
 from primitives.selectors import LabelSelector, Requirement
@@ -184,12 +183,13 @@ def next_time(injections: Sequence[api.InjectionStatus], elapsed: float) -> floa
 # -- expectations ------------------------------------------------------------------------------
 
 def expectation_of(spec: api.Expectation) -> ex.Expectation:
-    """The expectation to judge; a CEL expression that does not parse is an ExpectationError."""
+    """The expectation to judge (a CEL expression is compiled where it is judged, in a worker
+    process: one that does not parse fails there)."""
     objects = spec.objects
     ref = ex.Objects(objects.apiVersion, objects.kind, objects.namespace, objects.name,
                      _selector(objects.selector), objects.victims, objects.onVictimNodes,
                      objects.cluster, objects.offVictimNodes)
-    matcher: ex.Matcher | ex.Count
+    matcher: ex.PerObject | ex.Count
     if spec.count is not None:
         where = spec.count.where
         matcher = ex.Count(None if where is None else _matcher(where), spec.count.equals,
@@ -199,7 +199,7 @@ def expectation_of(spec: api.Expectation) -> ex.Expectation:
     return ex.Expectation(spec.name, parse_duration(spec.within), ref, matcher)
 
 
-def _matcher(spec: api.Expectation | api.Where) -> ex.Matcher:
+def _matcher(spec: api.Expectation | api.Where) -> ex.PerObject:
     if spec.field is not None:
         return ex.Field(spec.field.path, spec.field.equals)
     if spec.condition is not None:
@@ -207,7 +207,7 @@ def _matcher(spec: api.Expectation | api.Where) -> ex.Matcher:
     if spec.taint is not None:
         return ex.Taint(spec.taint.key, spec.taint.effect)
     if spec.cel is not None:
-        return CelMatcher(spec.cel)
+        return ex.Cel(spec.cel)
     raise ex.ExpectationError("the expectation has no matcher")
 
 

@@ -16,7 +16,8 @@ those FakeClusters (their names are the only ones looked at).
 What it needs of the operator around it is passed in: the host client, how to reach a member
 (``connect``), how to apply a FakeCluster's entries and whether a component runs (for
 :class:`~operators.faults.delivering.Delivery`), how to send an Event about the plan
-(``announce``), the tracer and the clock. It decides nothing itself (that is
+(``announce``), the CEL workers that judge ``cel`` expectations
+(:mod:`operators.faults.evaluating`), the tracer and the clock. It decides nothing itself (that is
 :mod:`~operators.faults.deciding`'s) and knows nothing of kopf.
 """
 
@@ -45,6 +46,7 @@ from operators.faults import deciding, executing, tracing
 from operators.faults import expectations as ex
 from operators.faults.deciding import Outcome
 from operators.faults.delivering import CLUSTERS, Apply, Delivery, Running
+from operators.faults.evaluating import CelUnavailable, CelWorkers
 from operators.faults.planning import PlanError
 from operators.faults.progress import FINAL_PHASES
 from operators.faults.targets import ClusterView, Fleet, NodeView, PodView, TargetError, Victim
@@ -71,10 +73,11 @@ class Runner:
     """One plan's progress: its status, and clients of the members it touches."""
 
     def __init__(self, plan: FaultPlan, *, host: Client, connect: Connect, apply: Apply,
-                 running: Running, announce: Announce, tracer: trace.Tracer,
-                 clock: Clock) -> None:
+                 running: Running, announce: Announce, cel: CelWorkers,
+                 tracer: trace.Tracer, clock: Clock) -> None:
         self.plan = plan
         self.host = host
+        self.cel = cel
         self._connect = connect
         self._announce = announce
         #: Makes the plan's spans; tests pass one of an SDK provider that keeps them in memory.
@@ -426,7 +429,7 @@ class Runner:
             return expectation, deciding.Look(holds=await self._holds(expectation, victims))
         except (ex.ExpectationError, ValueError) as error:
             return expectation, deciding.Look(invalid=f"{error}")
-        except K8sError as error:
+        except (K8sError, CelUnavailable) as error:
             return expectation, deciding.Look(unseen=f"{error}")
         except Exception as error:  # a defect of an expression must not stop the plan
             logger.exception("plan %s/%s: expectation %s", self.namespace, self.name,
@@ -451,17 +454,22 @@ class Runner:
 
     async def _holds(self, expectation: ex.Expectation, victims: Sequence[Victim]) -> bool:
         objects = expectation.objects
+        picked: list[Any] = []
         if objects.cluster == "host":
             listed = await self._list(self.host, objects, objects.namespace or self.namespace)
-            return expectation.holds(objects.pick("", listed, ()))
-        picked: list[Any] = []
-        for cluster in sorted({v.cluster for v in victims}):
-            client = self.member(cluster)
-            if client is None:
-                raise NotFound(404, "NotFound", f"cluster {cluster} is not reachable")
-            picked += objects.pick(cluster, await self._list(client, objects, objects.namespace),
-                                   victims)
-        return expectation.holds(picked)
+            picked = objects.pick("", listed, ())
+        else:
+            for cluster in sorted({v.cluster for v in victims}):
+                client = self.member(cluster)
+                if client is None:
+                    raise NotFound(404, "NotFound", f"cluster {cluster} is not reachable")
+                picked += objects.pick(cluster, await self._list(client, objects,
+                                                                 objects.namespace), victims)
+        matcher = expectation.per_object
+        if isinstance(matcher, ex.Cel):  # in a worker process: cel-python has no budget
+            return expectation.decide(await self.cel.matches(matcher.expression, picked))
+        return expectation.decide(ex.each(matcher, picked) if matcher is not None
+                                  else [True] * len(picked))
 
     async def _list(self, client: Client, objects: ex.Objects, namespace: str) -> list[Any]:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import signal
@@ -27,6 +28,7 @@ from operators.controlplane.state import (
 )
 from operators.controlplane.substrate import Substrate
 from operators.controlplane.supervising import Supervised
+from operators.faults.evaluating import CelWorkers
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess, HostConfig
 from operators.reconciling.clusters import HubState
@@ -67,6 +69,8 @@ class Runtime:
     hub_links: dict[str, HubState] = dataclasses.field(default_factory=dict)
     #: Every add-on, its one background build and its process on each member.
     addons: tuple[Runner[Any, Any], ...] = dataclasses.field(default_factory=runners)
+    #: The worker processes that judge every plan's CEL expectations (started when needed).
+    cel: CelWorkers = dataclasses.field(default_factory=CelWorkers)
     #: Makes the handlers' spans: the entry point passes its configured provider's; the
     #: default is the API's global one (no spans until an SDK is configured).
     tracer: trace.Tracer = dataclasses.field(
@@ -129,10 +133,14 @@ class Runtime:
             await engine.stop()
 
     async def stop_all(self) -> None:
-        for key in list(self.engines):
-            await self.stop_engine(key)
-        for runner in self.addons:
-            await runner.stop_all()
+        """The operator is going: the CEL workers, every add-on and every engine stop, each
+        of them also when another one's stop failed or was cancelled."""
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(self.cel.close)
+            for runner in self.addons:
+                stack.push_async_callback(runner.stop_all)
+            for key in list(self.engines):
+                stack.push_async_callback(self.stop_engine, key)
 
 
 def engine_host_arguments(host: HostConfig) -> list[str]:
