@@ -190,6 +190,46 @@ def test_operator_restart_adopts_without_duplicates(fleet: Fleet, alpha: Path) -
     fleet.wait_pool("cpu", 3)
 
 
+STUCK_PLAN = """
+apiVersion: fakefleet.dev/v1alpha1
+kind: FaultPlan
+metadata: {name: holds-clients}
+spec:
+  steps:
+  - name: cordon
+    target: {clusters: {names: [alpha]}, nodes: {pools: [cpu]}, mode: one}
+    fault: {type: Cordon}
+    at: 0s
+    duration: 10m
+    expectations:
+    - {name: never, within: 10m, objects: {kind: Node, victims: true}, count: {equals: 99}}
+"""
+
+
+def test_a_stopping_operator_closes_every_client(fleet: Fleet, alpha: Path) -> None:
+    """SIGTERM while a plan's daemon holds member clients and every cluster's hub link runs:
+    the log of the operator that stopped says nothing of unclosed sessions or lost tasks."""
+    fleet.apply(STUCK_PLAN)
+    try:
+        eventually(lambda: (fleet.get("fp", "holds-clients").get("status") or {}).get(
+            "injections", [{}])[0].get("state") == "Injected", what="the plan's injection")
+        log = StateDir(fleet.state).operator_log
+        offset = log.stat().st_size
+        old = fleet.operator_pid()
+        os.kill(old, signal.SIGTERM)
+        eventually(lambda: fleet.operator_restarted(old), timeout=90,
+                   what="the daemon to start the operator again")
+        with log.open() as text:
+            text.seek(offset)
+            stopping = text.read()
+        assert "Signal SIGTERM is received" in stopping
+        for sign in ("Unclosed", "Task was destroyed", "never retrieved", "did not stop within"):
+            assert sign not in stopping, stopping[-4000:]
+    finally:
+        kubectl(fleet.host, "delete", "fp", "holds-clients", "--wait=true", "--timeout=60s",
+                check=False)
+
+
 def test_a_node_annotated_not_ready_turns_not_ready_and_back(alpha: Path) -> None:
     """Node behaviour is stages too: the default ones read fakefleet.dev/state."""
     kubectl(alpha, "annotate", "node", "cpu-1", "fakefleet.dev/state=NotReady")

@@ -267,9 +267,12 @@ class Runner:
         return client
 
     async def close(self) -> None:
-        for client in self._clients.values():
-            await client.close()
-        self._clients.clear()
+        """Close every member client, each also when closing another failed or this is
+        cancelled (a daemon cancelled while it stops)."""
+        clients, self._clients = list(self._clients.values()), {}
+        async with contextlib.AsyncExitStack() as closing:
+            for client in clients:
+                closing.push_async_callback(client.close)
 
     async def fleet(self, step: Step, *, patient: bool = False) -> Fleet:
         """The clusters the step may hit, with the nodes or pods its target looks at. A member
