@@ -263,6 +263,32 @@ def test_the_longest_names_the_api_accepts_work_end_to_end(fleet: Fleet) -> None
     kubectl(fleet.host, "delete", "fc", cluster, "--timeout=60s")
 
 
+def test_a_users_secret_where_the_kubeconfig_would_go_is_left_and_survives_the_cluster(
+        fleet: Fleet) -> None:
+    """The Secret <name>-kubeconfig was created or replaced whatever was there, with the
+    FakeCluster as its owner: deleting the FakeCluster garbage-collected a user's Secret."""
+    kubectl(fleet.host, "create", "secret", "generic", "theirs-kubeconfig",
+            "--from-literal=kubeconfig=the user's own")
+    before = kubectl_json(fleet.host, "get", "secret", "theirs-kubeconfig")
+    fleet.apply(CLUSTER.format(name="theirs"))
+
+    def stalled() -> dict[str, Any] | None:
+        status: dict[str, Any] = fleet.get("fc", "theirs").get("status") or {}
+        return next((c for c in status.get("conditions") or []
+                     if c["type"] == "Stalled" and c["status"] == "True"), None)
+
+    condition = eventually(stalled, timeout=120, what="FakeCluster theirs Stalled")
+    assert "Secret default/theirs-kubeconfig exists and FakeCluster/theirs did not make " \
+           "it" in condition["message"]
+    assert fleet.get("fc", "theirs")["status"].get("kubeconfigSecret", "") == ""
+    kubectl(fleet.host, "delete", "fc", "theirs", "--timeout=120s")
+    time.sleep(5)  # the garbage collector's turn
+    after = kubectl_json(fleet.host, "get", "secret", "theirs-kubeconfig")
+    assert after["data"] == before["data"]
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    kubectl(fleet.host, "delete", "secret", "theirs-kubeconfig")
+
+
 def _adopt_refused(fleet: Fleet, name: str, *secret_source: str) -> dict[str, Any]:
     """Adopt a cluster from a Secret made of ``secret_source`` (kubectl's --from-... flags),
     wait for the FakeCluster to be refused, delete both; the Stalled condition it showed."""

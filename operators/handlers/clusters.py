@@ -32,10 +32,10 @@ from operators.engine.registering import remove_all
 from operators.handlers import addons
 from operators.handlers.provisioning import TEARDOWN, Provisioning
 from operators.handlers.runtime import Member, Runtime, wait_until_none
-from operators.k8s.applying import apply
+from operators.k8s import owning
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess, load_kubeconfig, load_kubeconfig_file
-from operators.k8s.errors import ConfigError, K8sError, NotFound
+from operators.k8s.errors import ConfigError, K8sError, NotFound, NotOwned
 from operators.k8s.times import parse, rfc3339
 from operators.reconciling import clusters as planning
 from primitives import keys
@@ -92,9 +92,10 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                     await execute(runtime, cluster, key, action)
                 except (ControlPlaneError, K8sError) as failure:
                     error = str(failure)
-                    # A missing or unbuildable binary, or a kubeconfig that cannot be used, does
-                    # not fix itself: say so, and let the timer try again later.
-                    stalled = isinstance(failure, BinaryError | ConfigError)
+                    # A missing or unbuildable binary, a kubeconfig that cannot be used, or a
+                    # user's object where ours would go does not fix itself: say so, and let
+                    # the timer try again later.
+                    stalled = isinstance(failure, BinaryError | ConfigError | NotOwned)
                     # A port still held by a stopping apiserver of an earlier run frees quickly.
                     delay = 2.0 if isinstance(failure, PortInUseError) else 5.0
                     logger.warning("cluster %s: %s failed: %s", key, type(action).__name__, error)
@@ -213,9 +214,9 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
         runtime.external[key] = await _connect(runtime, namespace, key, action)
     elif isinstance(action, planning.WriteKubeconfigSecret):
         local = runtime.substrate.clusters[key]
-        await apply(runtime.host, _kubeconfig_secret(cluster, action.name,
-                                                     local.kubeconfig_path.read_text()),
-                    "secrets")
+        await owning.apply(runtime.host, _kubeconfig_secret(
+            cluster, action.name, local.kubeconfig_path.read_text()), "secrets",
+            owner=kubeconfig_owner(cluster))
     elif isinstance(action, planning.StartEngine):
         member = runtime.external.get(key)
         kubeconfig = member.kubeconfig if member else \
@@ -397,6 +398,15 @@ async def _secret_current(runtime: Runtime, cluster: FakeCluster, local: Any) ->
         return False
     want = base64.b64encode(local.kubeconfig_path.read_bytes()).decode()
     return bool((secret.get("data") or {}).get(KUBECONFIG_KEY) == want)
+
+
+def kubeconfig_owner(cluster: FakeCluster) -> owning.Owner:
+    """The FakeCluster as the writer of its kubeconfig Secret: a Secret made before the
+    ownership marker is its own too, by the owner reference or the label it carries."""
+    name = cluster.metadata["name"]
+    return owning.Owner(f"FakeCluster/{name}", legacy=owning.any_of(
+        owning.owner_reference(cluster.metadata.get("uid", "")),
+        owning.labelled(keys.CLUSTER, name)))
 
 
 def _kubeconfig_secret(cluster: FakeCluster, name: str, kubeconfig: str) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
     K8sError
     ├── ConfigError          a kubeconfig that cannot be used (the message says which field)
+    ├── NotOwned             an object fakefleet writes by name exists and is not fakefleet's
     ├── TransportError       no answer: connection refused/reset, timeout, a broken stream
     └── ApiError             the API server answered with a Status (status, reason, message)
         ├── BadRequest       400
@@ -27,6 +28,17 @@ class K8sError(Exception):
 
 class ConfigError(K8sError):
     """A kubeconfig is malformed, incomplete, or asks for what fakefleet refuses to do."""
+
+
+class NotOwned(K8sError):
+    """An object fakefleet would write (or delete) by name exists, and fakefleet did not make
+    it: it is left untouched (:mod:`operators.k8s.owning`)."""
+
+    def __init__(self, message: str, *, kind: str, namespace: str, name: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
 
 
 class TransportError(K8sError):

@@ -208,8 +208,11 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
         phase=phase,
         endpoint=observed.endpoint,
         kubernetesVersion=observed.version,
-        kubeconfigSecret=(kubeconfig_secret_name(_name(cluster)) if local
-                          else ref.name if ref else ""),
+        # Named once it holds this cluster's kubeconfig: until then (a user's Secret in its
+        # place, say) nobody is to read it as the cluster's.
+        kubeconfigSecret=(kubeconfig_secret_name(_name(cluster))
+                          if local and observed.secret_current
+                          else "" if local else ref.name if ref else ""),
         dcgmEndpoint=observed.dcgm_endpoint,
         nodes=observed.nodes,
         readyNodes=observed.ready_nodes,
