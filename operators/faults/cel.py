@@ -52,6 +52,8 @@ FLUSH = 0.05
 COMPILE_BUDGET = 1.0
 #: Compiled expressions a worker keeps (an expression is judged again on every look).
 PROGRAMS = 256
+#: CPU seconds between two reminders of a budget already spent (see :func:`cpu_budget`).
+AGAIN = 0.01
 #: The worker's exit status after an expression ran out of memory.
 EXIT_MEMORY = 3
 
@@ -105,8 +107,10 @@ def _on_timer(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def cpu_budget(seconds: float) -> Iterator[None]:
-    """Raise :class:`OverBudget` in the block once it used ``seconds`` of CPU time."""
-    signal.setitimer(signal.ITIMER_PROF, seconds)
+    """Raise :class:`OverBudget` in the block once it used ``seconds`` of CPU time, and again
+    every :data:`AGAIN` seconds after: a signal that lands in a finaliser is ignored there
+    ("Exception ignored in ..."), and the block must not run on for want of another."""
+    signal.setitimer(signal.ITIMER_PROF, seconds, AGAIN)
     try:
         yield
     finally:
