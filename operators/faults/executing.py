@@ -14,6 +14,7 @@ Injected is not injected again; recovery is due as the times say.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
@@ -109,6 +110,33 @@ def victim_text(victim: targets.Victim) -> str:
     parts = [victim.cluster, victim.kind, victim.namespace, victim.name]
     text = "/".join(parts)
     return f"{text}:{victim.container}" if victim.container else text
+
+
+def recorded(injection: api.InjectionStatus) -> bool:
+    """Whether the occurrence's victims were chosen and recorded (in the status or apart)."""
+    return bool(injection.targets or injection.targetsRef)
+
+
+def target_count(injection: api.InjectionStatus) -> int:
+    """How many victims the occurrence has (a status written before targetCount existed
+    lists them all)."""
+    return injection.targetCount or len(injection.targets)
+
+
+def targets_name(uid: str, step: str, occurrence: int) -> str:
+    """The ConfigMap that lists an occurrence's victims apart: the plan's uid in it, so a plan
+    applied again under the same name never reads its predecessor's."""
+    return f"faultplan-targets-{uid[:8]}-{step}-{occurrence}"
+
+
+def pack_targets(texts: Sequence[str]) -> bytes:
+    """Victims' texts as a ConfigMap holds them: gzipped lines, the same bytes every time."""
+    return gzip.compress("\n".join(texts).encode(), mtime=0)
+
+
+def unpack_targets(packed: bytes) -> list[str]:
+    text = gzip.decompress(packed).decode()
+    return text.split("\n") if text else []
 
 
 def victim_of(text: str) -> targets.Victim:
