@@ -43,7 +43,7 @@ from operators.k8s import owning
 from operators.k8s.applying import collection_path
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
-from operators.k8s.errors import K8sError, NotOwned
+from operators.k8s.errors import K8sError, NotOwned, brief
 from operators.reconciling.clusters import AddonCondition, AddonState
 
 logger = logging.getLogger(__name__)
@@ -195,9 +195,10 @@ class Runner(Generic[ObservedT, ActionT]):
                 await self.execute(site, cluster, action)
             except NotOwned as error:
                 logger.warning("cluster %s: %s: %s", site.key, self.addon.name, error)
-                return AddonState(False, "NotOwned", f"{self._named(action)} refused: {error}")
+                return AddonState(False, "NotOwned",
+                                  brief(f"{self._named(action)} refused: {error}"))
             except (ControlPlaneError, K8sError, OSError) as error:
-                failure = f"{self._named(action)} failed: {error}"
+                failure = brief(f"{self._named(action)} failed: {error}")
                 logger.warning("cluster %s: %s: %s", site.key, self.addon.name, failure)
                 break
         if actions:

@@ -56,7 +56,7 @@ from operators.faults.targets import ClusterView, Fleet, NodeView, PodView, Targ
 from operators.k8s import owning
 from operators.k8s.client import Client
 from operators.k8s.discovery import Known, UnknownKind, list_objects
-from operators.k8s.errors import K8sError, NotFound, TransportError
+from operators.k8s.errors import K8sError, NotFound, TransportError, brief
 from operators.k8s.times import micro_time, parse
 from primitives import keys, propagation
 from primitives.clocks import Clock
@@ -479,9 +479,9 @@ class Runner:
             expectation = executing.expectation_of(spec)
             return expectation, deciding.Look(holds=await self._holds(expectation, victims))
         except (ex.ExpectationError, ValueError) as error:
-            return expectation, deciding.Look(invalid=f"{error}")
+            return expectation, deciding.Look(invalid=brief(error))
         except (K8sError, CelUnavailable) as error:
-            return expectation, deciding.Look(unseen=f"{error}")
+            return expectation, deciding.Look(unseen=brief(error))
         except Exception as error:  # a defect of an expression must not stop the plan
             logger.exception("plan %s/%s: expectation %s", self.namespace, self.name,
                              spec.name)

@@ -35,7 +35,7 @@ from operators.handlers.runtime import Member, Runtime, wait_until_none
 from operators.k8s import owning
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess, load_kubeconfig, load_kubeconfig_file
-from operators.k8s.errors import ConfigError, K8sError, NotFound, NotOwned
+from operators.k8s.errors import ConfigError, K8sError, NotFound, NotOwned, brief
 from operators.k8s.times import parse, rfc3339
 from operators.reconciling import clusters as planning
 from primitives import keys
@@ -91,7 +91,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 try:
                     await execute(runtime, cluster, key, action)
                 except (ControlPlaneError, K8sError) as failure:
-                    error = str(failure)
+                    error = brief(failure)  # it goes into the status
                     # A missing or unbuildable binary, a kubeconfig that cannot be used, or a
                     # user's object where ours would go does not fix itself: say so, and let
                     # the timer try again later.
@@ -101,7 +101,7 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                     logger.warning("cluster %s: %s failed: %s", key, type(action).__name__, error)
                     break
                 except Exception as failure:  # a defect of ours: the user must still hear of it
-                    error = f"{type(action).__name__} failed unexpectedly: {failure!r}"
+                    error = brief(f"{type(action).__name__} failed unexpectedly: {failure!r}")
                     logger.exception("cluster %s: %s", key, error)
                     break
             if error:
@@ -312,7 +312,7 @@ async def _version(runtime: Runtime, cluster: FakeCluster, key: str) -> tuple[st
     except K8sError as error:
         runtime.versions.pop(key, None)
         logger.info("cluster %s: no version: %s", key, error)
-        return "", f"the API server at {access.server} does not answer: {error}"
+        return "", brief(f"the API server at {access.server} does not answer: {error}")
     runtime.versions[key] = (version, time.monotonic())
     return version, ""
 
