@@ -119,7 +119,7 @@ async def serve(options: Options, *, tracer: trace.Tracer) -> None:
             await install_crds(host, [crd(model) for model in RESOURCES])
         runtime = Runtime(
             state_dir=state_dir, host=host, host_config=options.host,
-            substrate=substrate, resolve_binaries=lambda version: binaries_.resolve(version),
+            substrate=substrate, resolve_binaries=binaries_.resolve,
             tracer=tracer, default_profile=options.default_profile,
             cel=CelWorkers(options.cel),
         )

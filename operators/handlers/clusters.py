@@ -182,6 +182,8 @@ async def observe(runtime: Runtime, cluster: FakeCluster, key: str) -> planning.
     # Running means answering: a control plane that does not say its version yet is starting;
     # an adopted one that stops answering is not Ready, and the status says why.
     version, problem = await _version(runtime, cluster, key) if running else ("", "")
+    release = None if running or cluster.spec.controlPlane.backend != "local" else \
+        await asyncio.to_thread(runtime.releases.observe, cluster.spec.kubernetesVersion)
     nodes, ready = await _node_counts(runtime, cluster)
     endpoint_file = runtime.engine_endpoint(key)
     return planning.Observed(
@@ -195,6 +197,7 @@ async def observe(runtime: Runtime, cluster: FakeCluster, key: str) -> planning.
         ready_nodes=ready,
         error=problem if cluster.spec.controlPlane.backend == "external" else "",
         hub=runtime.hub_links.get(key),
+        release=release,
     )
 
 
@@ -202,9 +205,14 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
                   action: planning.Action) -> None:
     spec = cluster.spec.controlPlane
     namespace, name = cluster.metadata["namespace"], cluster.metadata["name"]
-    if isinstance(action, planning.StartControlPlane):
-        binaries = await asyncio.to_thread(runtime.resolve_binaries,
+    if isinstance(action, planning.BuildRelease):
+        runtime.releases.start(cluster.spec.kubernetesVersion)
+    elif isinstance(action, planning.StartControlPlane):
+        binaries = await asyncio.to_thread(runtime.releases.binaries,
                                            cluster.spec.kubernetesVersion)
+        if binaries is None:
+            raise BinaryError(f"Kubernetes {cluster.spec.kubernetesVersion} is not in the cache "
+                              f"yet: it is being built")
         await runtime.substrate.add_cluster(key, ClusterOptions(
             scheduler=spec.scheduler, controller_manager=spec.controllerManager,
             profile=Profile(spec.profile) if spec.profile else runtime.default_profile,

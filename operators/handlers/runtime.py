@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import signal
+import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -15,10 +17,13 @@ from typing import Any
 
 from opentelemetry import trace
 
+from operators.addons.building import ToolBuild
 from operators.addons.registry import runners
 from operators.addons.running import Runner
+from operators.controlplane import binaries as binaries_
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.components import Profile
+from operators.controlplane.errors import BinaryError
 from operators.controlplane.ports import free_port
 from operators.controlplane.state import (
     EngineEndpoint,
@@ -31,7 +36,7 @@ from operators.controlplane.supervising import Supervised
 from operators.faults.evaluating import CelWorkers
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess, HostConfig
-from operators.reconciling.clusters import HubState
+from operators.reconciling.clusters import HubState, Release
 from primitives.files import private_directory
 
 logger = logging.getLogger(__name__)
@@ -48,6 +53,64 @@ class Member:
     kubeconfig: Path
 
 
+class Releases:
+    """The Kubernetes releases FakeClusters' ``kubernetesVersion`` asks for: found in the cache,
+    or built there in the background, one at a time (each takes both cores for minutes), while
+    the clusters' statuses say what is being built and how long it usually takes."""
+
+    def __init__(self, resolve: Callable[..., Binaries]) -> None:
+        self._resolve = resolve
+        self._builds: dict[str, ToolBuild] = {}
+        self._slot = asyncio.Semaphore(1)
+
+    def binaries(self, version: str) -> Binaries | None:
+        """The release's binaries if the cache (or an override) has them."""
+        try:
+            return self._resolve(version, allow_build=False)
+        except BinaryError:
+            return None
+
+    def observe(self, version: str) -> Release | None:
+        """None when the release is there; else how its build goes."""
+        build = self._builds.get(version)
+        if build is None:
+            return None if self.binaries(version) is not None else Release(version)
+        found, error, building_for = build.observe()
+        if found:
+            return None
+        ahead = next((other for other, each in self._builds.items()
+                      if other != version and each.future is not None
+                      and not each.future.done() and not each.waiting), "")
+        return Release(version, building_for=building_for, error=error,
+                       waiting_for=ahead if build.waiting else "", usual=usual_build())
+
+    def start(self, version: str) -> None:
+        build = self._builds.get(version)
+        if build is None:
+            build = self._builds[version] = ToolBuild(
+                f"Kubernetes {version}",
+                find=lambda: _apiserver(self.binaries(version)),
+                ensure=lambda progress: self._resolve(version, progress=progress).kube_apiserver,
+                slot=self._slot)
+        build.start()
+
+
+def _apiserver(binaries: Binaries | None) -> Path | None:
+    return binaries.kube_apiserver if binaries is not None else None
+
+
+def usual_build() -> float | None:
+    """How long the builds of Kubernetes in this cache took (the median, in seconds; None
+    before the first)."""
+    taken = []
+    for manifest in (binaries_.cache_root() / "kubernetes").glob("*/manifest.json"):
+        try:
+            taken.append(float(json.loads(manifest.read_text())["buildSeconds"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return statistics.median(taken) if taken else None
+
+
 @dataclasses.dataclass
 class Runtime:
     """The operator's dependencies and its in-memory view of the member clusters."""
@@ -57,7 +120,9 @@ class Runtime:
     #: Where the host's credentials come from: kopf logs in with it, engines are given it.
     host_config: HostConfig
     substrate: Substrate
-    resolve_binaries: Callable[[str], Binaries]
+    #: Finds (or with ``allow_build``, builds) the binaries of a Kubernetes release:
+    #: :func:`operators.controlplane.binaries.resolve`.
+    resolve_binaries: Callable[..., Binaries]
     external: dict[str, Member] = dataclasses.field(default_factory=dict)
     engines: dict[str, Supervised] = dataclasses.field(default_factory=dict)
     #: Each member's API server version, and when it last said so (time.monotonic()).
@@ -77,6 +142,10 @@ class Runtime:
         default_factory=lambda: trace.get_tracer("operators.handlers"))
     #: The profile of FakeClusters whose spec.controlPlane.profile is not set.
     default_profile: Profile = Profile.DEFAULT
+
+    def __post_init__(self) -> None:
+        #: The releases FakeClusters ask for, built one at a time.
+        self.releases = Releases(self.resolve_binaries)
 
     def lock(self, key: str) -> asyncio.Lock:
         """One reconciliation at a time per object (change handlers and timers overlap)."""
