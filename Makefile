@@ -92,6 +92,7 @@ bench: setup kwok
 	$(BIN)/python -m bench.faults
 	$(BIN)/python -m bench.hub
 	$(BIN)/python -m bench.collector
+	$(BIN)/python -m bench.cel
 	$(BIN)/python -m bench.workloads
 	$(BIN)/python -m bench.sizing
 	$(BIN)/python -m bench.chart

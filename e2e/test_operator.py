@@ -190,6 +190,46 @@ def test_operator_restart_adopts_without_duplicates(fleet: Fleet, alpha: Path) -
     fleet.wait_pool("cpu", 3)
 
 
+STUCK_PLAN = """
+apiVersion: fakefleet.dev/v1alpha1
+kind: FaultPlan
+metadata: {name: holds-clients}
+spec:
+  steps:
+  - name: cordon
+    target: {clusters: {names: [alpha]}, nodes: {pools: [cpu]}, mode: one}
+    fault: {type: Cordon}
+    at: 0s
+    duration: 10m
+    expectations:
+    - {name: never, within: 10m, objects: {kind: Node, victims: true}, count: {equals: 99}}
+"""
+
+
+def test_a_stopping_operator_closes_every_client(fleet: Fleet, alpha: Path) -> None:
+    """SIGTERM while a plan's daemon holds member clients and every cluster's hub link runs:
+    the log of the operator that stopped says nothing of unclosed sessions or lost tasks."""
+    fleet.apply(STUCK_PLAN)
+    try:
+        eventually(lambda: (fleet.get("fp", "holds-clients").get("status") or {}).get(
+            "injections", [{}])[0].get("state") == "Injected", what="the plan's injection")
+        log = StateDir(fleet.state).operator_log
+        offset = log.stat().st_size
+        old = fleet.operator_pid()
+        os.kill(old, signal.SIGTERM)
+        eventually(lambda: fleet.operator_restarted(old), timeout=90,
+                   what="the daemon to start the operator again")
+        with log.open() as text:
+            text.seek(offset)
+            stopping = text.read()
+        assert "Signal SIGTERM is received" in stopping
+        for sign in ("Unclosed", "Task was destroyed", "never retrieved", "did not stop within"):
+            assert sign not in stopping, stopping[-4000:]
+    finally:
+        kubectl(fleet.host, "delete", "fp", "holds-clients", "--wait=true", "--timeout=60s",
+                check=False)
+
+
 def test_a_node_annotated_not_ready_turns_not_ready_and_back(alpha: Path) -> None:
     """Node behaviour is stages too: the default ones read fakefleet.dev/state."""
     kubectl(alpha, "annotate", "node", "cpu-1", "fakefleet.dev/state=NotReady")
@@ -221,6 +261,32 @@ def test_the_longest_names_the_api_accepts_work_end_to_end(fleet: Fleet) -> None
     assert len(node["metadata"]["labels"]["nvidia.com/gpu.clique"]) <= 63
     kubectl(fleet.host, "delete", "fnp", pool, "--timeout=60s")
     kubectl(fleet.host, "delete", "fc", cluster, "--timeout=60s")
+
+
+def test_a_users_secret_where_the_kubeconfig_would_go_is_left_and_survives_the_cluster(
+        fleet: Fleet) -> None:
+    """The Secret <name>-kubeconfig was created or replaced whatever was there, with the
+    FakeCluster as its owner: deleting the FakeCluster garbage-collected a user's Secret."""
+    kubectl(fleet.host, "create", "secret", "generic", "theirs-kubeconfig",
+            "--from-literal=kubeconfig=the user's own")
+    before = kubectl_json(fleet.host, "get", "secret", "theirs-kubeconfig")
+    fleet.apply(CLUSTER.format(name="theirs"))
+
+    def stalled() -> dict[str, Any] | None:
+        status: dict[str, Any] = fleet.get("fc", "theirs").get("status") or {}
+        return next((c for c in status.get("conditions") or []
+                     if c["type"] == "Stalled" and c["status"] == "True"), None)
+
+    condition = eventually(stalled, timeout=120, what="FakeCluster theirs Stalled")
+    assert "Secret default/theirs-kubeconfig exists and FakeCluster/theirs did not make " \
+           "it" in condition["message"]
+    assert fleet.get("fc", "theirs")["status"].get("kubeconfigSecret", "") == ""
+    kubectl(fleet.host, "delete", "fc", "theirs", "--timeout=120s")
+    time.sleep(5)  # the garbage collector's turn
+    after = kubectl_json(fleet.host, "get", "secret", "theirs-kubeconfig")
+    assert after["data"] == before["data"]
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    kubectl(fleet.host, "delete", "secret", "theirs-kubeconfig")
 
 
 def _adopt_refused(fleet: Fleet, name: str, *secret_source: str) -> dict[str, Any]:

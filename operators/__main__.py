@@ -25,8 +25,9 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from opentelemetry import trace
 
@@ -40,7 +41,7 @@ from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.controlplane.etcd import shared_etcd
 from operators.controlplane.state import ComponentState, OperatorState, StateDir, publish
 from operators.controlplane.substrate import Substrate
-from operators.controlplane.supervising import Supervised
+from operators.faults.evaluating import CelWorkers, Limits
 from operators.handlers import addons, permissions, registry
 from operators.handlers.runtime import Runtime
 from operators.k8s.applying import install_crds
@@ -51,6 +52,9 @@ from operators.k8s.errors import ApiError, K8sError
 logger = logging.getLogger("operators")
 
 SERVICE_NAME = "fakefleet-operator"
+#: How long kopf gets to stop once asked (s): longer than it takes to stop every daemon
+#: (``registry.DAEMON_STOP``), so that it ends them and closes its clients itself; shorter than
+#: what ``fakefleet up``'s daemon gives the operator before SIGKILL (30 s).
 SHUTDOWN_GRACE = 10.0
 PUBLISH_INTERVAL = 1.0
 HUB_STARTUP_TIMEOUT = 30.0
@@ -69,6 +73,8 @@ class Options:
     default_profile: Profile = Profile.DEFAULT
     #: host:port of kopf's health endpoint (/healthz), for a pod's probes; None: none.
     liveness: str | None = None
+    #: What judging one CEL expectation may cost (docs/faults.md, "The CEL budget").
+    cel: Limits = dataclasses.field(default_factory=Limits)
 
 
 async def check_access(host: Client, options: Options) -> None:
@@ -93,50 +99,73 @@ async def serve(options: Options, *, tracer: trace.Tracer) -> None:
     alive = daemon_alive(state_dir)
     etcd = shared_etcd(state_dir) if alive else None
     substrate = Substrate(state_dir, binaries, etcd=etcd, fsync=options.fsync)
-    host = Client.connect(options.host.load())
     stop_flag, ready_flag = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop_flag.set)
-    hub: Supervised | None = None
-    try:
+    # Every client, process and file the operator holds is let go on every way out (an error,
+    # a cancellation), each also when letting go of another failed: last in, first out.
+    async with contextlib.AsyncExitStack() as held:
+        host = Client.connect(options.host.load())
+        held.push_async_callback(host.close)
+        held.push_async_callback(substrate.stop)
+        held.callback(StateDir(state_dir).operator_file.unlink, missing_ok=True)
         await check_access(host, options)
         await substrate.start()
         if options.hub and not alive:
             hub = await start_hub(state_dir, HUB_STARTUP_TIMEOUT, options.fsync, os.environ)
+            held.push_async_callback(hub.stop)
         if options.install:
             await install_crds(host, [crd(model) for model in RESOURCES])
         runtime = Runtime(
             state_dir=state_dir, host=host, host_config=options.host,
-            substrate=substrate, resolve_binaries=lambda version: binaries_.resolve(version),
+            substrate=substrate, resolve_binaries=binaries_.resolve,
             tracer=tracer, default_profile=options.default_profile,
+            cel=CelWorkers(options.cel),
         )
-        announce = asyncio.create_task(_publish(runtime, ready_flag))
+        announce = asyncio.create_task(_supervised("publishing the operator's state", lambda: (
+            _publish(runtime, ready_flag))))
+        held.push_async_callback(_cancelled, announce)
         operator = asyncio.create_task(registry.run(
             runtime=runtime, stop_flag=stop_flag, ready_flag=ready_flag,
             namespaces=options.namespaces,
             liveness_endpoint=f"http://{options.liveness}/healthz" if options.liveness else None))
+        held.push_async_callback(_cancelled, operator)
         stopping = asyncio.create_task(stop_flag.wait())
+        held.push_async_callback(_cancelled, stopping)
         await asyncio.wait({operator, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
-        announce.cancel()
         if not operator.done():
-            # kopf stops gracefully, but retries against a host API server that may be going
-            # down with us (the daemon stops both): bound the wait, then cancel.
+            # kopf stops its daemons within registry.DAEMON_STOP and closes its own clients,
+            # but retries against a host API server that may be going down with us (the
+            # daemon stops both): bound the wait, then cancel.
             done, _ = await asyncio.wait({operator}, timeout=SHUTDOWN_GRACE)
             if not done:
                 logger.warning("the operator did not stop within %.0fs; cancelling it",
                                SHUTDOWN_GRACE)
-                operator.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await operator
+        await _cancelled(operator)
         operator.result()
-    finally:
-        StateDir(state_dir).operator_file.unlink(missing_ok=True)
-        if hub is not None:
-            await hub.stop()
-        await substrate.stop()
-        await host.close()
+
+
+async def _cancelled(task: asyncio.Task[Any]) -> None:
+    """``task`` cancelled unless it is done, and waited for."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _supervised(what: str, work: Callable[[], Awaitable[None]], *,
+                      backoff: float = 1.0) -> None:
+    """Run ``work`` until it returns; an unexpected error is logged with its traceback and
+    ``work`` starts again after a back-off (doubling from ``backoff`` to 60 s)."""
+    delay = backoff
+    while True:
+        try:
+            await work()
+            return
+        except Exception:
+            logger.exception("%s failed; starting it again in %.0fs", what, delay)
+        await asyncio.sleep(delay)
+        delay = min(60.0, delay * 2)
 
 
 async def _publish(runtime: Runtime, ready_flag: asyncio.Event) -> None:
@@ -192,6 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--liveness", metavar="HOST:PORT", default=None,
                         help="serve kopf's health endpoint (/healthz) there, for a pod's "
                              "probes (default: none)")
+    parser.add_argument("--cel-budget-ms", type=float, default=Limits.budget * 1000,
+                        help="CPU time one object's evaluation of a FaultPlan's cel "
+                             "expectation may take (default %(default)g ms)")
+    parser.add_argument("--cel-memory-mib", type=int, default=Limits.memory >> 20,
+                        help="address space of each CEL worker process (default "
+                             "%(default)d MiB)")
     parser.add_argument("--install-crds", action="store_true",
                         help="apply the CRDs to the host cluster before starting")
     parser.add_argument("--unsafe-no-fsync", action="store_true",
@@ -205,13 +240,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.verbose:  # kopf logs every timer run at INFO
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    try:
+        cel = Limits(budget=args.cel_budget_ms / 1000, memory=args.cel_memory_mib << 20)
+    except ValueError:
+        parser.error(f"--cel-budget-ms {args.cel_budget_ms:g} --cel-memory-mib "
+                     f"{args.cel_memory_mib}: give a budget of more than 0 and at most "
+                     f"60000 ms, and at least 64 MiB")
     state_dir: Path = args.state_dir.resolve()
     state = StateDir(state_dir).create()
     host = choose_host(args.kubeconfig, args.service_account_dir, state)
     options = Options(state_dir=state_dir, host=host, install=args.install_crds,
                       fsync=not args.unsafe_no_fsync, namespaces=tuple(args.namespaces),
                       hub=args.hub, default_profile=Profile(args.default_profile),
-                      liveness=args.liveness)
+                      liveness=args.liveness, cel=cel)
     with state.operator_lock.open("a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

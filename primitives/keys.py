@@ -26,6 +26,15 @@ HELD_NODES = f"{GROUP}/held-nodes"
 FLEET_RUN = f"{GROUP}/fleet-run"
 FLEET_COMMAND = f"{GROUP}/fleet-command"
 
+# -- on objects fakefleet writes by name ---------------------------------------------------------
+
+#: Who made an object that fakefleet writes by name: ``<Kind>/<name>`` of the writer
+#: (``FakeCluster/west`` on its kubeconfig Secret, ``FaultPlan/p`` on its list of victims,
+#: ``Addon/kueue`` on Kueue's objects in a member). fakefleet replaces or deletes such an object
+#: only while it carries its own writer here (or what fakefleet put on it before this key
+#: existed); one it did not make, it leaves as it is and says so.
+OWNED_BY = f"{GROUP}/owned-by"
+
 # -- on the members' nodes -----------------------------------------------------------------------
 
 #: The FakeCluster a node belongs to; objects made for a FakeCluster (its kubeconfig Secret)

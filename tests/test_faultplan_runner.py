@@ -23,6 +23,7 @@ from operators.api.injections import (
     render_entries,
 )
 from operators.faults.deciding import MEMBER_WAIT
+from operators.faults.evaluating import CelWorkers
 from operators.handlers.faultplans import PlanRunner, delete
 from operators.handlers.runtime import Runtime
 from operators.k8s.client import Client
@@ -52,6 +53,7 @@ class World:
         locks: dict[str, asyncio.Lock] = {}
         self.runtime = cast(Runtime, types.SimpleNamespace(
             host=self.host, substrate=types.SimpleNamespace(clusters={}), plans=set(),
+            cel=CelWorkers(),
             lock=lambda key: locks.setdefault(key, asyncio.Lock())))
 
     def add_cluster(self, name: str, nodes: int = 3) -> Client:

@@ -63,3 +63,20 @@ def test_an_override_that_names_no_binary_is_the_reason() -> None:
     build = ToolBuild("Tool", find, lambda **_: Path("/unused"))
     assert build.observe() == (
         False, "FAKEFLEET_TOOL=/nowhere does not name an executable tool binary", None)
+
+
+async def test_a_build_that_fails_unexpectedly_is_logged_with_its_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    def ensure(**_: Any) -> Path:
+        raise KeyError("a defect, not a failed go command")
+
+    build = ToolBuild("Tool", lambda: None, ensure)
+    with caplog.at_level("ERROR", logger="operators.addons.building"):
+        build.start()
+        assert build.future is not None
+        with pytest.raises(KeyError):
+            await build.future
+        await asyncio.sleep(0)  # the done callback
+    (record,) = [r for r in caplog.records if "building Tool failed" in r.getMessage()]
+    assert record.exc_info is not None, "with its traceback"
+    assert build.observe()[1] == "'a defect, not a failed go command'"

@@ -2,10 +2,12 @@
 
 :class:`ToolBuild` builds the binary (a :class:`~operators.controlplane.tools.GoTool`: ``go
 install`` into the per-user cache, a progress line at least every 15 s) in a thread, while the
-members' reconciles report it in their conditions; :class:`Fetched` reads what an add-on takes
-from its module source (its manifests) once, in a thread. Nothing of either needs to survive a
-restart: the caches have the binary and the source or not, and a new operator builds or reads
-again. This module knows no member; :mod:`operators.addons.running` does.
+members' reconciles report it in their conditions; builds that share a ``slot`` run one at a
+time (the operator builds the Kubernetes releases FakeClusters ask for this way too).
+:class:`Fetched` reads what an add-on takes from its module source (its manifests) once, in a
+thread. Nothing of either needs to survive a restart: the caches have the binary and the
+source or not, and a new operator builds or reads again. This module knows no member;
+:mod:`operators.addons.running` does.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ class ToolBuild:
     started: float = 0.0
     error: str = ""
     failed_at: float = 0.0
+    #: Builds that share it run one at a time (each takes every core for minutes).
+    slot: asyncio.Semaphore | None = None
+    #: Started, and waiting for the slot.
+    waiting: bool = False
 
     def observe(self) -> tuple[bool, str, float | None]:
         """Whether the binary is there; why it is not (a failed build, forgotten after
@@ -51,17 +57,32 @@ class ToolBuild:
             found, error = self.find() is not None, self.error
         except ControlPlaneError as problem:  # an override that names no binary
             found, error = False, str(problem)
-        running = self.future is not None and not self.future.done()
+        running = self.future is not None and not self.future.done() and not self.waiting
         return found, error, time.monotonic() - self.started if running else None
 
     def start(self) -> None:
-        """Build in a thread, unless a build runs already."""
+        """Build in a thread (once the slot is free), unless a build runs already."""
         if self.future is not None and not self.future.done():
             return
         self.started, self.error = time.monotonic(), ""
-        self.future = asyncio.ensure_future(asyncio.to_thread(
-            self.ensure, progress=lambda line: logger.info("%s", line)))
+        self.future = asyncio.ensure_future(self._build())
         self.future.add_done_callback(self._finished)
+
+    async def _build(self) -> Path:
+        if self.slot is None:
+            return await self._run()
+        self.waiting = True
+        try:
+            async with self.slot:
+                self.waiting = False
+                self.started = time.monotonic()
+                return await self._run()
+        finally:
+            self.waiting = False
+
+    async def _run(self) -> Path:
+        return await asyncio.to_thread(self.ensure,
+                                       progress=lambda line: logger.info("%s", line))
 
     def _finished(self, done: asyncio.Future[Path]) -> None:
         if done.cancelled():
@@ -69,7 +90,9 @@ class ToolBuild:
         error = done.exception()
         if error is not None:
             self.error, self.failed_at = str(error), time.monotonic()
-            logger.error("building %s failed: %s", self.title, error)
+            # A build's failure is said in the conditions and retried after BUILD_RETRY; the
+            # traceback tells a defect of ours from a failed go command.
+            logger.error("building %s failed: %s", self.title, error, exc_info=error)
 
 
 @dataclasses.dataclass

@@ -9,6 +9,10 @@ each member (supervised: restarted with back-off when it crashes), the observe â
 loop, starting and stopping, its condition in the cluster's status and its line in
 ``fakefleet status``.
 
+An add-on writes its objects into the member by name (its CRDs, RBAC, webhooks, Service,
+APIService, MultiKueue objects), each marked as its own (:func:`owner`): one that a user made
+there first is left untouched, and the add-on's condition says ``NotOwned``, naming it.
+
 A process dies with the operator; the next one finds the add-on's files (the same ports and
 certificates) and starts it again, and applying its objects is idempotent (server-side apply),
 so nothing is lost or doubled. This module never imports the kopf glue: what an add-on works
@@ -35,10 +39,11 @@ from operators.controlplane.state import ComponentState, StateDir
 from operators.controlplane.substrate import LocalCluster
 from operators.controlplane.supervising import Supervised
 from operators.controlplane.tools import GoTool
+from operators.k8s import owning
 from operators.k8s.applying import collection_path
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
-from operators.k8s.errors import K8sError
+from operators.k8s.errors import K8sError, NotOwned, brief
 from operators.reconciling.clusters import AddonCondition, AddonState
 
 logger = logging.getLogger(__name__)
@@ -188,8 +193,12 @@ class Runner(Generic[ObservedT, ActionT]):
             logger.info("cluster %s: %s: %s", site.key, self.addon.name, self._named(action))
             try:
                 await self.execute(site, cluster, action)
+            except NotOwned as error:
+                logger.warning("cluster %s: %s: %s", site.key, self.addon.name, error)
+                return AddonState(False, "NotOwned",
+                                  brief(f"{self._named(action)} refused: {error}"))
             except (ControlPlaneError, K8sError, OSError) as error:
-                failure = f"{self._named(action)} failed: {error}"
+                failure = brief(f"{self._named(action)} failed: {error}")
                 logger.warning("cluster %s: %s: %s", site.key, self.addon.name, failure)
                 break
         if actions:
@@ -286,9 +295,19 @@ class Runner(Generic[ObservedT, ActionT]):
         return name + self.addon.condition.subject if isinstance(action, Step) else name
 
 
+def owner(name: str, field_manager: str) -> owning.Owner:
+    """The add-on ``name`` as the writer of its objects in a member: what it applied before
+    the ownership marker existed carries its field manager, or fakefleet's managed-by label."""
+    return owning.Owner(f"Addon/{name}", legacy=owning.any_of(
+        owning.field_manager(field_manager),
+        owning.labelled("app.kubernetes.io/managed-by", "fakefleet")))
+
+
 async def apply(client: Client, obj: dict[str, Any], *, plurals: Mapping[str, str],
-                field_manager: str) -> Any:
+                field_manager: str, owner: owning.Owner) -> Any:
     """Server-side apply of one of an add-on's objects to the member, as its field manager;
-    ``plurals`` names the collection of each kind it applies."""
+    ``plurals`` names the collection of each kind it applies. NotOwned when an object that
+    ``owner`` did not make stands there."""
     path = f"{collection_path(obj, plurals[obj['kind']])}/{obj['metadata']['name']}"
-    return await client.server_side_apply(path, obj, field_manager=field_manager)
+    return await owning.server_side_apply(client, path, obj, owner=owner,
+                                          field_manager=field_manager)

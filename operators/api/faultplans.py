@@ -540,7 +540,13 @@ class InjectionStatus(Model):
     recoveredAt: str = ""
     """When every victim was recovered (RFC 3339)."""
     targets: list[str] = Field(default_factory=list)
-    """The victims, as cluster/Kind/namespace/name."""
+    """The victims, as cluster/Kind/namespace/name; empty when they are listed apart (see
+    targetsRef)."""
+    targetCount: int = 0
+    """How many victims were chosen (exact, also when they are listed apart)."""
+    targetsRef: str = ""
+    """The ConfigMap (in the plan's namespace, owned by the plan) that lists the victims when
+    they would not fit in the status: gzipped lines under binaryData targets.gz."""
     expectations: list[ExpectationStatus] = Field(default_factory=list)
     message: str = ""
     """What went wrong with a victim, if anything."""

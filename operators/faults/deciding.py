@@ -39,10 +39,23 @@ LONGEST_WAIT = 30.0
 #: How long after its moment a step waits for a member the operator cannot reach yet, before
 #: it is judged without it (s).
 MEMBER_WAIT = 60.0
-#: Victims one injection may have, and all injections of a plan: they are recorded in the
-#: status (about 40 bytes each), which must stay well under etcd's 1.5 MiB per object.
+#: Victims one injection may have, and all injections of a plan (each is written to).
 MAX_VICTIMS = 5000
 MAX_RECORDED = 20000
+#: The status is bounded in bytes, not only in counts: etcd keeps an object to 1.5 MiB, and a
+#: status PATCH beyond it would fail at every round. Victims are listed in the status while
+#: all the plan's lists there take at most INLINE_TARGETS bytes; an occurrence's list beyond
+#: that goes apart, into a ConfigMap of the plan (gzipped, at most LIST_BYTES of it; an
+#: occurrence whose list does not fit even so is skipped, saying why). Counts stay exact
+#: (targetCount). Every message in the status is cut to a length of its own.
+INLINE_TARGETS = 64 << 10
+LIST_BYTES = 768 << 10
+MESSAGE_LENGTH = 512
+EXPECTATION_MESSAGE_LENGTH = 256
+CONDITION_MESSAGE_LENGTH = 1024
+#: The most a status can take, what the limits above and the CRD's counts add up to (a test
+#: builds the largest one), far under etcd's limit with the spec and kopf's annotations beside.
+MAX_STATUS_BYTES = 640 << 10
 #: Problems a status message names before it says how many more there are.
 SHOWN = 5
 
@@ -170,7 +183,7 @@ def undo(status: api.FaultPlanStatus) -> list[Action]:
     yet (those still recovering are only settled), and settle each."""
     actions: list[Action] = []
     for index, injection in enumerate(status.injections):
-        if not injection.targets or injection.state in ("Recovered", "Skipped"):
+        if not executing.recorded(injection) or injection.state in ("Recovered", "Skipped"):
             continue
         if injection.state in ("Injected", "Done", "Scheduled"):
             actions.append(Recover(index, cause="plan deleted"))
@@ -181,7 +194,7 @@ def undo(status: api.FaultPlanStatus) -> list[Action]:
 def unrecovered(status: api.FaultPlanStatus) -> list[api.InjectionStatus]:
     """The occurrences whose victims are not all back yet."""
     return [i for i in status.injections
-            if i.targets and i.state not in ("Recovered", "Skipped")]
+            if executing.recorded(i) and i.state not in ("Recovered", "Skipped")]
 
 
 def still_injected(left: Sequence[api.InjectionStatus]) -> str:
@@ -264,6 +277,36 @@ def replaced(status: api.FaultPlanStatus, index: int, **changes: Any) -> api.Fau
     return status.model_copy(update={"injections": injections})
 
 
+def bounded(status: api.FaultPlanStatus) -> api.FaultPlanStatus:
+    """``status`` with every message cut to its length (whatever an API error or an
+    expression said); cut to a quarter of it when even so the status would take more than
+    MAX_STATUS_BYTES (a plan at the CRD's limits: 200 occurrences of 10 expectations, each
+    with a long message)."""
+    cut = _cut(status, 1)
+    if len(cut.model_dump_json().encode()) > MAX_STATUS_BYTES:
+        cut = _cut(cut, 4)
+    return cut
+
+
+def _cut(status: api.FaultPlanStatus, tighter: int) -> api.FaultPlanStatus:
+    def short(text: str, length: int) -> str:
+        length //= tighter
+        return text if len(text) <= length else text[:length - 3] + "..."
+
+    injections = [i if len(i.message) <= MESSAGE_LENGTH // tighter and all(
+        len(r.message) <= EXPECTATION_MESSAGE_LENGTH // tighter for r in i.expectations) else
+        i.model_copy(update={
+            "message": short(i.message, MESSAGE_LENGTH),
+            "expectations": [r.model_copy(update={
+                "message": short(r.message, EXPECTATION_MESSAGE_LENGTH)})
+                for r in i.expectations]})
+        for i in status.injections]
+    conditions = [c if len(c.message) <= CONDITION_MESSAGE_LENGTH // tighter else
+                  c.model_copy(update={"message": short(c.message, CONDITION_MESSAGE_LENGTH)})
+                  for c in status.conditions]
+    return status.model_copy(update={"injections": injections, "conditions": conditions})
+
+
 # -- injecting ---------------------------------------------------------------------------------
 
 def patient(status: api.FaultPlanStatus, injection: api.InjectionStatus, now: float) -> bool:
@@ -286,21 +329,47 @@ def skip_reason(status: api.FaultPlanStatus, injection: api.InjectionStatus,
     matched, or more victims than the status can record."""
     if not victims:
         return injection.message or "nothing matched the target when the step was due"
-    recorded = sum(len(i.targets) for i in status.injections)
+    recorded = sum(executing.target_count(i) for i in status.injections)
     if len(victims) > MAX_VICTIMS:
         return (f"{len(victims)} victims, more than {MAX_VICTIMS} in one injection: set "
                 f"target.maxTargets (or a smaller percent)")
     if recorded + len(victims) > MAX_RECORDED:
         return (f"{len(victims)} more victims would make {recorded + len(victims)} in the plan, "
                 f"more than {MAX_RECORDED}: set target.maxTargets or use fewer occurrences")
+    if apart(status, victims):
+        packed = len(executing.pack_targets(texts(victims)))
+        if packed > LIST_BYTES:
+            return (f"the names of {len(victims)} victims take {packed} bytes even "
+                    f"compressed, more than {LIST_BYTES} a list of them may: set "
+                    f"target.maxTargets")
     return ""
 
 
-def chosen(status: api.FaultPlanStatus, index: int,
-           victims: Sequence[Victim]) -> api.FaultPlanStatus:
+def texts(victims: Sequence[Victim]) -> list[str]:
+    return [executing.victim_text(v) for v in victims]
+
+
+def _size(names: Sequence[str]) -> int:
+    return sum(len(name.encode()) + 3 for name in names)  # quoted, and a comma
+
+
+def apart(status: api.FaultPlanStatus, victims: Sequence[Victim]) -> bool:
+    """Whether these victims are listed apart (a ConfigMap) rather than in the status: when
+    the lists in the status would take more than INLINE_TARGETS bytes with them."""
+    listed = sum(_size(i.targets) for i in status.injections)
+    return listed + _size(texts(victims)) > INLINE_TARGETS
+
+
+def chosen(status: api.FaultPlanStatus, index: int, victims: Sequence[Victim], *,
+           listed_in: str = "") -> api.FaultPlanStatus:
     """The victims recorded, before anything is written to them: a successor injects into
-    exactly these."""
-    return replaced(status, index, targets=[executing.victim_text(v) for v in victims])
+    exactly these. ``listed_in``: the ConfigMap that lists them, already written (see
+    :func:`apart`)."""
+    if listed_in:
+        return replaced(status, index, targets=[], targetsRef=listed_in,
+                        targetCount=len(victims))
+    return replaced(status, index, targets=texts(victims), targetsRef="",
+                    targetCount=len(victims))
 
 
 def injected(plan: api.FaultPlan, status: api.FaultPlanStatus, index: int,

@@ -53,7 +53,7 @@ from operators.api.injections import (
 from operators.faults import catalogue
 from operators.faults.targets import Victim
 from operators.k8s.client import Client
-from operators.k8s.errors import Conflict, K8sError, NotFound
+from operators.k8s.errors import Conflict, K8sError, NotFound, brief
 from operators.k8s.events import render_event
 from operators.k8s.patching import patch_until_current
 from operators.k8s.times import rfc3339
@@ -412,7 +412,7 @@ class Delivery:
                 try:
                     return await act(victim), ""
                 except K8sError as error:
-                    return "", f"{victim}: {error}"
+                    return "", f"{victim}: {brief(error)}"
         found = await asyncio.gather(*(guarded(v) for v in victims))
         return Delivered([p for p, _ in found if p], [e for _, e in found if e])
 

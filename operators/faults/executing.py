@@ -14,6 +14,7 @@ Injected is not injected again; recovery is due as the times say.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
@@ -21,7 +22,6 @@ from operators.api import faultplans as api
 from operators.api.durations import parse_duration
 from operators.faults import expectations as ex
 from operators.faults import planning, targets
-from operators.faults.cel import CelMatcher
 from operators.faults.planning import PlanError
 from operators.k8s.times import parse
 from primitives.selectors import LabelSelector, Requirement
@@ -112,6 +112,33 @@ def victim_text(victim: targets.Victim) -> str:
     return f"{text}:{victim.container}" if victim.container else text
 
 
+def recorded(injection: api.InjectionStatus) -> bool:
+    """Whether the occurrence's victims were chosen and recorded (in the status or apart)."""
+    return bool(injection.targets or injection.targetsRef)
+
+
+def target_count(injection: api.InjectionStatus) -> int:
+    """How many victims the occurrence has (a status written before targetCount existed
+    lists them all)."""
+    return injection.targetCount or len(injection.targets)
+
+
+def targets_name(uid: str, step: str, occurrence: int) -> str:
+    """The ConfigMap that lists an occurrence's victims apart: the plan's uid in it, so a plan
+    applied again under the same name never reads its predecessor's."""
+    return f"faultplan-targets-{uid[:8]}-{step}-{occurrence}"
+
+
+def pack_targets(texts: Sequence[str]) -> bytes:
+    """Victims' texts as a ConfigMap holds them: gzipped lines, the same bytes every time."""
+    return gzip.compress("\n".join(texts).encode(), mtime=0)
+
+
+def unpack_targets(packed: bytes) -> list[str]:
+    text = gzip.decompress(packed).decode()
+    return text.split("\n") if text else []
+
+
 def victim_of(text: str) -> targets.Victim:
     place, _, container = text.partition(":")
     cluster, kind, namespace, name = place.split("/", 3)
@@ -184,12 +211,13 @@ def next_time(injections: Sequence[api.InjectionStatus], elapsed: float) -> floa
 # -- expectations ------------------------------------------------------------------------------
 
 def expectation_of(spec: api.Expectation) -> ex.Expectation:
-    """The expectation to judge; a CEL expression that does not parse is an ExpectationError."""
+    """The expectation to judge (a CEL expression is compiled where it is judged, in a worker
+    process: one that does not parse fails there)."""
     objects = spec.objects
     ref = ex.Objects(objects.apiVersion, objects.kind, objects.namespace, objects.name,
                      _selector(objects.selector), objects.victims, objects.onVictimNodes,
                      objects.cluster, objects.offVictimNodes)
-    matcher: ex.Matcher | ex.Count
+    matcher: ex.PerObject | ex.Count
     if spec.count is not None:
         where = spec.count.where
         matcher = ex.Count(None if where is None else _matcher(where), spec.count.equals,
@@ -199,7 +227,7 @@ def expectation_of(spec: api.Expectation) -> ex.Expectation:
     return ex.Expectation(spec.name, parse_duration(spec.within), ref, matcher)
 
 
-def _matcher(spec: api.Expectation | api.Where) -> ex.Matcher:
+def _matcher(spec: api.Expectation | api.Where) -> ex.PerObject:
     if spec.field is not None:
         return ex.Field(spec.field.path, spec.field.equals)
     if spec.condition is not None:
@@ -207,7 +235,7 @@ def _matcher(spec: api.Expectation | api.Where) -> ex.Matcher:
     if spec.taint is not None:
         return ex.Taint(spec.taint.key, spec.taint.effect)
     if spec.cel is not None:
-        return CelMatcher(spec.cel)
+        return ex.Cel(spec.cel)
     raise ex.ExpectationError("the expectation has no matcher")
 
 

@@ -7,7 +7,10 @@ fault hit, or pods on the nodes it hit) and a matcher:
 - ``condition``: a condition of the given type has the given status (and reason, if given);
 - ``taint``: a taint with the given key (and effect, if given) is there;
 - ``count``: how many of the picked objects there are, optionally only those a ``where``
-  matcher accepts: ``equals``, ``atLeast``, ``atMost``.
+  matcher accepts: ``equals``, ``atLeast``, ``atMost``;
+- ``cel``: an expression over the object, judged in a worker process
+  (:mod:`operators.faults.evaluating`), never here: :class:`Cel` only names it, and
+  :meth:`Expectation.decide` takes the worker's answers.
 
 Field, condition and taint hold when at least one object is picked and every picked object
 matches; count holds on its number, zero included ("no Running pod on a tainted node").
@@ -138,14 +141,30 @@ class Taint:
 
 
 class Matcher(Protocol):
-    """Anything that says whether one object matches (the three above, a CEL expression)."""
+    """Anything that says here whether one object matches (the three above)."""
 
     def matches(self, obj: Mapping[str, Any]) -> bool: ...
 
 
 @dataclasses.dataclass(frozen=True)
+class Cel:
+    """A CEL expression, true for the objects it accepts. It has no ``matches``: cel-python
+    has no cost budget, so only a worker process evaluates it."""
+
+    expression: str
+
+
+PerObject = Matcher | Cel
+
+
+def each(matcher: Matcher, objects: Iterable[Mapping[str, Any]]) -> list[bool]:
+    """Whether each object matches."""
+    return [matcher.matches(obj) for obj in objects]
+
+
+@dataclasses.dataclass(frozen=True)
 class Count:
-    where: Matcher | None = None
+    where: PerObject | None = None
     equals: int | None = None
     at_least: int | None = None
     at_most: int | None = None
@@ -158,7 +177,15 @@ class Count:
             raise ExpectationError("count: equals, atLeast and atMost must not be negative")
 
     def holds(self, objects: Sequence[Mapping[str, Any]]) -> bool:
-        number = sum(1 for obj in objects if self.where is None or self.where.matches(obj))
+        if isinstance(self.where, Cel):
+            raise ExpectationError("a cel matcher is judged by the CEL workers: use decide()")
+        return self.counts(each(self.where, objects) if self.where is not None
+                           else [True] * len(objects))
+
+    def counts(self, matched: Sequence[bool]) -> bool:
+        """Whether the number of objects ``where`` accepted (``matched``: one bool each) is
+        within the bounds."""
+        number = sum(1 for match in matched if match)
         return ((self.equals is None or number == self.equals)
                 and (self.at_least is None or number >= self.at_least)
                 and (self.at_most is None or number <= self.at_most))
@@ -226,18 +253,33 @@ class Expectation:
     name: str
     within: float
     objects: Objects
-    matcher: Matcher | Count
+    matcher: PerObject | Count
 
     def __post_init__(self) -> None:
         if not self.within > 0:
             raise ExpectationError(f"expectation {self.name!r}: within must be a positive "
                                    f"duration such as 60s (the deadline after the injection)")
 
-    def holds(self, picked: Sequence[Mapping[str, Any]]) -> bool:
+    @property
+    def per_object(self) -> PerObject | None:
+        """What each picked object is matched with (a count's where; None: nothing, a count
+        of every picked object)."""
+        return self.matcher.where if isinstance(self.matcher, Count) else self.matcher
+
+    def decide(self, matched: Sequence[bool]) -> bool:
+        """Whether it holds, given whether each picked object matched :attr:`per_object`
+        (every one of them, for a count without where)."""
         if isinstance(self.matcher, Count):
-            return self.matcher.holds(picked)
-        matcher = self.matcher
-        return bool(picked) and all(matcher.matches(obj) for obj in picked)
+            return self.matcher.counts(matched)
+        return bool(matched) and all(matched)
+
+    def holds(self, picked: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether it holds for ``picked``, for matchers judged here (not cel)."""
+        matcher = self.per_object
+        if isinstance(matcher, Cel):
+            raise ExpectationError("a cel matcher is judged by the CEL workers: use decide()")
+        return self.decide(each(matcher, picked) if matcher is not None
+                           else [True] * len(picked))
 
 
 # -- over time ---------------------------------------------------------------------------------

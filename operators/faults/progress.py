@@ -177,10 +177,14 @@ def _injection_line(key: str, injection: Mapping[str, Any]) -> Line:
         parts.append("waits for the steps in its after" if inject_at is None
                      else f"injects at +{seconds(inject_at)}")
     targets = [_target(str(target)) for target in injection.get("targets") or []]
-    if targets:
+    count = int(injection.get("targetCount") or len(targets))
+    plural = "s" if count != 1 else ""
+    if injection.get("targetsRef"):
+        parts.append(f"{count} target{plural}, listed in ConfigMap {injection['targetsRef']}")
+    elif targets:
         shown = ", ".join(targets[:SHOWN_TARGETS])
-        more = f", +{len(targets) - SHOWN_TARGETS} more" if len(targets) > SHOWN_TARGETS else ""
-        parts.append(f"{len(targets)} target{'s' if len(targets) != 1 else ''}: {shown}{more}")
+        more = f", +{count - SHOWN_TARGETS} more" if count > SHOWN_TARGETS else ""
+        parts.append(f"{count} target{plural}: {shown}{more}")
     if injection.get("injectedAt"):
         parts.append(f"injected {injection['injectedAt']}")
     if injection.get("recoveredAt"):

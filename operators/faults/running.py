@@ -3,12 +3,14 @@
 The runner starts from the plan's status (a restarted operator carries on where it stopped)
 and, every round, asks :func:`operators.faults.deciding.decide` what is due and carries it out:
 it chooses an occurrence's victims from the fleet as it is when the occurrence is due, records
-them in the status, has them written (:mod:`operators.faults.delivering`: idempotent by id),
-and only then records the occurrence as Injected. Recovery turns the entries to their recovery
-stages; the occurrence is Recovered once every victim is back. Expectations are judged on the
-objects the member (or host) API lists (:mod:`operators.k8s.discovery`). The status is written
-when it changed (progress that must survive a restart), each action in a span of the plan's
-trace (:mod:`operators.faults.tracing`).
+them in the status (or, when the status could not hold their list, in a ConfigMap of the plan
+that the status names, written first), has them written (:mod:`operators.faults.delivering`:
+idempotent by id), and only then records the occurrence as Injected. Recovery turns the
+entries to their recovery stages; the occurrence is Recovered once every victim is back.
+Expectations are judged on the objects the member (or host) API lists
+(:mod:`operators.k8s.discovery`). The status is written when it changed (progress that must
+survive a restart), its messages cut so that it stays bounded in bytes, each action in a span
+of the plan's trace (:mod:`operators.faults.tracing`).
 
 ``spec.startAt`` is the plan's time zero when given; ``spec.clusters`` narrows every step to
 those FakeClusters (their names are the only ones looked at).
@@ -16,12 +18,14 @@ those FakeClusters (their names are the only ones looked at).
 What it needs of the operator around it is passed in: the host client, how to reach a member
 (``connect``), how to apply a FakeCluster's entries and whether a component runs (for
 :class:`~operators.faults.delivering.Delivery`), how to send an Event about the plan
-(``announce``), the tracer and the clock. It decides nothing itself (that is
+(``announce``), the CEL workers that judge ``cel`` expectations
+(:mod:`operators.faults.evaluating`), the tracer and the clock. It decides nothing itself (that is
 :mod:`~operators.faults.deciding`'s) and knows nothing of kopf.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -45,12 +49,14 @@ from operators.faults import deciding, executing, tracing
 from operators.faults import expectations as ex
 from operators.faults.deciding import Outcome
 from operators.faults.delivering import CLUSTERS, Apply, Delivery, Running
+from operators.faults.evaluating import CelUnavailable, CelWorkers
 from operators.faults.planning import PlanError
 from operators.faults.progress import FINAL_PHASES
 from operators.faults.targets import ClusterView, Fleet, NodeView, PodView, TargetError, Victim
+from operators.k8s import owning
 from operators.k8s.client import Client
 from operators.k8s.discovery import Known, UnknownKind, list_objects
-from operators.k8s.errors import K8sError, NotFound, TransportError
+from operators.k8s.errors import K8sError, NotFound, TransportError, brief
 from operators.k8s.times import micro_time, parse
 from primitives import keys, propagation
 from primitives.clocks import Clock
@@ -58,6 +64,9 @@ from primitives.clocks import Clock
 logger = logging.getLogger(__name__)
 
 PLAN = f"/apis/{API_VERSION}/namespaces/{{namespace}}/faultplans/{{name}}"
+CONFIGMAPS = "/api/v1/namespaces/{namespace}/configmaps"
+#: Where a ConfigMap that lists victims apart holds them.
+TARGETS_KEY = "targets.gz"
 #: How often a sleeping plan looks whether it was stopped (s).
 STOP_POLL = 0.2
 
@@ -71,10 +80,11 @@ class Runner:
     """One plan's progress: its status, and clients of the members it touches."""
 
     def __init__(self, plan: FaultPlan, *, host: Client, connect: Connect, apply: Apply,
-                 running: Running, announce: Announce, tracer: trace.Tracer,
-                 clock: Clock) -> None:
+                 running: Running, announce: Announce, cel: CelWorkers,
+                 tracer: trace.Tracer, clock: Clock) -> None:
         self.plan = plan
         self.host = host
+        self.cel = cel
         self._connect = connect
         self._announce = announce
         #: Makes the plan's spans; tests pass one of an SDK provider that keeps them in memory.
@@ -88,6 +98,8 @@ class Runner:
         self._clients: dict[str, Client] = {}
         self._clusters: dict[str, FakeCluster] = {}
         self._plurals: Known = {}
+        #: Victims listed apart, by ConfigMap, once read or written.
+        self._listed: dict[str, list[Victim]] = {}
         self._written = self.status.model_dump(mode="json")
         self.delivery = Delivery(plan=f"{self.namespace}/{self.name}", namespace=self.namespace,
                                  host=host, members=self, apply=apply, running=running)
@@ -206,8 +218,8 @@ class Runner:
         """Write ``status`` (default: the runner's) if it changed: progress that must survive
         a restart. It is the runner's only once written. The write that records the plan's
         end is made in its ``faultplan.finish`` span."""
-        status = (self.status if status is None else status).model_copy(update={
-            "observedGeneration": int(self.plan.metadata.get("generation", 0))})
+        status = deciding.bounded(self.status if status is None else status).model_copy(
+            update={"observedGeneration": int(self.plan.metadata.get("generation", 0))})
         body = status.model_dump(mode="json")
         if body != self._written:
             ending = status.phase in FINAL_PHASES and self._written.get("phase") \
@@ -264,9 +276,12 @@ class Runner:
         return client
 
     async def close(self) -> None:
-        for client in self._clients.values():
-            await client.close()
-        self._clients.clear()
+        """Close every member client, each also when closing another failed or this is
+        cancelled (a daemon cancelled while it stops)."""
+        clients, self._clients = list(self._clients.values()), {}
+        async with contextlib.AsyncExitStack() as closing:
+            for client in clients:
+                closing.push_async_callback(client.close)
 
     async def fleet(self, step: Step, *, patient: bool = False) -> Fleet:
         """The clusters the step may hit, with the nodes or pods its target looks at. A member
@@ -334,9 +349,8 @@ class Runner:
         began = self.clock.now()
         # Chosen before the span: while a member cannot be reached yet, this raises at every
         # tick, and those tries are no part of what the plan did.
-        picked = None if injection.targets else await self._pick(step, injection)
-        victims = list(picked) if picked is not None else \
-            [executing.victim_of(text) for text in injection.targets]
+        picked = None if executing.recorded(injection) else await self._pick(step, injection)
+        victims = list(picked) if picked is not None else await self.victims(injection)
         with self._span(tracing.INJECT, tracing.step_attributes(
                 step, injection.occurrence, victims)) as span:
             if picked is not None:
@@ -346,7 +360,10 @@ class Runner:
                     self.status = deciding.replaced(self.status, index, state="Skipped",
                                                     message=skipped)
                     return
-                await self.write(deciding.chosen(self.status, index, victims))
+                listed_in = await self._list_apart(injection, victims) \
+                    if deciding.apart(self.status, victims) else ""
+                await self.write(deciding.chosen(self.status, index, victims,
+                                                 listed_in=listed_in))
             await self.delivery.look(victims)
             chosen = self.clock.now()
             delivered = await self.delivery.inject(step.fault, self._id(injection), victims,
@@ -357,6 +374,43 @@ class Runner:
             await self._record(deciding.injected(
                 self.plan, self.status, index, victims, problems=delivered.problems,
                 failed=delivered.failed, now=self.clock.now()))
+
+    async def victims(self, injection: InjectionStatus) -> list[Victim]:
+        """The occurrence's recorded victims: from the status, or from the ConfigMap that
+        lists them apart (read once)."""
+        if not injection.targetsRef:
+            return [executing.victim_of(text) for text in injection.targets]
+        listed = self._listed.get(injection.targetsRef)
+        if listed is None:
+            try:
+                found = await self.host.get(
+                    f"{CONFIGMAPS.format(namespace=self.namespace)}/{injection.targetsRef}")
+            except NotFound:
+                logger.warning("plan %s/%s: the ConfigMap %s that listed the victims of %s#%d "
+                               "is gone: they cannot be reached", self.namespace, self.name,
+                               injection.targetsRef, injection.step, injection.occurrence)
+                return []
+            packed = base64.b64decode((found.get("binaryData") or {}).get(TARGETS_KEY, ""))
+            listed = [executing.victim_of(text) for text in executing.unpack_targets(packed)]
+            self._listed[injection.targetsRef] = listed
+        return listed
+
+    async def _list_apart(self, injection: InjectionStatus, victims: Sequence[Victim]) -> str:
+        """Write the ConfigMap that lists the occurrence's victims (before the status names
+        it); its name. Owned by the plan: the garbage collector removes it with the plan."""
+        name = executing.targets_name(self.uid, injection.step, injection.occurrence)
+        owners = [{"apiVersion": API_VERSION, "kind": "FaultPlan", "name": self.name,
+                   "uid": self.uid}] if self.uid else []
+        await owning.apply(self.host, {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": self.namespace, "ownerReferences": owners},
+            "data": {"step": injection.step, "occurrence": str(injection.occurrence),
+                     "count": str(len(victims))},
+            "binaryData": {TARGETS_KEY: base64.b64encode(executing.pack_targets(
+                deciding.texts(victims))).decode()},
+        }, "configmaps", owner=owning.Owner(f"FaultPlan/{self.name}"))
+        self._listed[name] = list(victims)
+        return name
 
     async def _pick(self, step: Step, injection: InjectionStatus) -> Sequence[Victim]:
         """The occurrence's victims in the fleet as it is now (none: it is skipped)."""
@@ -370,7 +424,7 @@ class Runner:
         engines wrote everything back (:meth:`settle`). ``cause``: why now (the fault's
         duration is over, or the plan was deleted)."""
         step = self.steps[injection.step]
-        victims = [executing.victim_of(text) for text in injection.targets]
+        victims = await self.victims(injection)
         with self._span(tracing.RECOVER, {**tracing.step_attributes(
                 step, injection.occurrence, victims), tracing.CAUSE: cause}) as span:
             delivered = await self.delivery.recover(step.fault, self._id(injection), victims,
@@ -385,7 +439,7 @@ class Runner:
         """Recovered once every victim is back: entries done (then removed), held nodes made
         again, stopped components running."""
         step = self.steps[injection.step]
-        victims = [executing.victim_of(text) for text in injection.targets]
+        victims = await self.victims(injection)
         if await self.delivery.recovered(step.fault, self._id(injection), victims):
             await self._record(deciding.recovered(self.plan, self.status, index, victims,
                                                   self.clock.now()))
@@ -400,7 +454,7 @@ class Runner:
             if not deciding.judging(injection):
                 continue
             step = self.steps[injection.step]
-            victims = [executing.victim_of(text) for text in injection.targets]
+            victims = await self.victims(injection)
             results = []
             for spec, result in zip(step.expectations, injection.expectations, strict=False):
                 if result.outcome != "Pending":
@@ -425,9 +479,9 @@ class Runner:
             expectation = executing.expectation_of(spec)
             return expectation, deciding.Look(holds=await self._holds(expectation, victims))
         except (ex.ExpectationError, ValueError) as error:
-            return expectation, deciding.Look(invalid=f"{error}")
-        except K8sError as error:
-            return expectation, deciding.Look(unseen=f"{error}")
+            return expectation, deciding.Look(invalid=brief(error))
+        except (K8sError, CelUnavailable) as error:
+            return expectation, deciding.Look(unseen=brief(error))
         except Exception as error:  # a defect of an expression must not stop the plan
             logger.exception("plan %s/%s: expectation %s", self.namespace, self.name,
                              spec.name)
@@ -451,17 +505,22 @@ class Runner:
 
     async def _holds(self, expectation: ex.Expectation, victims: Sequence[Victim]) -> bool:
         objects = expectation.objects
+        picked: list[Any] = []
         if objects.cluster == "host":
             listed = await self._list(self.host, objects, objects.namespace or self.namespace)
-            return expectation.holds(objects.pick("", listed, ()))
-        picked: list[Any] = []
-        for cluster in sorted({v.cluster for v in victims}):
-            client = self.member(cluster)
-            if client is None:
-                raise NotFound(404, "NotFound", f"cluster {cluster} is not reachable")
-            picked += objects.pick(cluster, await self._list(client, objects, objects.namespace),
-                                   victims)
-        return expectation.holds(picked)
+            picked = objects.pick("", listed, ())
+        else:
+            for cluster in sorted({v.cluster for v in victims}):
+                client = self.member(cluster)
+                if client is None:
+                    raise NotFound(404, "NotFound", f"cluster {cluster} is not reachable")
+                picked += objects.pick(cluster, await self._list(client, objects,
+                                                                 objects.namespace), victims)
+        matcher = expectation.per_object
+        if isinstance(matcher, ex.Cel):  # in a worker process: cel-python has no budget
+            return expectation.decide(await self.cel.matches(matcher.expression, picked))
+        return expectation.decide(ex.each(matcher, picked) if matcher is not None
+                                  else [True] * len(picked))
 
     async def _list(self, client: Client, objects: ex.Objects, namespace: str) -> list[Any]:
         try:

@@ -19,7 +19,7 @@ from operators.api.clusters import FakeCluster, FakeClusterStatus
 from operators.controlplane.errors import ControlPlaneError
 from operators.controlplane.state import ComponentState, StateDir
 from operators.handlers.runtime import Runtime
-from operators.k8s.errors import K8sError
+from operators.k8s.errors import K8sError, brief
 from operators.reconciling.clusters import Addons, AddonState
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ async def _reconcile(runner: Runner[Any, Any], site: Site, cluster: FakeCluster,
                                       control_plane_running=control_plane_running)
     except (ControlPlaneError, K8sError) as failure:
         logger.warning("cluster %s: %s: %s", site.key, runner.addon.name, failure)
-        return AddonState(False, "SetupFailed", str(failure))
+        return AddonState(False, "SetupFailed", brief(failure))
 
 
 def reported(runtime: Runtime, status: FakeClusterStatus) -> Addons:

@@ -33,10 +33,10 @@ from operators.engine.registering import remove_all
 from operators.handlers import addons
 from operators.handlers.provisioning import TEARDOWN, Provisioning
 from operators.handlers.runtime import Member, Runtime, wait_until_none
-from operators.k8s.applying import apply
+from operators.k8s import owning
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess, load_kubeconfig, load_kubeconfig_file
-from operators.k8s.errors import ConfigError, K8sError, NotFound
+from operators.k8s.errors import ConfigError, K8sError, NotFound, NotOwned, brief
 from operators.k8s.times import parse, rfc3339
 from operators.reconciling import clusters as planning
 from primitives import keys
@@ -92,16 +92,17 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 try:
                     await execute(runtime, cluster, key, action)
                 except (ControlPlaneError, K8sError) as failure:
-                    error = str(failure)
-                    # A missing or unbuildable binary, or a kubeconfig that cannot be used, does
-                    # not fix itself: say so, and let the timer try again later.
-                    stalled = isinstance(failure, BinaryError | ConfigError)
+                    error = brief(failure)  # it goes into the status
+                    # A missing or unbuildable binary, a kubeconfig that cannot be used, or a
+                    # user's object where ours would go does not fix itself: say so, and let
+                    # the timer try again later.
+                    stalled = isinstance(failure, BinaryError | ConfigError | NotOwned)
                     # A port still held by a stopping apiserver of an earlier run frees quickly.
                     delay = 2.0 if isinstance(failure, PortInUseError) else 5.0
                     logger.warning("cluster %s: %s failed: %s", key, type(action).__name__, error)
                     break
                 except Exception as failure:  # a defect of ours: the user must still hear of it
-                    error = f"{type(action).__name__} failed unexpectedly: {failure!r}"
+                    error = brief(f"{type(action).__name__} failed unexpectedly: {failure!r}")
                     logger.exception("cluster %s: %s", key, error)
                     break
             if error:
@@ -182,6 +183,8 @@ async def observe(runtime: Runtime, cluster: FakeCluster, key: str) -> planning.
     # Running means answering: a control plane that does not say its version yet is starting;
     # an adopted one that stops answering is not Ready, and the status says why.
     version, problem = await _version(runtime, cluster, key) if running else ("", "")
+    release = None if running or cluster.spec.controlPlane.backend != "local" else \
+        await asyncio.to_thread(runtime.releases.observe, cluster.spec.kubernetesVersion)
     nodes, ready = await _node_counts(runtime, cluster)
     endpoint_file = runtime.engine_endpoint(key)
     return planning.Observed(
@@ -195,6 +198,7 @@ async def observe(runtime: Runtime, cluster: FakeCluster, key: str) -> planning.
         ready_nodes=ready,
         error=problem if cluster.spec.controlPlane.backend == "external" else "",
         hub=runtime.hub_links.get(key),
+        release=release,
     )
 
 
@@ -202,9 +206,14 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
                   action: planning.Action) -> None:
     spec = cluster.spec.controlPlane
     namespace, name = cluster.metadata["namespace"], cluster.metadata["name"]
-    if isinstance(action, planning.StartControlPlane):
-        binaries = await asyncio.to_thread(runtime.resolve_binaries,
+    if isinstance(action, planning.BuildRelease):
+        runtime.releases.start(cluster.spec.kubernetesVersion)
+    elif isinstance(action, planning.StartControlPlane):
+        binaries = await asyncio.to_thread(runtime.releases.binaries,
                                            cluster.spec.kubernetesVersion)
+        if binaries is None:
+            raise BinaryError(f"Kubernetes {cluster.spec.kubernetesVersion} is not in the cache "
+                              f"yet: it is being built")
         await runtime.substrate.add_cluster(key, ClusterOptions(
             scheduler=spec.scheduler, controller_manager=spec.controllerManager,
             profile=Profile(spec.profile) if spec.profile else runtime.default_profile,
@@ -214,9 +223,9 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
         runtime.external[key] = await _connect(runtime, namespace, key, action)
     elif isinstance(action, planning.WriteKubeconfigSecret):
         local = runtime.substrate.clusters[key]
-        await apply(runtime.host, _kubeconfig_secret(cluster, action.name,
-                                                     local.kubeconfig_path.read_text()),
-                    "secrets")
+        await owning.apply(runtime.host, _kubeconfig_secret(
+            cluster, action.name, local.kubeconfig_path.read_text()), "secrets",
+            owner=kubeconfig_owner(cluster))
     elif isinstance(action, planning.StartEngine):
         member = runtime.external.get(key)
         if member is not None:
@@ -318,7 +327,7 @@ async def _version(runtime: Runtime, cluster: FakeCluster, key: str) -> tuple[st
     except K8sError as error:
         runtime.versions.pop(key, None)
         logger.info("cluster %s: no version: %s", key, error)
-        return "", f"the API server at {access.server} does not answer: {error}"
+        return "", brief(f"the API server at {access.server} does not answer: {error}")
     runtime.versions[key] = (version, time.monotonic())
     return version, ""
 
@@ -404,6 +413,15 @@ async def _secret_current(runtime: Runtime, cluster: FakeCluster, local: Any) ->
         return False
     want = base64.b64encode(local.kubeconfig_path.read_bytes()).decode()
     return bool((secret.get("data") or {}).get(KUBECONFIG_KEY) == want)
+
+
+def kubeconfig_owner(cluster: FakeCluster) -> owning.Owner:
+    """The FakeCluster as the writer of its kubeconfig Secret: a Secret made before the
+    ownership marker is its own too, by the owner reference or the label it carries."""
+    name = cluster.metadata["name"]
+    return owning.Owner(f"FakeCluster/{name}", legacy=owning.any_of(
+        owning.owner_reference(cluster.metadata.get("uid", "")),
+        owning.labelled(keys.CLUSTER, name)))
 
 
 def _kubeconfig_secret(cluster: FakeCluster, name: str, kubeconfig: str) -> dict[str, Any]:

@@ -38,7 +38,8 @@ class PlanRunner(Runner):
         self.runtime = runtime
         super().__init__(plan, host=runtime.host, connect=connect or self._connect_member,
                          apply=self._apply, running=self._running, announce=self._announce,
-                         tracer=tracer or trace.get_tracer(__name__), clock=clock)
+                         cel=runtime.cel, tracer=tracer or trace.get_tracer(__name__),
+                         clock=clock)
 
     def _connect_member(self, cluster: FakeCluster, name: str) -> Client | None:
         access = member_access(self.runtime, cluster, cluster_key(self.namespace, name))

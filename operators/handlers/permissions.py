@@ -66,6 +66,9 @@ NAMESPACED = (
     Rule("", ("secrets",), ("get", "create", "update"),
          "each local member's kubeconfig Secret (created, replaced when it changes); adopted "
          "clusters' kubeconfigs, hub credentials and MultiKueue workers' kubeconfigs (read)"),
+    Rule("", ("configmaps",), ("get", "create", "update"),
+         "a FaultPlan's lists of victims too long for its status (owned by the plan, the "
+         "garbage collector removes them with it)"),
     Rule("", ("events",), ("create",),
          "kopf's and the FaultPlans' Events (FaultInjected, FaultRecovered, ExpectationFailed)"),
 )

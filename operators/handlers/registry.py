@@ -22,6 +22,14 @@ from primitives.keys import GROUP
 
 #: Heal members and refresh their node counts (engines write pool status themselves).
 CLUSTER_TIMER = 5.0
+#: A daemon asked to stop (the operator stops, or its object goes) gets DAEMON_GRACE seconds
+#: to end by itself, then it is cancelled and gets DAEMON_CANCELLED more to close its clients.
+#: Plan runners and hub links may stop at any line (their progress is in the API); kopf's
+#: default would cancel them at once, in the middle of closing what they hold.
+DAEMON_GRACE = 3.0
+DAEMON_CANCELLED = 2.0
+#: The longest it takes to stop every daemon (they stop in parallel).
+DAEMON_STOP = DAEMON_GRACE + DAEMON_CANCELLED
 
 
 def build_registry(host: HostConfig) -> kopf.OperatorRegistry:
@@ -41,11 +49,10 @@ def build_registry(host: HostConfig) -> kopf.OperatorRegistry:
         clusters.reconcile)
     kopf.on.delete(**fc, id="teardown")(clusters.delete)  # type: ignore[arg-type]
     kopf.on.delete(**fnp, id="teardown")(nodepools.delete)  # type: ignore[arg-type]
-    kopf.daemon(**fp, id="run", cancellation_timeout=30.0)(  # type: ignore[arg-type]
-        faultplans.run)
+    stopping = {"cancellation_backoff": DAEMON_GRACE, "cancellation_timeout": DAEMON_CANCELLED}
+    kopf.daemon(**fp, id="run", **stopping)(faultplans.run)  # type: ignore[arg-type]
     kopf.on.delete(**fp, id="recover")(faultplans.delete)  # type: ignore[arg-type]
-    kopf.daemon(**fc, id="hub-link", cancellation_timeout=20.0)(  # type: ignore[arg-type]
-        hublinks.run)
+    kopf.daemon(**fc, id="hub-link", **stopping)(hublinks.run)  # type: ignore[arg-type]
 
     def login(**_: Any) -> kopf.ConnectionInfo:
         # Read again at every login: kopf logs in anew when credentials expire (a projected

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import json
 import logging
 import signal
+import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -14,10 +17,13 @@ from typing import Any
 
 from opentelemetry import trace
 
+from operators.addons.building import ToolBuild
 from operators.addons.registry import runners
 from operators.addons.running import Runner
+from operators.controlplane import binaries as binaries_
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.components import Profile
+from operators.controlplane.errors import BinaryError
 from operators.controlplane.ports import free_port
 from operators.controlplane.state import (
     EngineEndpoint,
@@ -27,9 +33,10 @@ from operators.controlplane.state import (
 )
 from operators.controlplane.substrate import Substrate
 from operators.controlplane.supervising import Supervised
+from operators.faults.evaluating import CelWorkers
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess, HostConfig
-from operators.reconciling.clusters import HubState
+from operators.reconciling.clusters import HubState, Release
 from primitives.files import private_directory
 
 logger = logging.getLogger(__name__)
@@ -46,6 +53,64 @@ class Member:
     kubeconfig: Path
 
 
+class Releases:
+    """The Kubernetes releases FakeClusters' ``kubernetesVersion`` asks for: found in the cache,
+    or built there in the background, one at a time (each takes both cores for minutes), while
+    the clusters' statuses say what is being built and how long it usually takes."""
+
+    def __init__(self, resolve: Callable[..., Binaries]) -> None:
+        self._resolve = resolve
+        self._builds: dict[str, ToolBuild] = {}
+        self._slot = asyncio.Semaphore(1)
+
+    def binaries(self, version: str) -> Binaries | None:
+        """The release's binaries if the cache (or an override) has them."""
+        try:
+            return self._resolve(version, allow_build=False)
+        except BinaryError:
+            return None
+
+    def observe(self, version: str) -> Release | None:
+        """None when the release is there; else how its build goes."""
+        build = self._builds.get(version)
+        if build is None:
+            return None if self.binaries(version) is not None else Release(version)
+        found, error, building_for = build.observe()
+        if found:
+            return None
+        ahead = next((other for other, each in self._builds.items()
+                      if other != version and each.future is not None
+                      and not each.future.done() and not each.waiting), "")
+        return Release(version, building_for=building_for, error=error,
+                       waiting_for=ahead if build.waiting else "", usual=usual_build())
+
+    def start(self, version: str) -> None:
+        build = self._builds.get(version)
+        if build is None:
+            build = self._builds[version] = ToolBuild(
+                f"Kubernetes {version}",
+                find=lambda: _apiserver(self.binaries(version)),
+                ensure=lambda progress: self._resolve(version, progress=progress).kube_apiserver,
+                slot=self._slot)
+        build.start()
+
+
+def _apiserver(binaries: Binaries | None) -> Path | None:
+    return binaries.kube_apiserver if binaries is not None else None
+
+
+def usual_build() -> float | None:
+    """How long the builds of Kubernetes in this cache took (the median, in seconds; None
+    before the first)."""
+    taken = []
+    for manifest in (binaries_.cache_root() / "kubernetes").glob("*/manifest.json"):
+        try:
+            taken.append(float(json.loads(manifest.read_text())["buildSeconds"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return statistics.median(taken) if taken else None
+
+
 @dataclasses.dataclass
 class Runtime:
     """The operator's dependencies and its in-memory view of the member clusters."""
@@ -55,7 +120,9 @@ class Runtime:
     #: Where the host's credentials come from: kopf logs in with it, engines are given it.
     host_config: HostConfig
     substrate: Substrate
-    resolve_binaries: Callable[[str], Binaries]
+    #: Finds (or with ``allow_build``, builds) the binaries of a Kubernetes release:
+    #: :func:`operators.controlplane.binaries.resolve`.
+    resolve_binaries: Callable[..., Binaries]
     external: dict[str, Member] = dataclasses.field(default_factory=dict)
     engines: dict[str, Supervised] = dataclasses.field(default_factory=dict)
     #: Each member's API server version, and when it last said so (time.monotonic()).
@@ -67,12 +134,18 @@ class Runtime:
     hub_links: dict[str, HubState] = dataclasses.field(default_factory=dict)
     #: Every add-on, its one background build and its process on each member.
     addons: tuple[Runner[Any, Any], ...] = dataclasses.field(default_factory=runners)
+    #: The worker processes that judge every plan's CEL expectations (started when needed).
+    cel: CelWorkers = dataclasses.field(default_factory=CelWorkers)
     #: Makes the handlers' spans: the entry point passes its configured provider's; the
     #: default is the API's global one (no spans until an SDK is configured).
     tracer: trace.Tracer = dataclasses.field(
         default_factory=lambda: trace.get_tracer("operators.handlers"))
     #: The profile of FakeClusters whose spec.controlPlane.profile is not set.
     default_profile: Profile = Profile.DEFAULT
+
+    def __post_init__(self) -> None:
+        #: The releases FakeClusters ask for, built one at a time.
+        self.releases = Releases(self.resolve_binaries)
 
     def lock(self, key: str) -> asyncio.Lock:
         """One reconciliation at a time per object (change handlers and timers overlap)."""
@@ -129,10 +202,14 @@ class Runtime:
             await engine.stop()
 
     async def stop_all(self) -> None:
-        for key in list(self.engines):
-            await self.stop_engine(key)
-        for runner in self.addons:
-            await runner.stop_all()
+        """The operator is going: the CEL workers, every add-on and every engine stop, each
+        of them also when another one's stop failed or was cancelled."""
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(self.cel.close)
+            for runner in self.addons:
+                stack.push_async_callback(runner.stop_all)
+            for key in list(self.engines):
+                stack.push_async_callback(self.stop_engine, key)
 
 
 def engine_host_arguments(host: HostConfig) -> list[str]:

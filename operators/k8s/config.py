@@ -8,7 +8,10 @@ and auth providers, refreshed when they expire. The result serves both the engin
 (:mod:`operators.k8s.transport`) and kopf's connection info (built in the handlers).
 
 A kubeconfig that arrives in a Secret comes from a tenant of the host cluster: it may not make
-the operator read local files or run commands (:func:`check_untrusted`).
+the operator read local files or run commands (:func:`check_untrusted`), and what its server
+answers is read within bounds (:attr:`ClusterAccess.untrusted`). Its server URL is reached from
+the operator, on the operator's network: whoever may create a FakeCluster with ``backend:
+external`` and a Secret may make the operator connect to any address it can reach.
 
 In a pod, :func:`load_in_cluster` reads the service account instead, as client-go's
 ``rest.InClusterConfig`` does: ``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``, the
@@ -31,6 +34,7 @@ import shutil
 import ssl
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -72,6 +76,9 @@ class ClusterAccess:
     """When the credentials expire (kopf logs in again then)."""
     forget: Callable[[], None] | None = None
     """Drop what ``credentials`` cached (after a 401): a rotated token file is read again."""
+    untrusted: bool = False
+    """It came from a tenant (a Secret): its server's answers are capped in size
+    (:data:`operators.k8s.transport.UNTRUSTED_MAX_BODY`)."""
 
     def authorization(self) -> str | None:
         return self.credentials() if self.credentials is not None else None
@@ -119,7 +126,8 @@ def load_kubeconfig(text: str, *, base_dir: Path | None = None, context: str | N
            for entry in config.get("clusters") or [] if isinstance(entry, dict)):
         raise ConfigError(f"{source} sets proxy-url, which fakefleet does not support: reach "
                           f"the API server directly")
-    return _load(config, base_dir=base_dir, context=context, source=source)
+    access = _load(config, base_dir=base_dir, context=context, source=source)
+    return dataclasses.replace(access, untrusted=True) if untrusted else access
 
 
 def load_kubeconfig_file(path: Path, *, context: str | None = None) -> ClusterAccess:
@@ -277,6 +285,11 @@ def _load(config: dict[str, Any], *, base_dir: Path | None, context: str | None,
         raise ConfigError(f"{source} cannot be used: {error}") from error
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    location = urllib.parse.urlsplit(access.server)
+    if location.username is not None or location.password is not None:
+        raise ConfigError(f"{source}: the cluster's server URL carries a user name or password "
+                          f"({location.scheme}://***@{location.hostname}): give the URL alone, "
+                          f"and the credentials in the kubeconfig's user")
     user = _current_user(config, context)
     if "exec" in user and access.credentials is None and access.client_cert is None:
         raise ConfigError(f"{source}: the exec plugin {user['exec'].get('command')!r} gave no "

@@ -6,6 +6,11 @@ TLS and credentials from a :class:`~operators.k8s.config.ClusterAccess`. Unit te
 with :class:`~tests.fakes.k8s.MemoryTransport`. A transport never interprets statuses:
 :mod:`operators.k8s.client` does, in one place. Failures to get an answer at all (refused,
 reset, timed out) are :class:`~operators.k8s.errors.TransportError`.
+
+An API server named by a tenant's kubeconfig (an adopted cluster: ``ClusterAccess.untrusted``)
+may answer anything: its bodies, and each line of its watches, are read up to
+:data:`UNTRUSTED_MAX_BODY` and no further (a TransportError names the limit), so that one
+adopted cluster cannot fill the operator's memory.
 """
 
 from __future__ import annotations
@@ -26,6 +31,29 @@ from primitives.clocks import SYSTEM_CLOCK, Clock
 #: How long an Authorization header is reused before asking the credentials again (tokens from
 #: files and exec plugins rotate; asking on every request would cost a lock and a clock read).
 CREDENTIALS_TTL = 30.0
+#: The largest answer (or watch event) read from an untrusted API server: a list of 10,000
+#: pods is about 40 MiB.
+UNTRUSTED_MAX_BODY = 64 << 20
+
+
+class TooLarge(TransportError):
+    """An answer longer than the transport reads."""
+
+
+def _amount(size: int) -> str:
+    return f"{size >> 20} MiB" if size >= 1 << 20 else f"{size} bytes"
+
+
+async def read_capped(chunks: AsyncIterator[bytes], limit: int | None, *,
+                      what: str) -> bytes:
+    """The whole of ``chunks``, or TooLarge once it passes ``limit`` bytes (None: no limit)."""
+    body = bytearray()
+    async for chunk in chunks:
+        body += chunk
+        if limit is not None and len(body) > limit:
+            raise TooLarge(f"{what}: the answer is larger than {_amount(limit)}, the most read "
+                           f"from an adopted cluster's API server")
+    return bytes(body)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -63,9 +91,11 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
-async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """Lines of a byte stream, with no length limit (a watch event is one line, and an object
-    may be as large as the API server stores: aiohttp's line reader stops at 128 KiB)."""
+async def split_lines(chunks: AsyncIterator[bytes], *,
+                      limit: int | None = None) -> AsyncIterator[bytes]:
+    """Lines of a byte stream, up to ``limit`` bytes each (None: no limit; a watch event is one
+    line, and an object may be as large as the API server stores: aiohttp's line reader stops
+    at 128 KiB). TooLarge for a longer one."""
     buffer = bytearray()
     async for chunk in chunks:
         buffer += chunk
@@ -75,21 +105,26 @@ async def split_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
                 yield bytes(buffer[start:end])
             start = end + 1
         del buffer[:start]
+        if limit is not None and len(buffer) > limit:  # a line not ended yet
+            raise TooLarge(f"a watch event larger than {_amount(limit)}, the most read from an "
+                           f"adopted cluster's API server")
     if buffer.strip():
         yield bytes(buffer)
 
 
 class _AiohttpStream:
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, limit: int | None) -> None:
         self._response = response
+        self._limit = limit
         self.status = response.status
         self.headers: Mapping[str, str] = response.headers
 
     async def read(self) -> bytes:
-        return await self._response.read()
+        return await read_capped(self._response.content.iter_any(), self._limit,
+                                 what=str(self._response.url))
 
     async def lines(self) -> AsyncIterator[bytes]:
-        async for line in split_lines(self._response.content.iter_any()):
+        async for line in split_lines(self._response.content.iter_any(), limit=self._limit):
             yield line
 
 
@@ -103,6 +138,8 @@ class AiohttpTransport:
         self._connections = connections
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
+        #: The most read of one answer (None: no limit, for servers of our own).
+        self.max_body = UNTRUSTED_MAX_BODY if access.untrusted else None
         self._authorization: str | None = None
         self._asked_at = -CREDENTIALS_TTL
 
@@ -143,7 +180,13 @@ class AiohttpTransport:
                 data=request.body, headers=self._headers(request),
                 server_hostname=self._access.tls_server_name,
             ) as response:
-                body = await response.read()
+                if self.max_body is not None and (response.content_length or 0) > self.max_body:
+                    raise TooLarge(f"{self._describe(request)}: the answer has "
+                                   f"{response.content_length} bytes, more than the "
+                                   f"{_amount(self.max_body)} read from an adopted cluster's "
+                                   f"API server")
+                body = await read_capped(response.content.iter_any(), self.max_body,
+                                         what=self._describe(request))
                 return Response(response.status, response.headers, body)
         except (aiohttp.ClientError, TimeoutError) as cause:
             raise TransportError(f"{self._describe(request)}: {cause!r}") from cause
@@ -157,7 +200,7 @@ class AiohttpTransport:
                 headers=self._headers(request), timeout=timeout,
                 server_hostname=self._access.tls_server_name,
             ) as response:
-                yield _AiohttpStream(response)
+                yield _AiohttpStream(response, self.max_body)
         except (aiohttp.ClientError, TimeoutError) as cause:
             raise TransportError(f"{self._describe(request)}: {cause!r}") from cause
 

@@ -70,6 +70,21 @@ Addons = tuple[tuple[AddonCondition, AddonState], ...]
 
 
 @dataclasses.dataclass(frozen=True)
+class Release:
+    """The Kubernetes release a local cluster waits for, not in the cache yet: its build."""
+
+    version: str
+    #: Seconds its build has run (None: not running).
+    building_for: float | None = None
+    #: The release being built ahead of it (builds run one at a time).
+    waiting_for: str = ""
+    #: Why its last build failed (it is tried again later).
+    error: str = ""
+    #: How long builds of Kubernetes took here (the median, seconds; None: none yet).
+    usual: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Observed:
     """What the operator sees of one member cluster right now."""
 
@@ -87,11 +102,19 @@ class Observed:
     addons: Addons = ()
     #: The engine's DCGM endpoint ("" before it has one).
     dcgm_endpoint: str = ""
+    #: The release the spec asks for, while it is not in the cache (None: it is).
+    release: Release | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class StartControlPlane:
     """Start the local control plane (the same ports and data if it ran before)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildRelease:
+    """Build the Kubernetes release the spec asks for into the cache, in the background (one
+    build at a time, for every cluster that asks for it)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,8 +151,8 @@ class RemoveControlPlane:
     """Stop the local control plane and delete its data from etcd."""
 
 
-Action = (StartControlPlane | ConnectExternal | WriteKubeconfigSecret | StartEngine
-          | DrainNodes | StopEngine | RemoveControlPlane)
+Action = (BuildRelease | StartControlPlane | ConnectExternal | WriteKubeconfigSecret
+          | StartEngine | DrainNodes | StopEngine | RemoveControlPlane)
 
 
 def plan(cluster: FakeCluster, observed: Observed, *, deleting: bool = False) -> list[Action]:
@@ -142,6 +165,11 @@ def plan(cluster: FakeCluster, observed: Observed, *, deleting: bool = False) ->
             return [StopEngine(), RemoveControlPlane()]
         return [StopEngine(), DrainNodes()]
     actions: list[Action] = []
+    release = observed.release
+    if local and not observed.control_plane_running and release is not None:
+        # Nothing else can start before the binaries are there.
+        building = release.building_for is not None or release.waiting_for or release.error
+        return [] if building else [BuildRelease()]
     if not observed.control_plane_running:
         if local:
             actions.append(StartControlPlane())
@@ -169,7 +197,7 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
         phase = "Ready"
     elif observed.stalled:
         phase = "Failed"
-    elif observed.control_plane_running or observed.error:
+    elif observed.control_plane_running or observed.error or observed.release is not None:
         phase = "Provisioning"
     else:
         phase = "Pending"
@@ -179,6 +207,8 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
     elif running and waiting is not None and not observed.error:
         addon, state = waiting
         reason, message = f"{addon.subject}NotReady", f"{addon.title}: {state.message}"
+    elif observed.release is not None and not observed.error:
+        reason, message = building(observed.release)
     elif observed.error:
         reason, message = ("ProvisioningFailed" if observed.stalled else "Provisioning",
                            observed.error)
@@ -208,14 +238,38 @@ def status(cluster: FakeCluster, observed: Observed, *, now: str,
         phase=phase,
         endpoint=observed.endpoint,
         kubernetesVersion=observed.version,
-        kubeconfigSecret=(kubeconfig_secret_name(_name(cluster)) if local
-                          else ref.name if ref else ""),
+        # Named once it holds this cluster's kubeconfig: until then (a user's Secret in its
+        # place, say) nobody is to read it as the cluster's.
+        kubeconfigSecret=(kubeconfig_secret_name(_name(cluster))
+                          if local and observed.secret_current
+                          else "" if local else ref.name if ref else ""),
         dcgmEndpoint=observed.dcgm_endpoint,
         nodes=observed.nodes,
         readyNodes=observed.ready_nodes,
         observedGeneration=generation,
         conditions=conditions,
     )
+
+
+#: What a first build of Kubernetes takes on two cores, before this cache has done one.
+COLD_BUILD = "10 to 20 minutes on two cores"
+
+
+def building(release: Release) -> tuple[str, str]:
+    """The reason and message of a cluster whose release is not in the cache yet."""
+    what = (f"Kubernetes {release.version} (etcd, kube-apiserver, kube-scheduler, "
+            f"kube-controller-manager) from the Go module proxy into the cache")
+    usual = (f"builds here took {release.usual / 60:.0f} min" if release.usual is not None
+             else f"a first build takes {COLD_BUILD}")
+    if release.error:
+        return "BuildFailed", (f"building {what} failed, trying again in a few minutes: "
+                               f"{release.error}")
+    if release.waiting_for:
+        return "Building", (f"waiting to build {what}: Kubernetes {release.waiting_for} is "
+                            f"being built first (one build at a time; {usual})")
+    so_far = (f"{release.building_for / 60:.0f} min so far; "
+              if release.building_for is not None else "")
+    return "Building", f"building {what}: {so_far}{usual}"
 
 
 def _name(cluster: FakeCluster) -> str:

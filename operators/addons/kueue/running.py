@@ -27,7 +27,7 @@ import yaml
 from operators.addons.building import Fetched
 from operators.addons.kueue import KUEUE_VERSION, TOOL, planning, rendering, source
 from operators.addons.lifecycle import Observed, Step
-from operators.addons.running import Files, Instance, Launch, Site, apply
+from operators.addons.running import Files, Instance, Launch, Site, apply, owner
 from operators.api.clusters import FakeCluster
 from operators.controlplane import health, kubeconfigs
 from operators.controlplane.errors import AddonError
@@ -35,6 +35,7 @@ from operators.controlplane.pki import ensure_addon_pki, ensure_serving_pair
 from operators.controlplane.ports import free_port
 from operators.controlplane.state import StateDir
 from operators.controlplane.supervising import tail
+from operators.k8s import owning
 from operators.k8s.applying import CRDS
 from operators.k8s.client import Client
 from operators.k8s.errors import K8sError, NotFound
@@ -59,6 +60,8 @@ PLURALS = {
 }
 CLUSTERS = "/apis/fakefleet.dev/v1alpha1/namespaces/{namespace}/fakeclusters/{name}"
 MULTIKUEUE_CLUSTERS = f"/apis/{planning.KUEUE_API}/multikueueclusters"
+#: Kueue as the writer of its objects in the member (it never touches another's).
+OWNER = owner("kueue", rendering.FIELD_MANAGER)
 
 
 class KueueFiles(Files):
@@ -165,8 +168,8 @@ class Kueue:
         manifests = await self.manifests.get()
         async with site.connect() as client:
             for plural, name in rendering.webhook_configuration_names(manifests):
-                with contextlib.suppress(NotFound):
-                    await client.delete(f"/apis/admissionregistration.k8s.io/v1/{plural}/{name}")
+                await owning.delete(
+                    client, f"/apis/admissionregistration.k8s.io/v1/{plural}/{name}", owner=OWNER)
 
     async def act(self, site: Site, cluster: FakeCluster, action: planning.ApplyMultiKueue,
                   instance: Instance) -> None:
@@ -185,7 +188,7 @@ class Kueue:
 async def apply_multikueue(client: Client, action: planning.ApplyMultiKueue, *,
                            key: str) -> None:
     """Apply a manager's MultiKueue objects, then delete those of workers no longer listed
-    (only what carries our managed-by label: a user's own Secrets stay)."""
+    (only Kueue's own: a user's Secrets and MultiKueueClusters stay)."""
     wanted = {(obj["kind"], obj["metadata"]["name"]) for obj in action.objects}
     for obj in action.objects:
         await _apply(client, obj)
@@ -195,11 +198,10 @@ async def apply_multikueue(client: Client, action: planning.ApplyMultiKueue, *,
             ("Secret", f"/api/v1/namespaces/{rendering.NAMESPACE}/secrets")):
         for item in (await client.get(collection, selector)).get("items") or []:
             name = item["metadata"]["name"]
-            if (kind, name) not in wanted:
-                logger.info("cluster %s: kueue: deleting %s %s (no longer a worker)", key,
+            if (kind, name) not in wanted and await owning.delete(
+                    client, f"{collection}/{name}", owner=OWNER):
+                logger.info("cluster %s: kueue: deleted %s %s (no longer a worker)", key,
                             kind, name)
-                with contextlib.suppress(NotFound):
-                    await client.delete(f"{collection}/{name}")
 
 
 async def _observe_workers(site: Site, cluster: FakeCluster, *,
@@ -277,7 +279,8 @@ def _ensure_metrics_cert() -> None:
 
 
 async def _apply(client: Client, obj: dict[str, Any]) -> Any:
-    return await apply(client, obj, plurals=PLURALS, field_manager=rendering.FIELD_MANAGER)
+    return await apply(client, obj, plurals=PLURALS, field_manager=rendering.FIELD_MANAGER,
+                       owner=OWNER)
 
 
 async def _wait_established(client: Client, names: list[str]) -> None:

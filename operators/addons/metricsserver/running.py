@@ -12,7 +12,6 @@ disabled, they are deleted. What to do is decided in
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Never, assert_never
@@ -20,15 +19,15 @@ from typing import Any, Never, assert_never
 from operators.addons.building import Fetched
 from operators.addons.lifecycle import Observed, Step
 from operators.addons.metricsserver import TOOL, planning, rendering, source
-from operators.addons.running import Files, Instance, Launch, Site, apply
+from operators.addons.running import Files, Instance, Launch, Site, apply, owner
 from operators.api.clusters import FakeCluster
 from operators.controlplane import health, kubeconfigs
 from operators.controlplane.pki import ensure_addon_pki
 from operators.controlplane.ports import free_port
 from operators.controlplane.state import StateDir
 from operators.controlplane.supervising import tail
+from operators.k8s import owning
 from operators.k8s.client import Client
-from operators.k8s.errors import NotFound
 from operators.reconciling.clusters import AddonState
 from primitives.files import private_directory, write_private
 
@@ -38,6 +37,8 @@ PLURALS = {
     "APIService": "apiservices",
 }
 APISERVICES = "/apis/apiregistration.k8s.io/v1/apiservices"
+#: metrics-server as the writer of its objects in the member (it never touches another's).
+OWNER = owner("metrics-server", rendering.FIELD_MANAGER)
 
 
 class MetricsServerFiles(Files):
@@ -129,11 +130,9 @@ class MetricsServer:
 
     async def unhook(self, site: Site) -> None:
         async with site.connect() as client:
-            with contextlib.suppress(NotFound):
-                await client.delete(f"{APISERVICES}/{rendering.APISERVICE}")
-            with contextlib.suppress(NotFound):
-                await client.delete(f"/api/v1/namespaces/{rendering.NAMESPACE}/services/"
-                                    f"{rendering.SERVICE}")
+            await owning.delete(client, f"{APISERVICES}/{rendering.APISERVICE}", owner=OWNER)
+            await owning.delete(client, f"/api/v1/namespaces/{rendering.NAMESPACE}/services/"
+                                        f"{rendering.SERVICE}", owner=OWNER)
 
     async def act(self, site: Site, cluster: FakeCluster, action: Never,
                   instance: Instance) -> None:
@@ -162,4 +161,5 @@ def _stored_port(files: MetricsServerFiles) -> int:
 
 
 async def _apply(client: Client, obj: dict[str, Any]) -> Any:
-    return await apply(client, obj, plurals=PLURALS, field_manager=rendering.FIELD_MANAGER)
+    return await apply(client, obj, plurals=PLURALS, field_manager=rendering.FIELD_MANAGER,
+                       owner=OWNER)
