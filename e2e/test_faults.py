@@ -486,31 +486,43 @@ def test_a_plan_s_trace_holds_the_operator_the_engine_and_the_member_apiserver(
     trace_id = found["status"]["traceId"]
     assert len(trace_id) == 32, found["status"]
 
-    def spans() -> list[dict[str, Any]] | None:
-        shown = json.loads(trace_cli(fleet.state, "show", trace_id, "-o", "json"))
-        services = {span["service"] for span in shown["spans"]}
-        wanted = {"fakefleet-operator", "fakefleet-engine", "apiserver"}
-        return shown["spans"] if wanted <= services else None
-    found_spans: list[dict[str, Any]] = eventually(
-        spans, timeout=60, what="operator, engine and apiserver spans in the plan's trace")
-    by_id = {span["spanId"]: span for span in found_spans}
-    names = {span["name"] for span in found_spans}
-    assert {"faultplan.start", "faultplan.inject", "faultplan.expectation",
-            "engine.fault_batch"} <= names, sorted(names)
-    batches = [s for s in found_spans if s["name"] == "engine.fault_batch"]
-    assert all(by_id[b["parentSpanId"]]["name"] in ("faultplan.inject", "faultplan.recover")
-               for b in batches if b["parentSpanId"] in by_id), batches
-    assert any(b["cluster"] == "delta" for b in batches), batches
-    # The API server's spans hang under the engine's batch (directly or through its own).
-    engine_ids = {b["spanId"] for b in batches}
+    wanted_names = {"faultplan.start", "faultplan.inject", "faultplan.expectation",
+                    "faultplan.recover", "faultplan.finish", "engine.fault_batch"}
 
-    def under_engine(span: dict[str, Any]) -> bool:
+    def under_engine(span: dict[str, Any], by_id: dict[str, dict[str, Any]],
+                     engine_ids: set[str]) -> bool:
         while span["parentSpanId"] in by_id:
             if span["parentSpanId"] in engine_ids:
                 return True
             span = by_id[span["parentSpanId"]]
         return False
-    assert any(under_engine(s) for s in found_spans if s["service"] == "apiserver")
+
+    def complete(found: list[dict[str, Any]]) -> bool:
+        # Each process exports on its own timer (the SDK's batch delay is 5 s), so a span that
+        # ended a round later may arrive an export later: wait for all that is asserted below.
+        by_id = {span["spanId"]: span for span in found}
+        batches = {s["spanId"] for s in found if s["name"] == "engine.fault_batch"}
+        return (wanted_names <= {span["name"] for span in found}
+                and any(s["name"] == "engine.fault_batch" and s["cluster"] == "delta"
+                        for s in found)
+                and any(under_engine(s, by_id, batches)
+                        for s in found if s["service"] == "apiserver"))
+
+    last: list[list[dict[str, Any]]] = [[]]
+
+    def spans() -> list[dict[str, Any]] | None:
+        shown = json.loads(trace_cli(fleet.state, "show", trace_id, "-o", "json"))
+        last[0] = shown["spans"]
+        return shown["spans"] if complete(shown["spans"]) else None
+    try:
+        found_spans: list[dict[str, Any]] = eventually(
+            spans, timeout=60, what="the plan's spans, the engine's and delta's apiserver's")
+    except pytest.fail.Exception:
+        pytest.fail(f"the trace holds only {sorted({(s['service'], s['name']) for s in last[0]})}")
+    by_id = {span["spanId"]: span for span in found_spans}
+    batches = [s for s in found_spans if s["name"] == "engine.fault_batch"]
+    assert all(by_id[b["parentSpanId"]]["name"] in ("faultplan.inject", "faultplan.recover")
+               for b in batches if b["parentSpanId"] in by_id), batches
     listed = json.loads(trace_cli(fleet.state, "ls", "-o", "json"))
     assert trace_id in [t["traceId"] for t in listed]
     delete_plan(fleet, "traced")
