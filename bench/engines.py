@@ -85,6 +85,9 @@ NAMESPACE = "default"
 POOL = "bench"
 CONCURRENCY = 64
 PHASE_TIMEOUT = 600.0
+#: How long after a Running phase its pods may take to be Ready before they count as left
+#: not Ready (outside the phase's time: Running is what the phase waits for, as KWOK's does).
+READY_GRACE = 15.0
 
 
 @dataclasses.dataclass
@@ -99,6 +102,11 @@ class Phase:
     lease_gap: float | None = None
     #: Times a Ready node turned not Ready during the phase (the benchmark never asks for it).
     nodes_lost: int = 0
+    #: Times a Ready pod turned not Ready during the phase (not counting pods being deleted).
+    pods_lost: int = 0
+    #: Pods that were not Ready once the phase was over and READY_GRACE more had passed
+    #: (phases that make pods Running only; None for the others).
+    pods_not_ready: int | None = None
 
     @property
     def rate(self) -> float | None:
@@ -257,6 +265,13 @@ def pod_running(pod: Any) -> bool:
     return bool((pod.get("status") or {}).get("phase") == "Running")
 
 
+def pod_ready(pod: Any) -> bool:
+    """Ready, and not being deleted (a pod going away may stop being Ready on its way)."""
+    return not pod["metadata"].get("deletionTimestamp") and any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or ())
+
+
 async def bounded(calls: list[Callable[[], Awaitable[Any]]], limit: int = CONCURRENCY) -> None:
     """Run the calls with at most ``limit`` in flight."""
     queue = iter(calls)
@@ -332,13 +347,16 @@ class Harness:
         self.node_names: list[str] = []
         self.leases = LeaseGaps(self.watcher)
         self.node_tally: Tally
+        self.ready_tally: Tally
 
     async def run(self) -> EngineRun:
         result = EngineRun(self.engine)
         node_tally = self.node_tally = Tally(self.watcher, "/api/v1/nodes", {}, node_ready)
         pod_tally = Tally(self.watcher, "/api/v1/pods", {}, pod_running)
+        ready_tally = self.ready_tally = Tally(self.watcher, "/api/v1/pods", {}, pod_ready)
         node_tally.start()
         pod_tally.start()
+        ready_tally.start()
         self.leases.start()
         try:
             await self._service_account()
@@ -350,14 +368,16 @@ class Harness:
             self.node_names = await self._ready_node_names()
             result.phases.append(await self._phase(
                 "pods Running (bound)", self.pods, self._make_pods,
-                lambda: pod_tally.until(lambda t: t.matching >= self.pods, PHASE_TIMEOUT)))
+                lambda: pod_tally.until(lambda t: t.matching >= self.pods, PHASE_TIMEOUT),
+                running=True))
             result.phases.append(await self._phase(
                 "pods deleted (bound)", self.pods, self._delete_pods,
                 lambda: pod_tally.until(lambda t: t.present == 0, PHASE_TIMEOUT)))
             if self.scheduler and self.engine != "ceiling":
                 result.phases.append(await self._phase(
                     "pods Running (scheduled)", self.pods, self._make_deployments,
-                    lambda: pod_tally.until(lambda t: t.matching >= self.pods, PHASE_TIMEOUT)))
+                    lambda: pod_tally.until(lambda t: t.matching >= self.pods, PHASE_TIMEOUT),
+                    running=True))
                 result.phases.append(await self._phase(
                     "pods deleted (scheduled)", self.pods, self._delete_deployments,
                     lambda: pod_tally.until(lambda t: t.present == 0, PHASE_TIMEOUT)))
@@ -367,6 +387,7 @@ class Harness:
         finally:
             await node_tally.stop()
             await pod_tally.stop()
+            await ready_tally.stop()
             await self.leases.stop()
             await self._stop_engine()
             await self.client.close()
@@ -374,9 +395,9 @@ class Harness:
         return result
 
     async def _phase(self, name: str, objects: int, act: Callable[[], Awaitable[None]],
-                     done: Callable[[], Awaitable[bool]]) -> Phase:
+                     done: Callable[[], Awaitable[bool]], *, running: bool = False) -> Phase:
         before = await self._writes()
-        lost = self.node_tally.lost
+        lost, pods_lost = self.node_tally.lost, self.ready_tally.lost
         self.leases.restart()
         started = time.monotonic()
         waiting = asyncio.create_task(done())
@@ -388,7 +409,12 @@ class Harness:
         after = await self._writes()
         delta = {key: after[key] - before.get(key, 0) for key in sorted(after)
                  if after[key] > before.get(key, 0)}
-        return Phase(name, objects, seconds, delta, gap, self.node_tally.lost - lost)
+        not_ready = None
+        if running and completed:
+            await self.ready_tally.until(lambda t: t.matching >= self.pods, READY_GRACE)
+            not_ready = self.ready_tally.present - self.ready_tally.matching
+        return Phase(name, objects, seconds, delta, gap, self.node_tally.lost - lost,
+                     self.ready_tally.lost - pods_lost, not_ready)
 
     async def _writes(self) -> dict[str, int]:
         """The API server's own count of mutating requests so far (apiserver_request_total)."""
@@ -656,7 +682,8 @@ def report(runs: dict[str, EngineRun], console: Console, *, nodes: int, pods: in
     console.print(writes)
     gaps = Table(title="heartbeats: longest time any node went without a Lease renewal (s; "
                        "the node-lifecycle controller's grace is 50 s) / Ready nodes that "
-                       "turned NotReady")
+                       "turned NotReady / Ready pods that turned not Ready / pods left not "
+                       f"Ready {READY_GRACE:.0f} s after the phase")
     gaps.add_column("phase")
     renewing = [engine for engine in runs if engine != "ceiling"]
     for engine in renewing:
@@ -665,7 +692,9 @@ def report(runs: dict[str, EngineRun], console: Console, *, nodes: int, pods: in
         row = [name]
         for engine in renewing:
             phase = next((p for p in runs[engine].phases if p.name == name), None)
-            row.append(f"{phase.lease_gap:.1f} / {phase.nodes_lost}"
+            left = "-" if phase is None or phase.pods_not_ready is None \
+                else str(phase.pods_not_ready)
+            row.append(f"{phase.lease_gap:.1f} / {phase.nodes_lost} / {phase.pods_lost} / {left}"
                        if phase and phase.lease_gap is not None else "-")
         gaps.add_row(*row)
     if renewing:
