@@ -16,6 +16,9 @@ from pathlib import Path
 from federation.hub.core import HubSettings
 from federation.hub.server import ServeSettings, Tls, serve
 from federation.telemetry import setup
+from primitives.flags import number
+
+SECONDS = "a number of seconds"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,10 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tls-ca", type=Path, help="the CA that signed it (given to clients)")
     parser.add_argument("--insecure", action="store_true",
                         help="serve without TLS (tests and benchmarks on loopback only)")
-    parser.add_argument("--heartbeat-interval", type=float, default=2.0,
-                        help="seconds between heartbeats, both ways (default 2)")
-    parser.add_argument("--grace", type=float, default=6.0,
-                        help="seconds of silence before a member is Unreachable (default 6)")
+    # Heartbeats more often than 10 a second come close to a busy loop; a grace of an hour
+    # already leaves a dead member listed Ready for that long.
+    parser.add_argument("--heartbeat-interval", type=number(0.1, 60, SECONDS), default=2.0,
+                        help="seconds between heartbeats, both ways, from 0.1 to 60 "
+                             "(default 2)")
+    parser.add_argument("--grace", type=number(0.2, 3600, SECONDS), default=6.0,
+                        help="seconds of silence before a member is Unreachable, from 0.2 to "
+                             "3600 and longer than --heartbeat-interval (default 6)")
     parser.add_argument("--unsafe-no-fsync", action="store_true",
                         help="do not fsync the state file (tests and benchmarks)")
     args = parser.parse_args(argv)

@@ -42,6 +42,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from federation.telemetry.decoding import decode
 from federation.telemetry.files import CollectorFiles, CollectorInfo
 from federation.telemetry.store import Retention, SpanStore, StoreError
+from primitives.flags import integer, number
 
 logger = logging.getLogger(__name__)
 
@@ -190,23 +191,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", default="127.0.0.1:0",
                         help="host:port to serve on (default: loopback, a free port); "
                              "plaintext, so keep it on loopback")
-    parser.add_argument("--retention-spans", type=int, default=Retention.max_spans,
-                        help="keep at most this many spans, dropping the oldest traces "
-                             "(default %(default)s)")
-    parser.add_argument("--retention-hours", type=float,
+    parser.add_argument("--retention-spans", type=integer(1, 10**9), default=Retention.max_spans,
+                        help="keep at most this many spans, dropping the oldest traces, from 1 "
+                             "to 10^9 (default %(default)s)")
+    parser.add_argument("--retention-hours", type=number(0.01, 87_600, "a number of hours"),
                         default=Retention.max_age_ns / 3600e9,
-                        help="drop traces that ended longer ago (default %(default)s)")
-    parser.add_argument("--retention-interval", type=float, default=30.0,
-                        help="seconds between retention passes (default %(default)s)")
+                        help="drop traces that ended longer ago, from 0.01 to 87600 (ten "
+                             "years; default %(default)s)")
+    parser.add_argument("--retention-interval", type=number(0.1, 3600, "a number of seconds"),
+                        default=30.0,
+                        help="seconds between retention passes, from 0.1 to 3600 (default "
+                             "%(default)s)")
     parser.add_argument("--unsafe-no-fsync", action="store_true",
                         help="do not fsync each batch (tests and benchmarks)")
     args = parser.parse_args(argv)
-    if args.retention_spans < 1:
-        parser.error(f"--retention-spans must be at least 1, not {args.retention_spans}")
-    if args.retention_hours <= 0:
-        parser.error(f"--retention-hours must be positive, not {args.retention_hours:g}")
-    if args.retention_interval <= 0:
-        parser.error(f"--retention-interval must be positive, not {args.retention_interval:g}")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = CollectorSettings(
