@@ -1,14 +1,16 @@
 """Every numeric flag of every entry point is finite and within bounds, and refused otherwise
-with the flag, the value and the range."""
+with the flag, the value and the range; the hub serves plaintext on loopback only."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from federation.hub.__main__ import main as hub
+from federation.hub.__main__ import on_loopback
 from federation.telemetry.collector import main as collector
 from operators.__main__ import main as operator
 from operators.controlplane.daemon import main as daemon
@@ -89,3 +91,20 @@ def test_entry_points_refuse_numbers_they_cannot_use(
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
 
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:0", "127.3.2.1:7000", "[::1]:7000",
+                                    "localhost:7000", "LOCALHOST:1"])
+def test_loopback_addresses_are_known(listen: str) -> None:
+    assert on_loopback(listen)
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:7000", "[::]:7000", ":7000", "10.0.0.1:7000",
+                                    "hub.example.com:443", "[::ffff:10.0.0.1]:1"])
+def test_an_insecure_hub_off_loopback_is_refused(
+        listen: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert not on_loopback(listen)
+    with pytest.raises(SystemExit):
+        hub(["--state-dir", str(tmp_path), "--insecure", "--listen", listen])
+    error = capsys.readouterr().err
+    assert f"--insecure with --listen {listen}: without TLS" in error
+    assert "serve plaintext on loopback only (127.0.0.1, ::1 or localhost)" in error

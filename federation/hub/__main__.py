@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import signal
 import sys
@@ -21,6 +22,17 @@ from primitives.flags import number
 SECONDS = "a number of seconds"
 
 
+def on_loopback(listen: str) -> bool:
+    """Whether ``host:port`` (or ``[v6]:port``) is reachable from this machine only."""
+    host = listen.rpartition(":")[0].removeprefix("[").removesuffix("]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name, or nothing (every interface)
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m federation.hub",
                                      description="The fakefleet federation hub.")
@@ -32,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tls-key", type=Path, help="its private key (PEM)")
     parser.add_argument("--tls-ca", type=Path, help="the CA that signed it (given to clients)")
     parser.add_argument("--insecure", action="store_true",
-                        help="serve without TLS (tests and benchmarks on loopback only)")
+                        help="serve without TLS (tests and benchmarks; only with a loopback "
+                             "--listen)")
     # Heartbeats more often than 10 a second come close to a busy loop; a grace of an hour
     # already leaves a dead member listed Ready for that long.
     parser.add_argument("--heartbeat-interval", type=number(0.1, 60, SECONDS), default=2.0,
@@ -47,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     tls_given = [args.tls_cert, args.tls_key, args.tls_ca]
     if args.insecure == any(tls_given) or (any(tls_given) and not all(tls_given)):
         parser.error("give --tls-cert, --tls-key and --tls-ca, or --insecure")
+    if args.insecure and not on_loopback(args.listen):
+        parser.error(f"--insecure with --listen {args.listen}: without TLS, anyone who can "
+                     f"reach that address reads the fleet and member tokens off the wire; "
+                     f"serve plaintext on loopback only (127.0.0.1, ::1 or localhost), or "
+                     f"give --tls-cert, --tls-key and --tls-ca")
     if args.grace <= args.heartbeat_interval:
         parser.error(f"--grace ({args.grace:g}s) must be longer than --heartbeat-interval "
                      f"({args.heartbeat_interval:g}s), or every member looks silent")
