@@ -9,7 +9,8 @@ this host can connect), serves the gRPC health service, and publishes ``collecto
 Each Export is decoded here, stored in one transaction on the store's own thread (the event
 loop never waits on SQLite), and answered only once committed: an acknowledged batch is never
 lost. A malformed request is refused with INVALID_ARGUMENT naming the field; a batch with some
-bad spans stores the good ones and answers OTLP's ``partial_success``. Retention runs every
+bad spans (among them spans dated more than a few minutes past the collector's clock) stores
+the good ones and answers OTLP's ``partial_success``. Retention runs every
 ``retention_interval`` seconds, not on each insert.
 """
 
@@ -25,7 +26,6 @@ import os
 import signal
 import sqlite3
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from federation.telemetry.decoding import decode
 from federation.telemetry.files import CollectorFiles, CollectorInfo
 from federation.telemetry.store import Retention, SpanStore, StoreError
+from primitives.clocks import SYSTEM_CLOCK, Clock
 from primitives.flags import integer, number
 
 logger = logging.getLogger(__name__)
@@ -64,15 +65,20 @@ class CollectorSettings:
 class TraceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
     """The OTLP ``TraceService``: decode, store on the writer thread, answer once committed."""
 
-    def __init__(self, store: SpanStore, writer: concurrent.futures.ThreadPoolExecutor) -> None:
+    def __init__(self, store: SpanStore, writer: concurrent.futures.ThreadPoolExecutor, *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self._store = store
         self._writer = writer
+        self._clock = clock
 
     async def Export(
         self, request: ExportTraceServiceRequest, context: grpc.aio.ServicerContext[
             ExportTraceServiceRequest, ExportTraceServiceResponse],
     ) -> ExportTraceServiceResponse:
-        decoded = decode(request)
+        decoded = decode(request, now_ns=int(self._clock.now() * 1e9))
+        if decoded.rejections:
+            logger.warning("refused %d span(s) of a batch: %s", len(decoded.rejections),
+                           decoded.summary())
         if decoded.rejections and not decoded.rows:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -121,13 +127,13 @@ def _register(receiver: TraceReceiver, server: grpc.aio.Server) -> None:
 
 
 async def _retain(store: SpanStore, writer: concurrent.futures.ThreadPoolExecutor,
-                  settings: CollectorSettings) -> None:
+                  settings: CollectorSettings, clock: Clock) -> None:
     loop = asyncio.get_running_loop()
     while True:
-        await asyncio.sleep(settings.retention_interval)
+        await clock.sleep(settings.retention_interval)
         try:
-            dropped = await loop.run_in_executor(
-                writer, lambda: store.enforce(settings.retention, now_ns=time.time_ns()))
+            dropped = await loop.run_in_executor(writer, lambda: store.enforce(
+                settings.retention, now_ns=int(clock.now() * 1e9)))
         except Exception:  # a full disk, say: keep serving, try again next time
             logger.exception("retention failed; trying again in %gs",
                              settings.retention_interval)
@@ -138,7 +144,8 @@ async def _retain(store: SpanStore, writer: concurrent.futures.ThreadPoolExecuto
 
 
 async def serve(settings: CollectorSettings, *, stop_flag: asyncio.Event,
-                ready: Callable[[CollectorInfo], None] | None = None) -> None:
+                ready: Callable[[CollectorInfo], None] | None = None,
+                clock: Clock = SYSTEM_CLOCK) -> None:
     """Serve until ``stop_flag`` is set; on return the port is closed and the store too."""
     files = CollectorFiles(settings.state_dir)
     writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="span-store")
@@ -146,7 +153,7 @@ async def serve(settings: CollectorSettings, *, stop_flag: asyncio.Event,
     store = await loop.run_in_executor(
         writer, lambda: SpanStore(files.database, fsync=settings.fsync))
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)])
-    _register(TraceReceiver(store, writer), server)
+    _register(TraceReceiver(store, writer, clock=clock), server)
     checks = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     retaining: asyncio.Task[None] | None = None
@@ -164,7 +171,7 @@ async def serve(settings: CollectorSettings, *, stop_flag: asyncio.Event,
         info.write(files.info)
         logger.info("collector serves OTLP/gRPC on %s, spans in %s", info.address,
                     files.database)
-        retaining = asyncio.create_task(_retain(store, writer, settings), name="retention")
+        retaining = asyncio.create_task(_retain(store, writer, settings, clock), name="retention")
         if ready is not None:
             ready(info)
         await stop_flag.wait()
