@@ -66,6 +66,8 @@ REFUSED: list[tuple[Main, list[str], str]] = [
     (collector, [*COLLECTOR, "--retention-hours", "inf"], "'inf' is not a number of hours"),
     (collector, [*COLLECTOR, "--retention-spans", "0"],
      "argument --retention-spans: '0' is not a whole number from 1 to 1000000000"),
+    (collector, [*COLLECTOR, "--retention-mib", "0"],
+     "argument --retention-mib: '0' is not a whole number from 1 to 1048576"),
     (operator, [*OPERATOR, "--cel-budget-ms", "nan"],
      "argument --cel-budget-ms: 'nan' is not a number of milliseconds from 1 to 60000"),
     (operator, [*OPERATOR, "--cel-memory-mib", "32"],

@@ -10,8 +10,8 @@ Each Export is decoded here, stored in one transaction on the store's own thread
 loop never waits on SQLite), and answered only once committed: an acknowledged batch is never
 lost. A malformed request is refused with INVALID_ARGUMENT naming the field; a batch with some
 bad spans (among them spans dated more than a few minutes past the collector's clock) stores
-the good ones and answers OTLP's ``partial_success``. Retention runs every
-``retention_interval`` seconds, not on each insert.
+the good ones and answers OTLP's ``partial_success``. Retention, in spans and in bytes, runs
+every ``retention_interval`` seconds, not on each insert.
 """
 
 from __future__ import annotations
@@ -199,8 +199,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="host:port to serve on (default: loopback, a free port); "
                              "plaintext, so keep it on loopback")
     parser.add_argument("--retention-spans", type=integer(1, 10**9), default=Retention.max_spans,
-                        help="keep at most this many spans, dropping the oldest traces, from 1 "
-                             "to 10^9 (default %(default)s)")
+                        help="keep at most this many spans, dropping the traces that arrived "
+                             "first, from 1 to 10^9 (default %(default)s)")
+    parser.add_argument("--retention-mib", type=integer(1, 1 << 20),
+                        default=Retention.max_bytes >> 20,
+                        help="keep at most this many MiB of database pages in use, dropping "
+                             "the traces that arrived first, from 1 to 2^20 (default "
+                             "%(default)s)")
     parser.add_argument("--retention-hours", type=number(0.01, 87_600, "a number of hours"),
                         default=Retention.max_age_ns / 3600e9,
                         help="drop traces that ended longer ago, from 0.01 to 87600 (ten "
@@ -217,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = CollectorSettings(
         state_dir=args.state_dir.resolve(), listen=args.listen,
         retention=Retention(max_spans=args.retention_spans,
-                            max_age_ns=int(args.retention_hours * 3600e9)),
+                            max_age_ns=int(args.retention_hours * 3600e9),
+                            max_bytes=args.retention_mib << 20),
         retention_interval=args.retention_interval, fsync=not args.unsafe_no_fsync)
 
     async def run() -> None:
