@@ -48,6 +48,7 @@ from operators.k8s.applying import install_crds
 from operators.k8s.client import Client
 from operators.k8s.config import SERVICE_ACCOUNT_DIR, HostConfig, in_cluster
 from operators.k8s.errors import ApiError, K8sError
+from primitives.flags import integer, number
 
 logger = logging.getLogger("operators")
 
@@ -221,12 +222,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--liveness", metavar="HOST:PORT", default=None,
                         help="serve kopf's health endpoint (/healthz) there, for a pod's "
                              "probes (default: none)")
-    parser.add_argument("--cel-budget-ms", type=float, default=Limits.budget * 1000,
+    # Within what Limits accepts, so that no flag can make it refuse.
+    parser.add_argument("--cel-budget-ms", type=number(1, 60_000, "a number of milliseconds"),
+                        default=Limits.budget * 1000,
                         help="CPU time one object's evaluation of a FaultPlan's cel "
-                             "expectation may take (default %(default)g ms)")
-    parser.add_argument("--cel-memory-mib", type=int, default=Limits.memory >> 20,
-                        help="address space of each CEL worker process (default "
-                             "%(default)d MiB)")
+                             "expectation may take, from 1 to 60000 (default %(default)g ms)")
+    parser.add_argument("--cel-memory-mib", type=integer(64, 1 << 20),
+                        default=Limits.memory >> 20,
+                        help="address space of each CEL worker process, from 64 to 2^20 "
+                             "(default %(default)d MiB)")
     parser.add_argument("--install-crds", action="store_true",
                         help="apply the CRDs to the host cluster before starting")
     parser.add_argument("--unsafe-no-fsync", action="store_true",
@@ -240,12 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.verbose:  # kopf logs every timer run at INFO
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    try:
-        cel = Limits(budget=args.cel_budget_ms / 1000, memory=args.cel_memory_mib << 20)
-    except ValueError:
-        parser.error(f"--cel-budget-ms {args.cel_budget_ms:g} --cel-memory-mib "
-                     f"{args.cel_memory_mib}: give a budget of more than 0 and at most "
-                     f"60000 ms, and at least 64 MiB")
+    cel = Limits(budget=args.cel_budget_ms / 1000, memory=args.cel_memory_mib << 20)
     state_dir: Path = args.state_dir.resolve()
     state = StateDir(state_dir).create()
     host = choose_host(args.kubeconfig, args.service_account_dir, state)

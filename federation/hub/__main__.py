@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import signal
 import sys
@@ -16,6 +17,20 @@ from pathlib import Path
 from federation.hub.core import HubSettings
 from federation.hub.server import ServeSettings, Tls, serve
 from federation.telemetry import setup
+from primitives.flags import number
+
+SECONDS = "a number of seconds"
+
+
+def on_loopback(listen: str) -> bool:
+    """Whether ``host:port`` (or ``[v6]:port``) is reachable from this machine only."""
+    host = listen.rpartition(":")[0].removeprefix("[").removesuffix("]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name, or nothing (every interface)
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,17 +44,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tls-key", type=Path, help="its private key (PEM)")
     parser.add_argument("--tls-ca", type=Path, help="the CA that signed it (given to clients)")
     parser.add_argument("--insecure", action="store_true",
-                        help="serve without TLS (tests and benchmarks on loopback only)")
-    parser.add_argument("--heartbeat-interval", type=float, default=2.0,
-                        help="seconds between heartbeats, both ways (default 2)")
-    parser.add_argument("--grace", type=float, default=6.0,
-                        help="seconds of silence before a member is Unreachable (default 6)")
+                        help="serve without TLS (tests and benchmarks; only with a loopback "
+                             "--listen)")
+    # Heartbeats more often than 10 a second come close to a busy loop; a grace of an hour
+    # already leaves a dead member listed Ready for that long.
+    parser.add_argument("--heartbeat-interval", type=number(0.1, 60, SECONDS), default=2.0,
+                        help="seconds between heartbeats, both ways, from 0.1 to 60 "
+                             "(default 2)")
+    parser.add_argument("--grace", type=number(0.2, 3600, SECONDS), default=6.0,
+                        help="seconds of silence before a member is Unreachable, from 0.2 to "
+                             "3600 and longer than --heartbeat-interval (default 6)")
     parser.add_argument("--unsafe-no-fsync", action="store_true",
                         help="do not fsync the state file (tests and benchmarks)")
     args = parser.parse_args(argv)
     tls_given = [args.tls_cert, args.tls_key, args.tls_ca]
     if args.insecure == any(tls_given) or (any(tls_given) and not all(tls_given)):
         parser.error("give --tls-cert, --tls-key and --tls-ca, or --insecure")
+    if args.insecure and not on_loopback(args.listen):
+        parser.error(f"--insecure with --listen {args.listen}: without TLS, anyone who can "
+                     f"reach that address reads the fleet and member tokens off the wire; "
+                     f"serve plaintext on loopback only (127.0.0.1, ::1 or localhost), or "
+                     f"give --tls-cert, --tls-key and --tls-ca")
     if args.grace <= args.heartbeat_interval:
         parser.error(f"--grace ({args.grace:g}s) must be longer than --heartbeat-interval "
                      f"({args.heartbeat_interval:g}s), or every member looks silent")

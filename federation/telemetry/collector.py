@@ -9,8 +9,9 @@ this host can connect), serves the gRPC health service, and publishes ``collecto
 Each Export is decoded here, stored in one transaction on the store's own thread (the event
 loop never waits on SQLite), and answered only once committed: an acknowledged batch is never
 lost. A malformed request is refused with INVALID_ARGUMENT naming the field; a batch with some
-bad spans stores the good ones and answers OTLP's ``partial_success``. Retention runs every
-``retention_interval`` seconds, not on each insert.
+bad spans (among them spans dated more than a few minutes past the collector's clock) stores
+the good ones and answers OTLP's ``partial_success``. Retention, in spans and in bytes, runs
+every ``retention_interval`` seconds, not on each insert.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import os
 import signal
 import sqlite3
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,6 +42,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from federation.telemetry.decoding import decode
 from federation.telemetry.files import CollectorFiles, CollectorInfo
 from federation.telemetry.store import Retention, SpanStore, StoreError
+from primitives.clocks import SYSTEM_CLOCK, Clock
+from primitives.flags import integer, number
 
 logger = logging.getLogger(__name__)
 
@@ -63,15 +65,20 @@ class CollectorSettings:
 class TraceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
     """The OTLP ``TraceService``: decode, store on the writer thread, answer once committed."""
 
-    def __init__(self, store: SpanStore, writer: concurrent.futures.ThreadPoolExecutor) -> None:
+    def __init__(self, store: SpanStore, writer: concurrent.futures.ThreadPoolExecutor, *,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self._store = store
         self._writer = writer
+        self._clock = clock
 
     async def Export(
         self, request: ExportTraceServiceRequest, context: grpc.aio.ServicerContext[
             ExportTraceServiceRequest, ExportTraceServiceResponse],
     ) -> ExportTraceServiceResponse:
-        decoded = decode(request)
+        decoded = decode(request, now_ns=int(self._clock.now() * 1e9))
+        if decoded.rejections:
+            logger.warning("refused %d span(s) of a batch: %s", len(decoded.rejections),
+                           decoded.summary())
         if decoded.rejections and not decoded.rows:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -120,13 +127,13 @@ def _register(receiver: TraceReceiver, server: grpc.aio.Server) -> None:
 
 
 async def _retain(store: SpanStore, writer: concurrent.futures.ThreadPoolExecutor,
-                  settings: CollectorSettings) -> None:
+                  settings: CollectorSettings, clock: Clock) -> None:
     loop = asyncio.get_running_loop()
     while True:
-        await asyncio.sleep(settings.retention_interval)
+        await clock.sleep(settings.retention_interval)
         try:
-            dropped = await loop.run_in_executor(
-                writer, lambda: store.enforce(settings.retention, now_ns=time.time_ns()))
+            dropped = await loop.run_in_executor(writer, lambda: store.enforce(
+                settings.retention, now_ns=int(clock.now() * 1e9)))
         except Exception:  # a full disk, say: keep serving, try again next time
             logger.exception("retention failed; trying again in %gs",
                              settings.retention_interval)
@@ -137,7 +144,8 @@ async def _retain(store: SpanStore, writer: concurrent.futures.ThreadPoolExecuto
 
 
 async def serve(settings: CollectorSettings, *, stop_flag: asyncio.Event,
-                ready: Callable[[CollectorInfo], None] | None = None) -> None:
+                ready: Callable[[CollectorInfo], None] | None = None,
+                clock: Clock = SYSTEM_CLOCK) -> None:
     """Serve until ``stop_flag`` is set; on return the port is closed and the store too."""
     files = CollectorFiles(settings.state_dir)
     writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="span-store")
@@ -145,7 +153,7 @@ async def serve(settings: CollectorSettings, *, stop_flag: asyncio.Event,
     store = await loop.run_in_executor(
         writer, lambda: SpanStore(files.database, fsync=settings.fsync))
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_REQUEST_BYTES)])
-    _register(TraceReceiver(store, writer), server)
+    _register(TraceReceiver(store, writer, clock=clock), server)
     checks = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     retaining: asyncio.Task[None] | None = None
@@ -163,7 +171,7 @@ async def serve(settings: CollectorSettings, *, stop_flag: asyncio.Event,
         info.write(files.info)
         logger.info("collector serves OTLP/gRPC on %s, spans in %s", info.address,
                     files.database)
-        retaining = asyncio.create_task(_retain(store, writer, settings), name="retention")
+        retaining = asyncio.create_task(_retain(store, writer, settings, clock), name="retention")
         if ready is not None:
             ready(info)
         await stop_flag.wait()
@@ -190,29 +198,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", default="127.0.0.1:0",
                         help="host:port to serve on (default: loopback, a free port); "
                              "plaintext, so keep it on loopback")
-    parser.add_argument("--retention-spans", type=int, default=Retention.max_spans,
-                        help="keep at most this many spans, dropping the oldest traces "
-                             "(default %(default)s)")
-    parser.add_argument("--retention-hours", type=float,
+    parser.add_argument("--retention-spans", type=integer(1, 10**9), default=Retention.max_spans,
+                        help="keep at most this many spans, dropping the traces that arrived "
+                             "first, from 1 to 10^9 (default %(default)s)")
+    parser.add_argument("--retention-mib", type=integer(1, 1 << 20),
+                        default=Retention.max_bytes >> 20,
+                        help="keep at most this many MiB of database pages in use, dropping "
+                             "the traces that arrived first, from 1 to 2^20 (default "
+                             "%(default)s)")
+    parser.add_argument("--retention-hours", type=number(0.01, 87_600, "a number of hours"),
                         default=Retention.max_age_ns / 3600e9,
-                        help="drop traces that ended longer ago (default %(default)s)")
-    parser.add_argument("--retention-interval", type=float, default=30.0,
-                        help="seconds between retention passes (default %(default)s)")
+                        help="drop traces that ended longer ago, from 0.01 to 87600 (ten "
+                             "years; default %(default)s)")
+    parser.add_argument("--retention-interval", type=number(0.1, 3600, "a number of seconds"),
+                        default=30.0,
+                        help="seconds between retention passes, from 0.1 to 3600 (default "
+                             "%(default)s)")
     parser.add_argument("--unsafe-no-fsync", action="store_true",
                         help="do not fsync each batch (tests and benchmarks)")
     args = parser.parse_args(argv)
-    if args.retention_spans < 1:
-        parser.error(f"--retention-spans must be at least 1, not {args.retention_spans}")
-    if args.retention_hours <= 0:
-        parser.error(f"--retention-hours must be positive, not {args.retention_hours:g}")
-    if args.retention_interval <= 0:
-        parser.error(f"--retention-interval must be positive, not {args.retention_interval:g}")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = CollectorSettings(
         state_dir=args.state_dir.resolve(), listen=args.listen,
         retention=Retention(max_spans=args.retention_spans,
-                            max_age_ns=int(args.retention_hours * 3600e9)),
+                            max_age_ns=int(args.retention_hours * 3600e9),
+                            max_bytes=args.retention_mib << 20),
         retention_interval=args.retention_interval, fsync=not args.unsafe_no_fsync)
 
     async def run() -> None:

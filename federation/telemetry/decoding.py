@@ -1,13 +1,15 @@
 """From an OTLP ``ExportTraceServiceRequest`` to the rows the span store keeps, and the spans it
 refuses, each with the field that is wrong.
 
-Purely computational: no I/O, no clock. The receiver decides what to answer (OK, OTLP's
-``partial_success``, or INVALID_ARGUMENT) from what :func:`decode` returns.
+Purely computational: no I/O; the receiver passes the time of its clock. It decides what to
+answer (OK, OTLP's ``partial_success``, or INVALID_ARGUMENT) from what :func:`decode` returns.
 
 A span is refused when it cannot be placed in a trace: a trace id that is not 16 bytes or is all
 zero, a span id that is not 8 bytes or is all zero, a parent span id or a link id of the wrong
-length, no start time, a time past 2262 (which SQLite cannot hold), or an end before its
-start. Everything else (unknown attribute types, empty names) is stored as it came, since a
+length, no start time, an end before its start, or a time more than :data:`AHEAD_NS` past the
+collector's clock (which also keeps every time below 2262, past which SQLite cannot hold it).
+A span from the future would outlive every real trace under age-based retention, so it is not
+stored. Everything else (unknown attribute types, empty names) is stored as it came, since a
 trace viewer is more useful with a span that looks odd than without it.
 """
 
@@ -25,8 +27,9 @@ TRACE_ID_BYTES = 16
 SPAN_ID_BYTES = 8
 SERVICE_NAME = "service.name"
 CLUSTER_NAME = "k8s.cluster.name"
-#: SQLite stores signed 64-bit integers; OTLP times are unsigned.
-LATEST_NS = 2**63
+#: How far past the collector's clock a span may start or end: clocks that NTP keeps apart
+#: differ by far less.
+AHEAD_NS = 10 * 60 * 10**9
 #: What the SDKs report when nobody named the service.
 UNKNOWN_SERVICE = "unknown_service"
 
@@ -81,8 +84,9 @@ class Decoded:
         return f"{shown}; and {more} more" if more > 0 else shown
 
 
-def decode(request: ExportTraceServiceRequest) -> Decoded:
-    """The storable spans of ``request`` and a rejection for each span that is not."""
+def decode(request: ExportTraceServiceRequest, *, now_ns: int) -> Decoded:
+    """The storable spans of ``request`` and a rejection for each span that is not, at
+    ``now_ns`` (ns since the epoch) on the collector's clock."""
     rows: list[SpanRow] = []
     rejections: list[Rejection] = []
     for r, resource_spans in enumerate(request.resource_spans):
@@ -92,7 +96,8 @@ def decode(request: ExportTraceServiceRequest) -> Decoded:
         for s, scope_spans in enumerate(resource_spans.scope_spans):
             scope = scope_spans.scope.name
             for i, span in enumerate(scope_spans.spans):
-                rejection = check(span, f"resource_spans[{r}].scope_spans[{s}].spans[{i}]")
+                rejection = check(span, f"resource_spans[{r}].scope_spans[{s}].spans[{i}]",
+                                  latest_ns=now_ns + AHEAD_NS)
                 if rejection is not None:
                     rejections.append(rejection)
                     continue
@@ -125,8 +130,9 @@ def decode(request: ExportTraceServiceRequest) -> Decoded:
 _json = json.JSONEncoder(separators=(",", ":")).encode
 
 
-def check(span: Span, where: str) -> Rejection | None:
-    """The first reason why ``span`` cannot be stored, or None."""
+def check(span: Span, where: str, *, latest_ns: int) -> Rejection | None:
+    """The first reason why ``span`` cannot be stored, or None; no time may be past
+    ``latest_ns``."""
     if problem := _id_problem(span.trace_id, TRACE_ID_BYTES, "trace id", required=True):
         return Rejection(f"{where}.trace_id", problem)
     if problem := _id_problem(span.span_id, SPAN_ID_BYTES, "span id", required=True):
@@ -138,9 +144,11 @@ def check(span: Span, where: str) -> Rejection | None:
                          "missing: a span needs its start time in ns since the epoch")
     for field, value in (("start_time_unix_nano", span.start_time_unix_nano),
                          ("end_time_unix_nano", span.end_time_unix_nano)):
-        if value >= LATEST_NS:
+        if value > latest_ns:
             return Rejection(f"{where}.{field}",
-                             f"{value} is past the year 2262: give ns since the epoch")
+                             f"{value} is {(value - latest_ns + AHEAD_NS) / 1e9:.0f}s ahead of "
+                             f"the collector's clock, more than {AHEAD_NS // 10**9}s: give ns "
+                             f"since the epoch, and set the sender's clock right")
     if span.end_time_unix_nano < span.start_time_unix_nano:
         return Rejection(
             f"{where}.end_time_unix_nano",

@@ -6,8 +6,9 @@ Tables (the schema is created here; readers import :mod:`federation.telemetry.re
   whose answer it lost stores nothing twice; indexed by start time as well.
 - ``resources``: the resource attributes of each process once, not once per span.
 - ``traces``: one summary row per trace (first start, last end, span count, root name,
-  services, clusters), kept up to date in the same transaction as the spans, so that listing
-  recent traces and enforcing retention never scan every span.
+  services, clusters, and the batch that last brought a span of it), kept up to date in the same
+  transaction as the spans, so that listing recent traces and enforcing retention never scan
+  every span.
 
 The file is in WAL mode: readers never block the writer. Each :meth:`SpanStore.write` is one
 transaction, committed (and, unless ``fsync=False``, synced) before it returns, so a batch the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
@@ -60,21 +62,30 @@ CREATE TABLE IF NOT EXISTS traces (
     root_start_ns INTEGER,
     first_name TEXT NOT NULL,
     services TEXT NOT NULL,
-    clusters TEXT NOT NULL
+    clusters TEXT NOT NULL,
+    arrival INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS traces_by_start ON traces (start_ns);
 CREATE INDEX IF NOT EXISTS traces_by_end ON traces (end_ns);
 """
+#: After the ``arrival`` column exists (a store of an earlier version gets it when opened).
+ARRIVAL_INDEX = "CREATE INDEX IF NOT EXISTS traces_by_arrival ON traces (arrival, start_ns)"
+#: The WAL is cut back to this size after a checkpoint: without a limit it keeps the size of
+#: the largest batch it ever held, outside the bound on the database.
+WAL_LIMIT = 16 << 20
 
 
 @dataclasses.dataclass(frozen=True)
 class Retention:
-    """How much the store keeps: whole traces, oldest dropped first."""
+    """How much the store keeps: whole traces, those whose spans arrived first dropped first."""
 
     max_spans: int = 500_000
     """About 265 MB of realistic spans (10 attributes each; see docs/tracing.md)."""
     max_age_ns: int = 24 * 3600 * 10**9
     """A trace whose last span ended longer ago than this is dropped."""
+    max_bytes: int = 512 << 20
+    """Pages of the database in use: twice what ``max_spans`` realistic spans take, so that
+    this bound holds where spans are much larger than usual."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +109,15 @@ class SpanStore:
             self._db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # only takes on a new file
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'OFF'}")
+            self._db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
             self._db.executescript(SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(traces)")}
+            if "arrival" not in columns:  # the traces stored before are the first to go
+                self._db.execute(
+                    "ALTER TABLE traces ADD COLUMN arrival INTEGER NOT NULL DEFAULT 0")
+            self._db.execute(ARRIVAL_INDEX)
+            (self._arrival,) = self._db.execute(
+                "SELECT COALESCE(MAX(arrival), 0) FROM traces").fetchone()
         except sqlite3.DatabaseError as error:
             self._db.close()
             raise StoreError(f"{path} is not a usable span store ({error}): move it aside "
@@ -115,6 +134,8 @@ class SpanStore:
         for row in rows:
             by_trace[row.trace_id].append(row)
         added = 0
+        # A counter, not the clock: it neither goes back nor trusts the senders' times.
+        self._arrival += 1
         self._db.execute("BEGIN IMMEDIATE")
         try:
             for trace_id, spans in by_trace.items():
@@ -169,24 +190,39 @@ class SpanStore:
             services.update(json.loads(old[6]))
             clusters.update(json.loads(old[7]))
         self._db.execute(
-            "INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (trace_id, start, end, count, root_name, root_start, first_name,
-             json.dumps(sorted(services)), json.dumps(sorted(clusters))))
+             json.dumps(sorted(services)), json.dumps(sorted(clusters)), self._arrival))
 
     def enforce(self, retention: Retention, *, now_ns: int) -> Dropped:
-        """Drop whole traces, oldest first: those that ended before ``now - max_age``, then
-        as many as it takes to keep at most ``max_spans`` spans."""
+        """Drop whole traces: those that ended before ``now - max_age``, then the ones whose
+        spans arrived least recently, as many as it takes to keep at most ``max_spans`` spans
+        and ``max_bytes`` of pages in use.
+
+        By arrival, not by the spans' own times: a sender whose clock runs ahead (by less than
+        the decoder refuses) cannot push out the traces that came after its own.
+        """
+        aged = dict(self._db.execute(
+            "SELECT trace_id, span_count FROM traces WHERE end_ns < ?",
+            (max(0, now_ns - retention.max_age_ns),)).fetchall())
+        dropped = self._drop(aged, self._spans() - retention.max_spans)
+        # The bytes of one trace are not known until it is gone: drop about as many spans as
+        # the excess holds at the average size, measure again, and so on.
+        while (spans := self._spans()) and (size := self.size()) > retention.max_bytes:
+            more = self._drop({}, math.ceil((size - retention.max_bytes) * spans / size))
+            dropped = Dropped(dropped.traces + more.traces, dropped.spans + more.spans)
+        return dropped
+
+    def _drop(self, doomed: dict[str, int], excess: int) -> Dropped:
+        """Delete the traces of ``doomed``, and then the least recently arrived ones until
+        ``excess`` spans more are gone (at least one trace when ``excess`` is positive)."""
+        doomed = dict(doomed)
+        excess -= sum(doomed.values())
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            doomed = {trace_id: count for trace_id, count in self._db.execute(
-                "SELECT trace_id, span_count FROM traces WHERE end_ns < ?",
-                (max(0, now_ns - retention.max_age_ns),))}
-            (total,) = self._db.execute(
-                "SELECT COALESCE(SUM(span_count), 0) FROM traces").fetchone()
-            excess = total - sum(doomed.values()) - retention.max_spans
             if excess > 0:
                 for trace_id, count in self._db.execute(
-                        "SELECT trace_id, span_count FROM traces ORDER BY start_ns"):
+                        "SELECT trace_id, span_count FROM traces ORDER BY arrival, start_ns"):
                     if excess <= 0:
                         break
                     if trace_id not in doomed:
@@ -200,8 +236,22 @@ class SpanStore:
             self._db.execute("ROLLBACK")
             raise
         if doomed:
-            self._db.execute("PRAGMA incremental_vacuum").fetchall()  # freed pages go back
+            # Freed pages go back to the file system. Through execute(), the statement is
+            # stepped once, and each step frees one page; a script runs it to the end.
+            self._db.executescript("PRAGMA incremental_vacuum;")
         return Dropped(traces=len(doomed), spans=sum(doomed.values()))
+
+    def size(self) -> int:
+        """Bytes of the database's pages in use (the free ones are reused before it grows)."""
+        (pages,) = self._db.execute("PRAGMA page_count").fetchone()
+        (free,) = self._db.execute("PRAGMA freelist_count").fetchone()
+        (page,) = self._db.execute("PRAGMA page_size").fetchone()
+        return int((pages - free) * page)
+
+    def _spans(self) -> int:
+        (total,) = self._db.execute(
+            "SELECT COALESCE(SUM(span_count), 0) FROM traces").fetchone()
+        return int(total)
 
     def span_count(self) -> int:
         (total,) = self._db.execute("SELECT COUNT(*) FROM spans").fetchone()

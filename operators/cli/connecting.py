@@ -37,33 +37,50 @@ class FleetError(click.ClickException):
 
 
 def hub_options(command: Command) -> Command:
-    """--state-dir, --hub, --hub-ca and --token-file: which hub, and the fleet's credentials."""
+    """--state-dir, --hub, --hub-ca, --token-file and --insecure: which hub, how to trust it,
+    and the fleet's credentials."""
     for option in reversed((
         state_dir_option,
         click.option("--hub", envvar="FAKEFLEET_HUB", default=None,
                      help="host:port of the hub [default: the one 'fakefleet up' started]"),
         click.option("--hub-ca", type=click.Path(dir_okay=False, path_type=Path),
                      default=None, help="the hub's CA certificate (PEM) [default: from the "
-                                        "state directory; none: plaintext]"),
+                                        "state directory]"),
         click.option("--token-file", envvar="FAKEFLEET_HUB_TOKEN_FILE",
                      type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="file with the fleet token [default: from the state directory]"),
+        click.option("--insecure", is_flag=True,
+                     help="reach the hub in plaintext, the fleet token unencrypted (a hub "
+                          "that serves --insecure, on loopback) instead of TLS with --hub-ca"),
     )):
         command = option(command)
     return command
 
 
 def connect(state_dir: Path, hub: str | None, hub_ca: Path | None,
-            token_file: Path | None) -> FleetClient:
-    """A client of the hub the options name, else of the one ``fakefleet up`` started."""
+            token_file: Path | None, *, insecure: bool) -> FleetClient:
+    """A client of the hub the options name, else of the one ``fakefleet up`` started.
+
+    TLS unless ``insecure``: without a CA it refuses, never falls back to plaintext, which
+    would hand the fleet token to anyone on the path."""
     files = HubFiles(StateDir(state_dir.resolve()).hub)
     info = HubInfo.read(files.info)
+    if insecure and hub_ca is not None:
+        raise FleetError("--insecure and --hub-ca: give --hub-ca for TLS, or --insecure for "
+                         "plaintext, not both")
     if hub is None:
         if info is None:
             raise FleetError(f"no hub runs in {state_dir}: start one with 'fakefleet up', or "
                              f"name one with --hub host:port")
         hub = info.address
+        if insecure and info.ca:
+            raise FleetError(f"the hub in {state_dir} serves TLS (its CA is {info.ca}): leave "
+                             f"out --insecure")
         hub_ca = hub_ca or (Path(info.ca) if info.ca else None)
+    if hub_ca is None and not insecure:
+        raise FleetError(f"no CA to check the hub at {hub} with: give --hub-ca with the hub's "
+                         f"CA certificate (PEM), or --insecure to send the fleet token in "
+                         f"plaintext (a hub that serves --insecure, on loopback)")
     token_path = token_file or files.fleet_token
     try:
         token = token_path.read_text().strip()

@@ -106,10 +106,10 @@ def members_table(members: list[common_pb2.Member], title: str) -> Table:
 @with_selector
 @output_option
 def ls(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Path | None,
-       selector: str, clusters: str, output: str) -> None:
+       insecure: bool, selector: str, clusters: str, output: str) -> None:
     """List the members of the fleet with their state (Ready, Unreachable)."""
     async def work() -> list[common_pb2.Member]:
-        async with connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file, insecure=insecure) as client:
             return await client.list_clusters(_selector(selector, clusters))
 
     members = run_hub(work())
@@ -124,7 +124,7 @@ def ls(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Path |
 @with_selector
 @click.option("--timeout", type=float, default=None, help="stop after this many seconds")
 def watch(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Path | None,
-          selector: str, clusters: str, timeout: float | None) -> None:
+          insecure: bool, selector: str, clusters: str, timeout: float | None) -> None:
     """Follow membership and health as they change (a live table on a terminal, one line per
     change otherwise)."""
     live = sys.stdout.isatty()
@@ -132,7 +132,7 @@ def watch(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Pat
     async def work() -> None:
         members: dict[str, common_pb2.Member] = {}
         synced = False
-        async with connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file, insecure=insecure) as client:
             screen_or_none = Live(console=stdout, auto_refresh=False) if live \
                 else contextlib.nullcontext()
             with screen_or_none as screen:
@@ -265,7 +265,7 @@ async def _follow(client: FleetClient, run_id: str, timeout: float) -> fleet_pb2
 @click.option("--timeout", type=float, default=900.0, show_default=True)
 @output_option
 def run(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
-        token_file: Path | None, selector: str, clusters: str, start_delay: float,
+        token_file: Path | None, insecure: bool, selector: str, clusters: str, start_delay: float,
         watch: bool, timeout: float, output: str) -> None:
     """Run the FaultPlan in FILE in every selected member at once (exit 0 when every member's
     plan passed, 1 when one failed, 2 on error or timeout)."""
@@ -273,7 +273,7 @@ def run(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
     chosen = _selector(selector, clusters)
 
     async def work() -> fleet_pb2.Run:
-        async with connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file, insecure=insecure) as client:
             started = await client.run_plan(spec, chosen, start_delay=start_delay, name=name)
             console.print(f"run {started.id}: {len(started.members)} members "
                           f"({', '.join(p.cluster for p in started.members)}), time zero in "
@@ -305,10 +305,10 @@ def run(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
 @click.option("--timeout", type=float, default=900.0, show_default=True)
 @output_option
 def get(run_id: str, state_dir: Path, hub: str | None, hub_ca: Path | None,
-        token_file: Path | None, watch: bool, timeout: float, output: str) -> None:
+        token_file: Path | None, insecure: bool, watch: bool, timeout: float, output: str) -> None:
     """Show a run, member by member."""
     async def work() -> fleet_pb2.Run:
-        async with connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file, insecure=insecure) as client:
             return await (_follow(client, run_id, timeout) if watch else
                           client.get_run(run_id))
 
@@ -324,10 +324,10 @@ def get(run_id: str, state_dir: Path, hub: str | None, hub_ca: Path | None,
 @fleet.command("runs")
 @hub_options
 def runs(state_dir: Path, hub: str | None, hub_ca: Path | None,
-         token_file: Path | None) -> None:
+         token_file: Path | None, insecure: bool) -> None:
     """List the hub's runs."""
     async def work() -> list[fleet_pb2.Run]:
-        async with connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file, insecure=insecure) as client:
             return await client.list_runs()
 
     table = Table(title="fleet runs")
@@ -343,10 +343,10 @@ def runs(state_dir: Path, hub: str | None, hub_ca: Path | None,
 @click.argument("run_id")
 @hub_options
 def cancel(run_id: str, state_dir: Path, hub: str | None, hub_ca: Path | None,
-           token_file: Path | None) -> None:
+           token_file: Path | None, insecure: bool) -> None:
     """Stop a run: every member deletes its FaultPlan, which recovers its faults."""
     async def work() -> fleet_pb2.Run:
-        async with connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file, insecure=insecure) as client:
             return await client.cancel_run(run_id)
 
     stdout.print(run_table(run_hub(work())))

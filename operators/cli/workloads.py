@@ -140,14 +140,14 @@ def _finish(workload: fleet_pb2.Workload, output: str, watch: bool, timeout: flo
               default=None, help="also write the final workload (report and Jobs) as JSON")
 @output_option
 def submit(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
-           token_file: Path | None, start_delay: float, watch: bool, timeout: float,
+           token_file: Path | None, insecure: bool, start_delay: float, watch: bool, timeout: float,
            report_file: Path | None, output: str) -> None:
     """Submit the Workload in FILE: the hub generates its Jobs over time and the members
     create them (placed by the hub, or by a manager cluster's Kueue MultiKueue)."""
     name, spec = read_workload(file)
 
     async def work() -> fleet_pb2.Workload:
-        async with connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file, insecure=insecure) as client:
             submitted = await client.submit_workload(spec, name=name, start_delay=start_delay)
             console.print(f"workload {submitted.id}: {spec.jobs} Jobs of {spec.pods_per_job} "
                           f"pods, placement {spec.target.placement}, first arrivals in "
@@ -171,11 +171,11 @@ def submit(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
 @click.option("--timeout", type=float, default=1800.0, show_default=True)
 @output_option
 def workload(workload_id: str, state_dir: Path, hub: str | None, hub_ca: Path | None,
-             token_file: Path | None, watch: bool, with_jobs: bool, timeout: float,
+             token_file: Path | None, insecure: bool, watch: bool, with_jobs: bool, timeout: float,
              output: str) -> None:
     """Show a workload's report: per cluster and overall."""
     async def work() -> fleet_pb2.Workload:
-        async with connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file, insecure=insecure) as client:
             if watch:
                 await _follow(client, workload_id, timeout)
             return await client.get_workload(workload_id, jobs=with_jobs)
@@ -195,10 +195,10 @@ def workload(workload_id: str, state_dir: Path, hub: str | None, hub_ca: Path | 
 @click.command("workloads")
 @hub_options
 def workloads(state_dir: Path, hub: str | None, hub_ca: Path | None,
-              token_file: Path | None) -> None:
+              token_file: Path | None, insecure: bool) -> None:
     """List the hub's workloads."""
     async def work() -> list[fleet_pb2.Workload]:
-        async with connect(state_dir, hub, hub_ca, token_file) as client:
+        async with connect(state_dir, hub, hub_ca, token_file, insecure=insecure) as client:
             return await client.list_workloads()
 
     table = Table(title="fleet workloads")

@@ -56,6 +56,7 @@ from operators.controlplane.state import (
 from operators.controlplane.substrate import ClusterOptions, Substrate
 from operators.controlplane.supervising import Supervised, tail
 from primitives.files import private_directory
+from primitives.flags import integer, number
 
 logger = logging.getLogger(__name__)
 
@@ -345,9 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m operators.controlplane.daemon")
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--kubernetes-version", default=binaries_.DEFAULT_KUBERNETES_VERSION)
-    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--port", type=integer(1, 65535, "a port"), default=None,
+                        help="the host kube-apiserver's port (default: a free one)")
     parser.add_argument("--profile", choices=[p.value for p in Profile], default="default")
-    parser.add_argument("--startup-timeout", type=float, default=90.0)
+    parser.add_argument("--startup-timeout", type=number(1, 3600, "a number of seconds"),
+                        default=90.0,
+                        help="seconds each component has to become healthy, from 1 to 3600")
     parser.add_argument("--no-operator", action="store_true",
                         help="run only the host control plane")
     parser.add_argument("--no-hub", action="store_true",

@@ -51,6 +51,7 @@ from operators.k8s.client import Client
 from operators.k8s.config import SERVICE_ACCOUNT_DIR, HostConfig, load_kubeconfig_file
 from operators.k8s.errors import K8sError
 from operators.k8s.transport import AiohttpTransport, SlowWrites
+from primitives.flags import integer, number
 
 logger = logging.getLogger("operators.engine")
 
@@ -72,24 +73,6 @@ def parse_pool(text: str, grace_cap: str) -> tuple[str, FakeNodePoolSpec]:
         return name, FakeNodePoolSpec.model_validate(spec)
     except ValidationError as error:
         raise argparse.ArgumentTypeError(f"--pool {text!r}: {error}") from error
-
-
-def parse_port(text: str) -> int:
-    if not text.isdigit() or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"--kubelet-port {text!r}: expected a port from 0 "
-                                         f"(any free one) to 65535")
-    return int(text)
-
-
-def parse_grace(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = 0.0
-    if not 0 < seconds < 3600:  # nan and inf fail too
-        raise argparse.ArgumentTypeError(f"--node-monitor-grace {text!r}: expected seconds "
-                                         f"above 0 and below 3600, such as 50")
-    return seconds
 
 
 def parse_cluster(text: str) -> ClusterRef:
@@ -185,16 +168,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="a kind: Lifecycle YAML file replacing the default stages")
     parser.add_argument("--grace-cap", default="1s",
                         help="longest a deleted pod waits before it is finalised")
-    parser.add_argument("--concurrency", type=int, default=64,
-                        help="requests in flight at once (one connection each)")
-    parser.add_argument("--kubelet-port", type=parse_port, default=0, metavar="PORT",
-                        help="port of the nodes' kubelet endpoints and of the DCGM endpoint "
-                             "(default: a free one)")
-    parser.add_argument("--node-monitor-grace", type=parse_grace, default=NODE_GRACE,
-                        metavar="SECONDS",
+    parser.add_argument("--concurrency", type=integer(1, 1024), default=64,
+                        help="requests in flight at once (one connection each), from 1 to "
+                             "1024")
+    parser.add_argument("--kubelet-port", type=integer(0, 65535, "a port"), default=0,
+                        metavar="PORT",
+                        help="port of the nodes' kubelet endpoints and of the DCGM endpoint, "
+                             "0 for a free one (default)")
+    parser.add_argument("--node-monitor-grace", type=number(1, 3600, "a number of seconds"),
+                        default=NODE_GRACE, metavar="SECONDS",
                         help="the member's node-lifecycle controller's grace period: a Lease "
-                             "renewal gap past 3/4 of it puts a pool's heartbeats at risk "
-                             f"(default {NODE_GRACE:.0f})")
+                             "renewal gap past 3/4 of it puts a pool's heartbeats at risk; "
+                             f"from 1 to 3600 (default {NODE_GRACE:.0f})")
     parser.add_argument("--no-metrics", action="store_true",
                         help="measure no usage and serve no kubelet or DCGM endpoint")
     parser.add_argument("--verbose", action="store_true")

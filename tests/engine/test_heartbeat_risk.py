@@ -4,13 +4,11 @@ with the gap measured; it clears once renewals are on time again. On a fake cloc
 
 from __future__ import annotations
 
-import argparse
 import logging
 from typing import Any
 
 import pytest
 
-from operators.engine.__main__ import parse_grace
 from operators.engine.alerting import GapAlarm
 from tests.engine.harness import LEASES, POOLS, Fleet, entry, pool
 from tests.engine.test_node_faults import RECOVER, UNREACHABLE, inject, recover
@@ -48,12 +46,6 @@ def test_a_gap_past_three_quarters_of_the_grace_puts_the_pool_at_risk_until_calm
     assert status is False
     assert "largest gap was 41.2s (node cpu-2)" in message
     assert alarm.condition("gpu") is None, "another pool was never at risk"
-
-
-@pytest.mark.parametrize("text", ["0", "-1", "nan", "inf", "fifty", "3600"])
-def test_a_grace_that_is_no_duration_is_refused(text: str) -> None:
-    with pytest.raises(argparse.ArgumentTypeError, match="--node-monitor-grace"):
-        parse_grace(text)
 
 
 async def test_renewals_failing_make_the_pool_say_so_and_clear_once_on_time(

@@ -197,6 +197,23 @@ async def test_a_partly_bad_batch_stores_the_good_spans_and_says_which_were_refu
     assert [s["name"] for s in shown["spans"]] == ["good"]
 
 
+async def test_spans_dated_in_2100_are_refused_and_counted_in_the_partial_success(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    y2100 = 4_102_444_800 * 10**9
+    good = otlp_span(b"\x01" * 16, b"\x02" * 8, "good", T0, T0 + MS)
+    future = [otlp_span(b"\x02" * 16, bytes([i + 1]) * 8, "future", y2100, y2100 + MS)
+              for i in range(2)]
+    async with running_collector(CollectorFiles.of(tmp_path).directory) as info:
+        answer = await export(info, request(good, *future))
+    assert answer.partial_success.rejected_spans == 2
+    assert "1 span(s) stored, 2 refused: resource_spans[0].scope_spans[0].spans[1]." \
+           "start_time_unix_nano: 4102444800000000000 is " in answer.partial_success.error_message
+    assert "s ahead of the collector's clock, more than 600s" \
+           in answer.partial_success.error_message
+    assert "refused 2 span(s) of a batch" in caplog.text
+    assert [t["root"] for t in json.loads(cli(tmp_path, "ls", "-o", "json"))] == ["good"]
+
+
 async def test_a_retried_batch_is_stored_once(tmp_path: Path) -> None:
     spans = [otlp_span(b"\x01" * 16, bytes([i + 1]) * 8, f"s{i}", T0 + i, T0 + 10)
              for i in range(3)]

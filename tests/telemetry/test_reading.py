@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -10,9 +12,12 @@ import pytest
 from federation.telemetry import reading
 from federation.telemetry.decoding import SpanRow
 from federation.telemetry.reading import StoredSpan
-from federation.telemetry.store import Retention, SpanStore, StoreError
+from federation.telemetry.store import SCHEMA, Retention, SpanStore, StoreError
 
 T0 = 1_780_000_000 * 10**9
+#: 2100-01-01T00:00:00Z.
+Y2100 = 4_102_444_800 * 10**9
+KEEP = 10**18
 
 
 def row(trace: int, span: int, *, parent: int | None = None, start: int = 0, end: int = 1,
@@ -60,6 +65,74 @@ def test_retention_by_count_drops_whole_traces_oldest_first(tmp_path: Path) -> N
     with reading.open_store(tmp_path / "spans.db") as db:
         assert [t.span_count for t in reading.recent(db, 10)] == [5, 4]
     assert store.enforce(Retention(max_spans=9, max_age_ns=10**18), now_ns=T0).traces == 0
+    store.close()
+
+
+def test_traces_go_in_the_order_their_spans_arrived_not_by_their_dates(tmp_path: Path) -> None:
+    """A trace dated 2100 (past the decoder: a sender whose clock is off by less than its
+    limit would do the same) goes before the real ones that came after it, also after a
+    restart of the collector; a trace that keeps receiving spans stays."""
+    store = SpanStore(tmp_path / "spans.db", fsync=False)
+    store.write([row(1, 1, start=0)])
+    store.write([dataclasses.replace(row(2, 1), start_ns=Y2100, end_ns=Y2100 + 1),
+                 dataclasses.replace(row(2, 2), start_ns=Y2100, end_ns=Y2100 + 5)])
+    store.write([row(3, 1, start=10)])
+    store.close()
+    store = SpanStore(tmp_path / "spans.db", fsync=False)
+    store.write([row(4, 1, start=20)])
+    store.write([row(1, 2, start=1)])  # trace 1 is alive: it arrived last
+    dropped = store.enforce(Retention(max_spans=4, max_age_ns=KEEP), now_ns=T0)
+    assert (dropped.traces, dropped.spans) == (1, 2)
+    with reading.open_store(tmp_path / "spans.db") as db:
+        assert {t.trace_id[-1] for t in reading.recent(db, 10)} == {"1", "3", "4"}
+    assert store.enforce(Retention(max_spans=2, max_age_ns=KEEP), now_ns=T0).traces == 2
+    with reading.open_store(tmp_path / "spans.db") as db:
+        assert [t.trace_id[-1] for t in reading.recent(db, 10)] == ["1"]
+    store.close()
+
+
+def test_the_store_keeps_within_its_bytes_dropping_what_arrived_first(tmp_path: Path) -> None:
+    """Spans of 2 KiB of attributes each, ten times more than a bound of 1 MiB holds: the
+    pages in use and the file stay within it, and what is left is the newest, and about as
+    much as fits."""
+    store = SpanStore(tmp_path / "spans.db", fsync=False)
+    retention = Retention(max_spans=10**9, max_age_ns=KEEP, max_bytes=1 << 20)
+    fat = json.dumps({"payload": "x" * 2048})
+    for trace in range(1, 501):
+        store.write([dataclasses.replace(row(trace, span, start=trace), attributes=fat)
+                     for span in (1, 2)])
+        if trace % 50 == 0:
+            over = store.size() > retention.max_bytes
+            store.enforce(retention, now_ns=T0)
+            assert store.size() <= retention.max_bytes
+            assert not over or store.size() > 0.8 * retention.max_bytes, "dropped too many"
+    store.close()
+    with sqlite3.connect(tmp_path / "spans.db") as db:
+        (pages,), (page,) = (db.execute(f"PRAGMA {p}").fetchone() for p in
+                             ("page_count", "page_size"))
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert pages * page <= retention.max_bytes
+    assert (tmp_path / "spans.db").stat().st_size <= retention.max_bytes
+    with reading.open_store(tmp_path / "spans.db") as db:
+        kept = sorted(int(t.trace_id, 16) for t in reading.recent(db, 1000))
+    assert kept == list(range(kept[0], 501))
+
+
+def test_a_store_of_an_earlier_version_drops_its_old_traces_first(tmp_path: Path) -> None:
+    """Its traces have no arrival: they count as older than any that arrives now."""
+    path = tmp_path / "spans.db"
+    with sqlite3.connect(path) as old:
+        old.executescript(SCHEMA.replace(",\n    arrival INTEGER NOT NULL", ""))
+        old.execute("INSERT INTO traces VALUES ('a', ?, ?, 1, 'old', ?, 'old', '[]', '[]')",
+                    (Y2100, Y2100, Y2100))
+        old.execute("INSERT INTO spans VALUES ('a', 's', NULL, 'old', 'svc', NULL, 1, '', ?, ?, "
+                    "0, '', '{}', 1, '[]', '[]')", (Y2100, Y2100))
+    old.close()
+    store = SpanStore(path, fsync=False)
+    store.write([row(2, 1)])
+    assert store.enforce(Retention(max_spans=1, max_age_ns=KEEP), now_ns=T0).traces == 1
+    with reading.open_store(path) as db:
+        assert [t.root_name for t in reading.recent(db, 10)] == ["s"]
     store.close()
 
 
