@@ -8,11 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from federation.hub.__main__ import main as hub
 from federation.hub.__main__ import on_loopback
 from federation.telemetry.collector import main as collector
 from operators.__main__ import main as operator
+from operators.cli import main as cli
 from operators.controlplane.daemon import main as daemon
 from operators.engine.__main__ import main as engine
 from primitives.flags import integer, number
@@ -110,3 +112,14 @@ def test_an_insecure_hub_off_loopback_is_refused(
     error = capsys.readouterr().err
     assert f"--insecure with --listen {listen}: without TLS" in error
     assert "serve plaintext on loopback only (127.0.0.1, ::1 or localhost)" in error
+
+
+@pytest.mark.parametrize("argv", [
+    ["up", "--timeout", "nan"], ["up", "--timeout", "-1"], ["wait", "--timeout", "inf"],
+    ["fleet", "submit", "w.yaml", "--start-delay", "nan"],
+    ["plan", "run", "p.yaml", "--timeout", "1e300"],
+], ids=" ".join)
+def test_the_cli_refuses_waits_that_are_no_number_of_seconds(argv: list[str]) -> None:
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 2, result.output
+    assert "is not a number of seconds from 0 to 604800" in result.output

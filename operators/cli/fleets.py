@@ -41,7 +41,7 @@ from operators.cli.connecting import (
     print_json,
     run_hub,
 )
-from operators.cli.terminal import console, stdout
+from operators.cli.terminal import WAIT, console, stdout
 from operators.faults import progress
 from primitives.selectors import SelectorError
 
@@ -122,7 +122,7 @@ def ls(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Path |
 @fleet.command("watch")
 @hub_options
 @with_selector
-@click.option("--timeout", type=float, default=None, help="stop after this many seconds")
+@click.option("--timeout", type=WAIT, default=None, help="stop after this many seconds")
 def watch(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Path | None,
           insecure: bool, selector: str, clusters: str, timeout: float | None) -> None:
     """Follow membership and health as they change (a live table on a terminal, one line per
@@ -258,11 +258,11 @@ async def _follow(client: FleetClient, run_id: str, timeout: float) -> fleet_pb2
 @click.argument("file", type=click.File("r"))
 @hub_options
 @with_selector
-@click.option("--start-delay", type=float, default=2.0, show_default=True,
+@click.option("--start-delay", type=WAIT, default=2.0, show_default=True,
               help="seconds from now to the plan's common time zero in every member")
 @click.option("--watch/--no-watch", default=True, show_default=True,
               help="follow the run to its end and exit with its verdict")
-@click.option("--timeout", type=float, default=900.0, show_default=True)
+@click.option("--timeout", type=WAIT, default=900.0, show_default=True)
 @output_option
 def run(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
         token_file: Path | None, insecure: bool, selector: str, clusters: str, start_delay: float,
@@ -302,7 +302,7 @@ def run(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
 @click.argument("run_id")
 @hub_options
 @click.option("--watch", is_flag=True, help="follow it to its end and exit with its verdict")
-@click.option("--timeout", type=float, default=900.0, show_default=True)
+@click.option("--timeout", type=WAIT, default=900.0, show_default=True)
 @output_option
 def get(run_id: str, state_dir: Path, hub: str | None, hub_ca: Path | None,
         token_file: Path | None, insecure: bool, watch: bool, timeout: float, output: str) -> None:

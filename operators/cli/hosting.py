@@ -33,6 +33,7 @@ from operators.addons.metricsserver import TOOL as METRICS_SERVER
 from operators.api.base import API_VERSION
 from operators.api.clusters import KUBECONFIG_KEY
 from operators.cli.terminal import (
+    WAIT,
     console,
     default_state_dir,
     host_client,
@@ -117,7 +118,7 @@ def _resolve_tool(title: str, ensure: Callable[..., Path]) -> Path:
               help="Loopback port of the host kube-apiserver (default: a free one).")
 @click.option("--profile", type=click.Choice([p.value for p in Profile]), default="default",
               show_default=True, help="'load' lifts the API request limits for load tests.")
-@click.option("--timeout", type=float, default=120.0, show_default=True,
+@click.option("--timeout", type=WAIT, default=120.0, show_default=True,
               help="Seconds to wait for the host cluster to become Ready.")
 @click.option("--unsafe-no-fsync", is_flag=True,
               help="For tests and benchmarks: etcd does not fsync, so data may be lost on a "
@@ -206,7 +207,7 @@ def _print_usage(state_dir: Path, host: HostState) -> None:
 
 @click.command()
 @state_dir_option
-@click.option("--timeout", type=float, default=60.0, show_default=True)
+@click.option("--timeout", type=WAIT, default=60.0, show_default=True)
 def down(state_dir: Path, timeout: float) -> None:
     """Stop everything `up` started. Data and certificates stay for the next `up`."""
     state_dir = state_dir.resolve()

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from operators.api.base import API_VERSION
-from operators.cli.terminal import console, state_dir_option
+from operators.cli.terminal import WAIT, console, state_dir_option
 from operators.controlplane.state import StateDir
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
@@ -66,7 +66,7 @@ def kueue() -> None:
                    "to as a MultiKueue manager.")
 @click.option("--worker-lost-timeout", default=None,
               help="How long Kueue waits for a worker that stopped answering (e.g. 30s).")
-@click.option("--timeout", type=float, default=900.0, show_default=True,
+@click.option("--timeout", type=WAIT, default=900.0, show_default=True,
               help="Seconds to wait for KueueReady (a first, cold build of Kueue takes "
                    "minutes).")
 def install(state_dir: Path, cluster: str, namespace: str, workers: str,

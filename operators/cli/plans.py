@@ -21,7 +21,7 @@ from rich.markup import escape
 
 from operators.cli.planreading import PlanDocument, PlanTarget, plans_path, read_plans, same_spec
 from operators.cli.planwatching import wait_deleted, watch_and_conclude
-from operators.cli.terminal import console, run_k8s, state_dir_option, stdout
+from operators.cli.terminal import WAIT, console, run_k8s, state_dir_option, stdout
 from operators.controlplane.errors import ControlPlaneError, StateError
 from operators.faults import progress
 from operators.k8s.client import Client
@@ -47,7 +47,7 @@ def _plan_options(namespace_default: str) -> Callable[[Command], Command]:
     """--state-dir or --kubeconfig, -n and --timeout."""
     def decorate(command: Command) -> Command:
         for option in (
-            click.option("--timeout", type=click.FloatRange(min=0), default=3600.0,
+            click.option("--timeout", type=WAIT, default=3600.0,
                          show_default=True, help="Seconds to wait for the plan to end (and "
                                                  "for a deleted plan to be gone)."),
             click.option("-n", "--namespace", default=None,

@@ -6,6 +6,7 @@ It defines no command and prints nothing itself.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import sys
@@ -21,6 +22,7 @@ from operators.controlplane.state import StateDir
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.errors import K8sError
+from primitives.flags import number
 
 T = TypeVar("T")
 
@@ -29,6 +31,29 @@ T = TypeVar("T")
 console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
 # Tables piped to a file or a test keep their columns instead of wrapping at 80.
 stdout = Console() if sys.stdout.isatty() else Console(width=160)
+
+
+class Seconds(click.ParamType[float]):
+    """A finite number of seconds within bounds (click's ``float`` takes ``nan`` and ``inf``,
+    and its ``FloatRange`` lets ``nan`` through)."""
+
+    name = "seconds"
+
+    def __init__(self, lo: float, hi: float) -> None:
+        self._parse = number(lo, hi, "a number of seconds")
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            value = repr(value)
+        try:
+            return self._parse(str(value))
+        except argparse.ArgumentTypeError as error:
+            self.fail(str(error), param, ctx)
+
+
+#: A wait a command may be given: from no time at all to a week.
+WAIT = Seconds(0, 7 * 86400)
 
 
 def default_state_dir() -> Path:

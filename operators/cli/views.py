@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from operators.api.base import API_VERSION
-from operators.cli.terminal import console, host_client, run_k8s, state_dir_option, stdout
+from operators.cli.terminal import WAIT, console, host_client, run_k8s, state_dir_option, stdout
 from operators.controlplane.errors import StateError
 
 
@@ -55,7 +55,7 @@ def get(state_dir: Path) -> None:
 
 @click.command()
 @state_dir_option
-@click.option("--timeout", type=float, default=300.0, show_default=True)
+@click.option("--timeout", type=WAIT, default=300.0, show_default=True)
 def wait(state_dir: Path, timeout: float) -> None:
     """Wait, with progress, until every FakeCluster and FakeNodePool is Ready."""
     async def poll() -> tuple[int, int, int, int]:

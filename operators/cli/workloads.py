@@ -33,7 +33,7 @@ from operators.cli.connecting import (
     print_json,
     run_hub,
 )
-from operators.cli.terminal import console, stdout
+from operators.cli.terminal import WAIT, console, stdout
 from operators.faults import progress
 
 KIND = "Workload"
@@ -131,11 +131,11 @@ def _finish(workload: fleet_pb2.Workload, output: str, watch: bool, timeout: flo
 @click.command("submit")
 @click.argument("file", type=click.File("r"))
 @hub_options
-@click.option("--start-delay", type=float, default=2.0, show_default=True,
+@click.option("--start-delay", type=WAIT, default=2.0, show_default=True,
               help="seconds from now to the workload's time zero (its first arrivals)")
 @click.option("--watch/--no-watch", default=False, show_default=True,
               help="follow it until every Job finished, and exit 0 when all completed")
-@click.option("--timeout", type=float, default=1800.0, show_default=True)
+@click.option("--timeout", type=WAIT, default=1800.0, show_default=True)
 @click.option("--report", "report_file", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="also write the final workload (report and Jobs) as JSON")
 @output_option
@@ -168,7 +168,7 @@ def submit(file: TextIO, state_dir: Path, hub: str | None, hub_ca: Path | None,
 @hub_options
 @click.option("--watch", is_flag=True, help="follow it to its end (exit 0 all completed)")
 @click.option("--jobs", "with_jobs", is_flag=True, help="list every Job too")
-@click.option("--timeout", type=float, default=1800.0, show_default=True)
+@click.option("--timeout", type=WAIT, default=1800.0, show_default=True)
 @output_option
 def workload(workload_id: str, state_dir: Path, hub: str | None, hub_ca: Path | None,
              token_file: Path | None, insecure: bool, watch: bool, with_jobs: bool, timeout: float,
