@@ -16,9 +16,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
 import secrets
 from pathlib import Path
+
+from primitives.files import write_private
 
 KEY_BYTES = 32
 FLEET_PREFIX = "ff1"
@@ -34,22 +35,18 @@ def new_key() -> bytes:
 
 
 def load_or_create_key(path: Path) -> bytes:
-    """The key at ``path``, made (readable by its owner only) if there is none."""
+    """The key at ``path``, made (readable by its owner only, on disk before it is used) if
+    there is none. A file that is not a key (torn, empty) is a :class:`TokenError` naming it
+    and the way out."""
     try:
         key = path.read_bytes()
     except FileNotFoundError:
         key = new_key()
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(key)
         try:
-            os.link(temporary, path)  # never replaces a key another process made meanwhile
-        except FileExistsError:
+            write_private(path, key, replace=False)
+        except FileExistsError:  # another process made one meanwhile: that one is the key
             key = path.read_bytes()
-        finally:
-            temporary.unlink()
     if len(key) != KEY_BYTES:
         raise TokenError(f"{path} does not hold a hub key ({len(key)} bytes, not {KEY_BYTES}): "
                          f"remove it to make a new one (every token made so far stops working)")
