@@ -32,7 +32,9 @@ from typing import Any
 from federation.hub.membership import Identity, Inventory, Member, Pool, State
 from federation.hub.runs import MemberPart, Part, Run
 from federation.hub.workloads import JobRecord, JobState, Settings, Workload
+from primitives.clocks import SYSTEM_CLOCK, Clock
 from primitives.files import write_private
+from primitives.tasks import spawn
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +43,10 @@ FORMAT = 1
 #: encoding (which holds the hub's loop) takes at most a fifth of the hub's time however large
 #: the state grows; what changes meanwhile goes out together in the next write.
 PACE = 4
+#: After a failed write, the writer tries again this soon, and (a defect that repeats) at
+#: most this rarely (s).
+WRITE_RETRY = 1.0
+MAX_WRITE_RETRY = 30.0
 
 
 @dataclasses.dataclass
@@ -138,16 +144,27 @@ def _read_workload(data: dict[str, Any]) -> Workload:
                           for raw in data["jobs"]])
 
 
-class Store:
-    """One state file, written by group commits from a background task."""
+class StoreError(OSError):
+    """The state cannot be written now: a commit that waited for it fails."""
 
-    def __init__(self, path: Path, *, fsync: bool = True) -> None:
+
+class Store:
+    """One state file, written by group commits from a background task.
+
+    The writer is supervised: an error it does not expect is logged with its traceback and it
+    starts again after a back-off. Meanwhile, and whenever it is not running, a commit fails
+    at once (:class:`StoreError`) rather than waiting for a write that may never come; the
+    change stays noted, and goes out with the next write that succeeds."""
+
+    def __init__(self, path: Path, *, fsync: bool = True, clock: Clock = SYSTEM_CLOCK) -> None:
         self.path = path
         self.fsync = fsync
+        self.clock = clock
         self._dirty = asyncio.Event()
         self._generation = 0  # changes made so far
         self._written = 0  # changes on disk
-        self._done = asyncio.Condition()
+        #: Set (and replaced) whenever a write ends, well or not, or the writer stops.
+        self._progress = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
 
@@ -159,7 +176,10 @@ class Store:
             return Snapshot(hub_id=secrets.token_hex(8), members=[], runs=[], workloads=[])
 
     def start(self, snapshot: Callable[[], Snapshot]) -> None:
-        self._task = asyncio.create_task(self._write_loop(snapshot), name="hub-store")
+        self._failure = None
+        self._task = spawn("hub-store", lambda: self._write_loop(snapshot), clock=self.clock,
+                           first=WRITE_RETRY, cap=MAX_WRITE_RETRY, on_failure=self._failed)
+        self._task.add_done_callback(lambda task: self._wake())
 
     async def stop(self) -> None:
         """Write what is pending, then stop."""
@@ -180,36 +200,47 @@ class Store:
         return self._generation
 
     async def commit(self, *, changed: bool = True) -> None:
-        """Note a change (unless ``changed`` is False) and return once it is on disk."""
+        """Note a change (unless ``changed`` is False) and return once it is on disk; a
+        :class:`StoreError` when the writer cannot write it now."""
         target = self.changed() if changed else self._generation
-        async with self._done:
-            await self._done.wait_for(lambda: self._written >= target or
-                                      self._failure is not None)
-        if self._failure is not None and self._written < target:
-            raise OSError(f"the hub cannot write {self.path}: {self._failure}")
+        while self._written < target:
+            if self._failure is not None:
+                raise StoreError(f"the hub cannot write {self.path}: {self._failure}")
+            if self._task is None or self._task.done():
+                raise StoreError(f"the hub cannot write {self.path}: its writer is not running")
+            await self._progress.wait()
+
+    def _wake(self) -> None:
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    def _failed(self, error: BaseException) -> None:
+        self._failure = error
+        self._wake()
 
     async def _write_loop(self, snapshot: Callable[[], Snapshot]) -> None:
+        if self._generation != self._written:
+            self._dirty.set()  # started again: what was pending is still to be written
         while True:
             await self._dirty.wait()
             self._dirty.clear()
+            # A commit made from now on waits for this attempt; one made while the last one
+            # had failed, and no other had begun, failed at once.
+            self._failure = None
             target = self._generation
             started = time.monotonic()
             text = json.dumps(encode(snapshot()), separators=(",", ":"))
             encoding = time.monotonic() - started
             try:
                 await asyncio.to_thread(self._write, text)
-            except OSError as error:
+            except OSError as error:  # a full disk, say: expected, and retried as it is
                 logger.error("cannot write %s: %s (retrying)", self.path, error)
-                self._failure = error
                 self._dirty.set()
-                async with self._done:
-                    self._done.notify_all()
-                await asyncio.sleep(1.0)
+                self._failed(error)
+                await self.clock.sleep(WRITE_RETRY)
                 continue
-            self._failure = None
-            async with self._done:
-                self._written = target
-                self._done.notify_all()
+            self._written = target
+            self._wake()
             await asyncio.sleep(PACE * encoding)
 
     def _write(self, text: str) -> None:

@@ -20,6 +20,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -42,6 +43,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from federation.telemetry.decoding import decode
 from federation.telemetry.files import CollectorFiles, CollectorInfo
 from federation.telemetry.store import Retention, SpanStore, StoreError
+from primitives.tasks import spawn
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +165,7 @@ async def serve(settings: CollectorSettings, *, stop_flag: asyncio.Event,
         info.write(files.info)
         logger.info("collector serves OTLP/gRPC on %s, spans in %s", info.address,
                     files.database)
-        retaining = asyncio.create_task(_retain(store, writer, settings), name="retention")
+        retaining = spawn("retention", functools.partial(_retain, store, writer, settings))
         if ready is not None:
             ready(info)
         await stop_flag.wait()

@@ -33,6 +33,7 @@ from operators.hublink.member import HostMember
 from operators.k8s.client import Client
 from operators.k8s.errors import K8sError, NotFound
 from operators.reconciling.clusters import HubState, cluster_key
+from primitives.tasks import spawn
 
 logger = logging.getLogger(__name__)
 
@@ -155,8 +156,10 @@ async def _link(runtime: Runtime, body: kopf.Body, key: str, found: Target,
     link = MemberLink(found.hub, found.token, member, name)
     member.report = link.report
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(link.run(stop), name=f"hub-link-{key}"),
-             asyncio.create_task(member.observe(stop), name=f"hub-observe-{key}")]
+    # Supervised: a defect in either is logged and it starts again, rather than leaving the
+    # cluster linked but silent (or observed but unlinked) until the operator restarts.
+    tasks = [spawn(f"hub-link-{key}", lambda: link.run(stop)),
+             spawn(f"hub-observe-{key}", lambda: member.observe(stop))]
     try:
         while not stopped:
             await stopped.wait(RECHECK)

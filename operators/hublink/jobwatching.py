@@ -1,5 +1,6 @@
 """Job commands in a member: the Job a ``CreateJob`` asks for is created in the member's API
-server, and three watches follow it until it is done, each step reported as it shows:
+server, and three watches follow it until it is done (each supervised: a defect in one is
+logged, and it starts again), each step reported as it shows:
 
 - the member's workload Jobs (created, admitted, running, finished);
 - once a queued Job exists, Kueue's Workloads (admission, and the worker MultiKueue chose; they
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -40,6 +42,7 @@ from operators.k8s.errors import (
 from operators.k8s.watching import list_all, list_and_watch
 from primitives import keys, propagation
 from primitives.clocks import Clock
+from primitives.tasks import spawn
 
 logger = logging.getLogger(__name__)
 
@@ -147,11 +150,13 @@ class JobWatching:
             self._jobs_synced = False
             self._watched = client
             if client is not None:
-                self._watchers[JOBS] = asyncio.create_task(
-                    self._watch_jobs(client), name=f"hublink-jobs-{self.name}")
+                self._watchers[JOBS] = spawn(f"hublink-jobs-{self.name}",
+                                             functools.partial(self._watch_jobs, client),
+                                             clock=self.clock)
         if client is not None and KUEUE not in self._watchers and self._queued_jobs():
-            self._watchers[KUEUE] = asyncio.create_task(
-                self._watch_workloads(client), name=f"hublink-kueue-{self.name}")
+            self._watchers[KUEUE] = spawn(f"hublink-kueue-{self.name}",
+                                          functools.partial(self._watch_workloads, client),
+                                          clock=self.clock)
 
     async def watch_workers(self, now: float) -> None:
         """Watch the copies in each worker a scheduler here placed unfinished Jobs on."""
@@ -159,9 +164,10 @@ class JobWatching:
             if WORKER + worker not in self._watchers and now >= self._worker_at.get(worker, 0.0):
                 self._worker_at[worker] = now + WORKER_RETRY
                 if (worker_api := await self._worker_client(worker)) is not None:
-                    self._watchers[WORKER + worker] = asyncio.create_task(
-                        self._watch_copies(worker, worker_api),
-                        name=f"hublink-copies-{self.name}-{worker}")
+                    self._watchers[WORKER + worker] = spawn(
+                        f"hublink-copies-{self.name}-{worker}",
+                        functools.partial(self._watch_copies, worker, worker_api),
+                        clock=self.clock)
 
     async def unwatch(self) -> None:
         """Stop every watch; watching again starts them anew."""

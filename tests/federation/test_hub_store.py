@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from federation.hub import store
 from federation.hub.membership import Identity, Inventory, Member, Pool, State
 from federation.hub.runs import MemberPart, Part, Run
+from tests.fakes.clocks import FakeClock
 
 
 def snapshot() -> store.Snapshot:
@@ -100,3 +102,49 @@ def test_old_finished_runs_are_forgotten_within_both_bounds(
     monkeypatch.setattr(running, "KEEP_RUNS", 1)
     hub.running.forget_old_runs()
     assert sorted(hub.running.runs) == ["r4", "r5"]
+
+
+# -- a writer that fails ------------------------------------------------------------------------
+
+async def test_a_commit_fails_fast_when_the_writer_fails_and_succeeds_once_it_is_back(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A defect in the writer (here: the state cannot be encoded) is logged with its
+    traceback; meanwhile a commit fails at once instead of waiting for a write that will not
+    come, and the writer, started again after a back-off, writes what was pending."""
+    clock = FakeClock()
+    broken = True
+
+    def state() -> store.Snapshot:
+        if broken:
+            raise TypeError("cannot encode a member")
+        return snapshot()
+
+    writer = store.Store(tmp_path / "state.json", fsync=False, clock=clock)
+    writer.start(state)
+    try:
+        with caplog.at_level(logging.ERROR, logger="primitives.tasks"):
+            async with asyncio.timeout(5):
+                with pytest.raises(store.StoreError, match="cannot encode a member"):
+                    await writer.commit()
+        assert any("hub-store failed" in r.getMessage() and r.exc_info is not None
+                   for r in caplog.records)
+        assert not (tmp_path / "state.json").exists()
+        broken = False
+        await clock.advance(store.WRITE_RETRY)  # the writer starts again
+        async with asyncio.timeout(5):
+            await writer.commit()
+        assert store.decode(json.loads((tmp_path / "state.json").read_text())) == snapshot()
+    finally:
+        await writer.stop()
+
+
+async def test_a_commit_never_waits_for_a_writer_that_stopped(tmp_path: Path) -> None:
+    writer = store.Store(tmp_path / "state.json", fsync=False)
+    writer.start(snapshot)
+    assert writer._task is not None
+    writer._task.cancel()  # the writer is gone (as a crash of the supervisor would leave it)
+    await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        with pytest.raises(store.StoreError, match="its writer is not running"):
+            await writer.commit()
+    await writer.stop()
