@@ -278,12 +278,14 @@ class MemberLink:
             await self._clock.sleep(FAULT_POLL)
 
 
-async def deregister(hub: HubAddress, token: str, cluster: str, *, timeout: float = 10) -> None:
-    """Take ``cluster`` out of the fleet (its FakeCluster is gone)."""
+async def deregister(hub: HubAddress, token: str, cluster: str, host: str, *,
+                     timeout: float = 10) -> None:
+    """Take ``cluster`` (its name in the fleet) out of the fleet (its FakeCluster is gone), if
+    ``host`` registered it."""
     channel = open_channel(hub)
     try:
         stub = member_pb2_grpc.MemberServiceStub(channel)
-        await stub.Deregister(member_pb2.DeregisterRequest(cluster=cluster),
+        await stub.Deregister(member_pb2.DeregisterRequest(cluster=cluster, host=host),
                               metadata=bearer(token), timeout=timeout)
     finally:
         await channel.close()

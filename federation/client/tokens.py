@@ -3,8 +3,11 @@
 A hub has one secret key (32 random bytes in its state directory). From it come
 
 - the **fleet token**, for users and the CLI: ``ff1.<mac>``;
-- one **member token** per cluster name: ``fm1.<cluster>.<mac>``, bound to that name: the mac
-  covers it, so a member holding it can register as, and act for, that cluster only.
+- one **member token** per member: ``fm1.<member>.<mac>``, bound to the member's name in the
+  fleet (``namespace/name``, ``name`` alone in namespace default:
+  :func:`primitives.names.member_name`): the mac covers it, so a member holding it can
+  register as, and act for, that FakeCluster only, and not for one of the same name in
+  another namespace.
 
 The hub checks a token by computing its mac again (no token table to keep in sync); whoever
 holds the key (the hub, and the operator on the hub's own host) can mint tokens. Changing the
@@ -20,6 +23,7 @@ import secrets
 from pathlib import Path
 
 from primitives.files import write_private
+from primitives.names import canonical_member_name
 
 KEY_BYTES = 32
 FLEET_PREFIX = "ff1"
@@ -62,8 +66,10 @@ def fleet_token(key: bytes) -> str:
     return f"{FLEET_PREFIX}.{_mac(key, 'fleet')}"
 
 
-def member_token(key: bytes, cluster: str) -> str:
-    return f"{MEMBER_PREFIX}.{cluster}.{_mac(key, 'member:' + cluster)}"
+def member_token(key: bytes, member: str) -> str:
+    """The token of ``member`` (its name in the fleet: ``namespace/name``)."""
+    member = canonical_member_name(member)
+    return f"{MEMBER_PREFIX}.{member}.{_mac(key, 'member:' + member)}"
 
 
 def check_fleet(key: bytes, token: str) -> None:
@@ -72,14 +78,14 @@ def check_fleet(key: bytes, token: str) -> None:
 
 
 def check_member(key: bytes, token: str) -> str:
-    """The cluster ``token`` speaks for."""
+    """The member ``token`` speaks for (its name in the fleet, as the fleet spells it)."""
     prefix, _, rest = token.partition(".")
     cluster, _, mac = rest.rpartition(".")
     if prefix != MEMBER_PREFIX or not cluster or not mac:
-        raise TokenError(f"not a member token (expected {MEMBER_PREFIX}.<cluster>.<mac>)")
+        raise TokenError(f"not a member token (expected {MEMBER_PREFIX}.<member>.<mac>)")
     if not hmac.compare_digest(mac.encode(), _mac(key, "member:" + cluster).encode()):
         # The name is the caller's: only its start goes back (a long one would make the
         # hub's answer too large for the caller to read).
         raise TokenError(f"the token for cluster {cluster[:80]!r} was not made with this "
                          f"hub's key")
-    return cluster
+    return canonical_member_name(cluster)

@@ -26,6 +26,7 @@ from federation.hub import convert, validation
 from federation.hub.core import Hub
 from federation.hub.errors import Refused
 from federation.hub.sending import Session as MemberSession
+from primitives.names import canonical_member_name
 
 logger = logging.getLogger(__name__)
 
@@ -121,9 +122,9 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
                        context: Context) -> member_pb2.RegisterResponse:
         cluster = await self._cluster(context)
         await _invalid(context, validation.register(request))
-        await self._same(context, request.cluster.name, cluster, "cluster.name")
-        await self.hub.sessions.register(convert.identity(request.cluster),
-                                convert.inventory(request.capacity))
+        identity = convert.identity(request.cluster)
+        await self._same(context, identity.key, cluster, "cluster.namespace/name")
+        await self.hub.sessions.register(identity, convert.inventory(request.capacity))
         settings = self.hub.settings
         return member_pb2.RegisterResponse(
             hub_id=self.hub.hub_id,
@@ -135,9 +136,10 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
                          context: Context) -> member_pb2.DeregisterResponse:
         cluster = await self._cluster(context)
         await _invalid(context, validation.cluster_name(request.cluster, "cluster")
+                       + validation.host(request.host, "host")
                        + validation.traceparent(request.traceparent))
-        await self._same(context, request.cluster, cluster, "cluster")
-        await self.hub.sessions.deregister(cluster)
+        await self._same(context, canonical_member_name(request.cluster), cluster, "cluster")
+        await self.hub.sessions.deregister(cluster, request.host)
         return member_pb2.DeregisterResponse()
 
     @_guarded_stream
@@ -152,7 +154,8 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
             await _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED,
                          f"hello: none within {HELLO_TIMEOUT:g}s; a session opens with Hello")
         await _invalid(context, validation.member_message(hello, first=True))
-        await self._same(context, hello.hello.cluster, cluster, "hello.cluster")
+        await self._same(context, canonical_member_name(hello.hello.cluster), cluster,
+                         "hello.cluster")
         session = self.hub.sessions.open_session(cluster, hello.hello.commands)
         failure: list[tuple[grpc.StatusCode, str]] = []
         reader = asyncio.create_task(self._read(request_iterator, session, failure),

@@ -14,6 +14,12 @@ grace from the restart.
 Trace context (the traceparents of runs, workloads and the first sending of each command) is
 stored with what it belongs to, so that a restarted hub's commands stay in their run's trace;
 a file written before it was kept reads as untraced.
+
+Format 1 named members by their FakeCluster's name alone; format 2 by their name in the fleet
+(``namespace/name``). A format-1 file is read as what its hub meant: a member's namespace is
+the one in the host id its operator then sent (``<hostname>:<state dir>:<namespace>``), else
+default, and the runs and workloads that name it are renamed with it. Such a member keeps no
+host (the operator now sends a stable host id), so its own host registers it again.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -34,11 +41,14 @@ from federation.hub.runs import MemberPart, Part, Run
 from federation.hub.workloads import JobRecord, JobState, Settings, Workload
 from primitives.clocks import SYSTEM_CLOCK, Clock
 from primitives.files import write_private
+from primitives.names import DEFAULT_NAMESPACE, member_name
 from primitives.tasks import spawn
 
 logger = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2
+#: The host id operators sent while members were named by their FakeCluster's name alone.
+_FORMAT_1_HOST = re.compile(r"^[^:]*:/.*:(?P<namespace>[a-z0-9]([-a-z0-9]*[a-z0-9])?)\Z")
 #: After a write the store waits this many times as long as the state took to encode, so that
 #: encoding (which holds the hub's loop) takes at most a fifth of the hub's time however large
 #: the state grows; what changes meanwhile goes out together in the next write.
@@ -68,12 +78,50 @@ def encode(snapshot: Snapshot) -> dict[str, Any]:
 
 
 def decode(data: dict[str, Any]) -> Snapshot:
+    if data.get("format") == 1:
+        data = _from_format_1(data)
     if data.get("format") != FORMAT:
-        raise ValueError(f"state format {data.get('format')!r}; this hub reads {FORMAT}")
+        raise ValueError(f"state format {data.get('format')!r}; this hub reads {FORMAT} "
+                         f"(and 1)")
     return Snapshot(hub_id=data["hubId"],
                     members=[_read_member(m) for m in data.get("members", [])],
                     runs=[_read_run(r) for r in data.get("runs", [])],
                     workloads=[_read_workload(w) for w in data.get("workloads", [])])
+
+
+def _from_format_1(data: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 state in format 2: every member named as the fleet names it now."""
+    renamed: dict[str, str] = {}
+    for member in data.get("members", []):
+        identity = member["identity"]
+        found = _FORMAT_1_HOST.match(identity.get("host", ""))
+        identity["namespace"] = found["namespace"] if found else DEFAULT_NAMESPACE
+        identity["host"] = ""
+        renamed[identity["name"]] = member_name(identity["namespace"], identity["name"])
+
+    def name(value: str) -> str:
+        return renamed.get(value, value)
+
+    def selector(value: dict[str, Any]) -> None:
+        if value.get("names"):
+            value["names"] = [name(n) for n in value["names"]]
+
+    for run in data.get("runs", []):
+        selector(run["selector"])
+        for part in run["parts"]:
+            part["cluster"] = name(part["cluster"])
+    for workload in data.get("workloads", []):
+        if "lastTurn" in workload:
+            workload["lastTurn"] = name(workload["lastTurn"])
+        settings = workload["settings"]
+        selector(settings["selector"])
+        settings["manager"] = name(settings.get("manager", ""))
+        settings["weights"] = {name(n): w for n, w in settings.get("weights", {}).items()}
+        for job in workload["jobs"]:
+            for field in ("cluster", "avoid"):
+                if field in job:
+                    job[field] = name(job[field])
+    return data | {"format": FORMAT}
 
 
 # The encoders take each dataclass's fields as they are (vars) rather than through

@@ -42,6 +42,7 @@ from operators.k8s.errors import (
 from operators.k8s.watching import list_all, list_and_watch
 from primitives import keys, propagation
 from primitives.clocks import Clock
+from primitives.names import member_name
 from primitives.tasks import spawn
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,9 @@ class JobWatching:
                  clock: Clock) -> None:
         self.namespace = namespace
         self.name = name
+        #: What the ids of this member's commands name it: its name in the fleet, and its
+        #: FakeCluster's name alone in the ids of hubs from before namespaces counted.
+        self._names = {member_name(namespace, name), name}
         self.reporting = reporting
         self._member_client = member_client
         #: A client of the FakeCluster of that name beside this one (a MultiKueue worker).
@@ -137,7 +141,11 @@ class JobWatching:
                                       {"labelSelector": keys.WORKLOAD})
             self._on_jobs_listed(items, live=False)
         return [r for job in self._jobs.values()
-                if (r := jobs.result(job, self._seen_of(job))) is not None]
+                if (r := jobs.result(job, self._seen_of(job), self.namespace)) is not None]
+
+    def commands(self) -> set[str]:
+        """The commands whose Jobs the watch shows."""
+        return set(self._jobs)
 
     # -- the watches -----------------------------------------------------------------------------
 
@@ -224,14 +232,15 @@ class JobWatching:
         copied: the command is the manager's to report, not this member's)."""
         command = str(((job.get("metadata") or {}).get("annotations") or {})
                       .get(jobs.COMMAND_ANNOTATION, ""))
-        parts = command.split("/")
-        return command if len(parts) == 3 and parts[1] == self.name else ""
+        _, _, rest = command.partition("/")
+        cluster, _, _ = rest.rpartition("/")
+        return command if cluster in self._names else ""
 
     def _seen_of(self, job: dict[str, Any]) -> jobs.Seen:
         return self._seen.setdefault(self._command_of(job), jobs.Seen())
 
     def _report_job(self, job: dict[str, Any]) -> None:
-        result = jobs.result(job, self._seen_of(job))
+        result = jobs.result(job, self._seen_of(job), self.namespace)
         if result is not None:
             self.reporting.update(result, job)
 

@@ -148,3 +148,47 @@ async def test_a_commit_never_waits_for_a_writer_that_stopped(tmp_path: Path) ->
         with pytest.raises(store.StoreError, match="its writer is not running"):
             await writer.commit()
     await writer.stop()
+
+
+# -- format 1: members named by their FakeCluster's name alone ----------------------------------
+
+def test_a_format_1_state_reads_with_every_member_in_its_namespace() -> None:
+    """What the hub of format 1 meant: a member was its FakeCluster's name alone, and its
+    operator's host id ended in the FakeCluster's namespace."""
+    old = store.encode(snapshot())
+    old["format"] = 1
+    member = old["members"][0]
+    del member["identity"]["namespace"]
+    member["identity"]["host"] = "node-1:/var/lib/fakefleet:team-a"
+    simulated = json.loads(json.dumps(member))
+    simulated["identity"] |= {"name": "east", "host": "simulator"}
+    old["members"].append(simulated)
+    old["workloads"] = [{
+        "id": "w1", "name": "", "spec": {}, "createdAt": 1.0, "startAt": 1.0, "finishedAt": 0.0,
+        "samples": [], "sampleEvery": 1.0, "lastTurn": "west", "traceparent": "",
+        "settings": {"jobs": 1, "pods": 1, "resources": {}, "namespace": "default",
+                     "labels": {}, "priority_class": "", "queue": "", "placement": "weighted",
+                     "selector": {"names": ["west", "east"]}, "weights": {"west": 2.0},
+                     "manager": "", "seed": 0, "max_attempts": 1},
+        "jobs": [{"index": 0, "arrive_at": 1.0, "run_seconds": 5.0, "state": "Placed",
+                  "cluster": "west", "avoid": "east"}]}]
+
+    read = store.decode(json.loads(json.dumps(old)))
+
+    west, east = read.members
+    assert (west.identity.namespace, west.name, west.identity.host) == \
+        ("team-a", "team-a/west", "")
+    assert (east.identity.namespace, east.name) == ("default", "east")
+    [run] = read.runs
+    assert list(run.parts) == ["team-a/west"]
+    assert run.parts["team-a/west"].cluster == "team-a/west"
+    assert run.selector["names"] == ["team-a/west"]
+    [workload] = read.workloads
+    assert workload.settings.selector["names"] == ["team-a/west", "east"]
+    assert workload.settings.weights == {"team-a/west": 2.0}
+    assert (workload.jobs[0].cluster, workload.jobs[0].avoid) == ("team-a/west", "east")
+    assert workload.last_turn == "team-a/west"
+    # Written again, it is format 2 and reads back as it is.
+    again = store.encode(read)
+    assert again["format"] == store.FORMAT == 2
+    assert store.decode(again) == read

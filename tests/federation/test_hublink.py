@@ -239,8 +239,9 @@ async def test_introduce_says_who_the_cluster_is_and_what_it_has(host: Host) -> 
                              gpu={"preset": "H100-SXM5-80GB"}))
     request = await host.member.introduce()
     assert request.cluster == common_pb2.ClusterIdentity(
-        name="west", host="host-a", labels={"gpu": "h100", "region": "eu"},
-        kubernetes_version="v1.36.3", endpoint="https://127.0.0.1:6443")
+        name="west", namespace="default", host="host-a",
+        labels={"gpu": "h100", "region": "eu"}, kubernetes_version="v1.36.3",
+        endpoint="https://127.0.0.1:6443")
     assert (request.capacity.nodes_ready, request.capacity.nodes_total) == (2, 2)
     assert request.capacity.allocatable["nvidia.com/gpu"] == "16"
     assert validation.register(request) == []
