@@ -91,6 +91,10 @@ class HostConflict(Exception):
     """A member that another host registered."""
 
 
+class Ambiguous(ValueError):
+    """A member name without its namespace that several namespaces have."""
+
+
 class Membership:
     """Every member, by its name in the fleet."""
 
@@ -132,6 +136,20 @@ class Membership:
         member.inventory = inventory
         member.heard_at = now
         return member
+
+    def resolve(self, name: str) -> str:
+        """A member name as a user writes it, as the fleet knows it: ``west`` is the member
+        of namespace default when there is one, else the only member of that FakeCluster
+        name in any namespace (left as it is when there is none, for one that registers
+        later). :class:`Ambiguous` when several namespaces have one."""
+        if "/" in name or name in self.members:
+            return name
+        found = sorted(key for key, member in self.members.items()
+                       if member.identity.name == name)
+        if len(found) > 1:
+            raise Ambiguous(f"{name!r} is the name of {len(found)} members "
+                            f"({', '.join(found)}); write namespace/name")
+        return found[0] if found else name
 
     def holder(self, key: str) -> str | None:
         """The host that registered member ``key`` ("" for none given; None: no such

@@ -314,3 +314,40 @@ def test_refused_commands_kept_for_the_hello_are_bounded_newest_kept() -> None:
     assert len(reporting.refused) == KEEP_REFUSED
     assert next(iter(reporting.refused)) == "w1/west/job-5-1"
     assert f"w1/west/job-{KEEP_REFUSED + 4}-1" in reporting.refused
+
+
+# -- names as users write them -----------------------------------------------------------------
+
+def test_a_name_without_namespace_is_the_one_member_of_that_name() -> None:
+    membership = Membership(grace=6.0)
+    for namespace, name in (("team-a", "west"), ("team-b", "west"), ("team-a", "east"),
+                            ("default", "north"), ("team-c", "north")):
+        membership.register(Identity(name=name, namespace=namespace), Inventory(), now=0.0)
+    assert membership.resolve("east") == "team-a/east"
+    assert membership.resolve("north") == "north", "namespace default's, when it has one"
+    assert membership.resolve("team-b/west") == "team-b/west"
+    assert membership.resolve("south") == "south", "none yet: one may register later"
+    with pytest.raises(ValueError, match="'west' is the name of 2 members "
+                                         "\\(team-a/west, team-b/west\\); write namespace/name"):
+        membership.resolve("west")
+
+
+async def test_users_name_a_member_alone_when_its_name_is_unique(tmp_path: Path) -> None:
+    async with running_hub(tmp_path) as hub, hub.fleet() as fleet:
+        raw = [RawMember(hub, name, namespace=namespace)
+               for namespace, name in (("team-a", "west"), ("team-b", "west"),
+                                       ("team-a", "east"))]
+        for member in raw:
+            await member.register()
+        listed = await fleet.list_clusters(common_pb2.ClusterSelector(names=["east"]))
+        assert [(m.cluster.namespace, m.cluster.name) for m in listed] == [("team-a", "east")]
+        run = await fleet.run_plan(json.dumps(SPEC), common_pb2.ClusterSelector(
+            names=["east", "team-b/west"]), start_delay=0)
+        assert sorted(part.cluster for part in run.members) == ["team-a/east", "team-b/west"]
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await fleet.run_plan(json.dumps(SPEC), common_pb2.ClusterSelector(names=["west"]))
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert (refused.value.details() or "").startswith(
+            "clusters.names[0]: 'west' is the name of 2 members (team-a/west, team-b/west)")
+        for member in raw:
+            await member.close()
