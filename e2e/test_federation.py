@@ -150,7 +150,8 @@ def test_a_fleet_plan_runs_in_every_selected_member_and_is_judged(members: Fleet
     run = json.loads(passed.stdout)
     assert run["phase"] == "RUN_PHASE_SUCCEEDED"
     assert run["verdict"] == "Passed"
-    assert {m["cluster"] for m in run["members"]} == set(MEMBERS)
+    # Members are known by namespace/name (--clusters fed-a names the only fed-a).
+    assert {m["cluster"] for m in run["members"]} == {f"{NAMESPACE}/{c}" for c in MEMBERS}
     plans = fleet_plans(members, run["id"])
     assert sorted(p["metadata"]["name"] for p in plans) == sorted(
         f"{run['id']}-{cluster}" for cluster in MEMBERS)
@@ -170,7 +171,7 @@ def test_a_fleet_plan_runs_in_every_selected_member_and_is_judged(members: Fleet
     assert failed.returncode == 1, failed.stderr
     run = json.loads(failed.stdout)
     assert run["verdict"] == "Failed"
-    assert [m["cluster"] for m in run["members"]] == ["fed-a"]
+    assert [m["cluster"] for m in run["members"]] == [f"{NAMESPACE}/fed-a"]
 
 
 def test_a_partition_makes_a_member_unreachable_then_ready_and_in_sync(
@@ -258,7 +259,8 @@ def test_a_workload_spread_by_the_hub_completes_and_matches_the_members_jobs(
     assert workload["phase"] == "WORKLOAD_PHASE_SUCCEEDED", workload["report"]
     report = workload["report"]
     assert report["counts"]["succeeded"] == 50
-    by_cluster = {c["cluster"]: c["counts"] for c in report["clusters"]}
+    by_cluster = {c["cluster"].removeprefix(f"{NAMESPACE}/"): c["counts"]
+                  for c in report["clusters"]}
     assert set(by_cluster) == set(MEMBERS)
     for cluster in MEMBERS:  # the report's counts are the members' own Job objects
         kubeconfig = members.state / f"{cluster}.kubeconfig"

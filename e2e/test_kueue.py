@@ -229,8 +229,9 @@ def test_a_workload_through_the_hub_reports_kueues_admission_and_the_workers_run
     jobs = json.loads(report_file.read_text())["jobs"]
     assert len(jobs) == 4
     for record in jobs:
-        assert record["cluster"] == "mk-manager"
-        assert record["placedOn"] in WORKERS, record
+        # Members are known by namespace/name, the workers a manager placed Jobs on too.
+        assert record["cluster"] == f"{NAMESPACE}/mk-manager"
+        assert record["placedOn"] in {f"{NAMESPACE}/{w}" for w in WORKERS}, record
         at = {step: datetime.fromisoformat(record[step].replace("Z", "+00:00")).timestamp()
               for step in ("arriveAt", "admittedAt", "runningAt", "finishedAt")}
         # Released (the copy's end) is seen before the manager shows it, unless the manager

@@ -25,7 +25,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from operators.k8s.client import Client
 from operators.k8s.config import SERVICE_ACCOUNT_DIR, HostConfig, in_cluster
 from operators.k8s.errors import ApiError, K8sError
 from primitives.flags import integer, number
+from primitives.tasks import spawn
 
 logger = logging.getLogger("operators")
 
@@ -124,8 +125,8 @@ async def serve(options: Options, *, tracer: trace.Tracer) -> None:
             tracer=tracer, default_profile=options.default_profile,
             cel=CelWorkers(options.cel),
         )
-        announce = asyncio.create_task(_supervised("publishing the operator's state", lambda: (
-            _publish(runtime, ready_flag))))
+        announce = spawn("publishing the operator's state",
+                         lambda: _publish(runtime, ready_flag))
         held.push_async_callback(_cancelled, announce)
         operator = asyncio.create_task(registry.run(
             runtime=runtime, stop_flag=stop_flag, ready_flag=ready_flag,
@@ -152,21 +153,6 @@ async def _cancelled(task: asyncio.Task[Any]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-
-
-async def _supervised(what: str, work: Callable[[], Awaitable[None]], *,
-                      backoff: float = 1.0) -> None:
-    """Run ``work`` until it returns; an unexpected error is logged with its traceback and
-    ``work`` starts again after a back-off (doubling from ``backoff`` to 60 s)."""
-    delay = backoff
-    while True:
-        try:
-            await work()
-            return
-        except Exception:
-            logger.exception("%s failed; starting it again in %.0fs", what, delay)
-        await asyncio.sleep(delay)
-        delay = min(60.0, delay * 2)
 
 
 async def _publish(runtime: Runtime, ready_flag: asyncio.Event) -> None:

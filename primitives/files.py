@@ -34,8 +34,13 @@ def private_directory(path: Path) -> Path:
     return path
 
 
-def write_private(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Create or replace ``path`` with ``data``, readable and writable by its owner only."""
+def write_private(path: Path, data: bytes, *, durable: bool = True,
+                  replace: bool = True) -> None:
+    """Create or replace ``path`` with ``data``, readable and writable by its owner only.
+
+    ``replace=False`` only creates it: FileExistsError if it exists, so that of two processes
+    making the same file (a key) at once, the second takes the first one's rather than
+    replacing what the first may already use."""
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
     try:
@@ -44,10 +49,12 @@ def write_private(path: Path, data: bytes, *, durable: bool = True) -> None:
             if durable:
                 handle.flush()
                 os.fsync(handle.fileno())
-        temporary.replace(path)
-    except BaseException:
+        if replace:
+            temporary.replace(path)
+        else:
+            os.link(temporary, path)
+    finally:
         temporary.unlink(missing_ok=True)
-        raise
     if durable:
         sync_directory(path.parent)
 

@@ -59,3 +59,51 @@ def is_qualified_name(value: str) -> bool:
     if slash and not (prefix and is_dns_subdomain(prefix)):
         return False
     return bool(_NAME.match(name))
+
+
+# -- a member's name in the fleet ---------------------------------------------------------------
+
+#: The namespace a member name without one means (a member registered before names had one,
+#: or by a host that sends none, is in it).
+DEFAULT_NAMESPACE = "default"
+#: A FakeCluster's name: a DNS subdomain (dots allowed) of at most 63 characters, since it is
+#: also a label value (the CRD says so too).
+CLUSTER_NAME_MAX_LENGTH = LABEL_VALUE_MAX_LENGTH
+CLUSTER_NAME_SYNTAX = (
+    "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at "
+    f"most {CLUSTER_NAME_MAX_LENGTH} characters"
+)
+MEMBER_NAME_SYNTAX = (
+    f"[namespace/]name: the FakeCluster's namespace ({DNS_LABEL_SYNTAX}; namespace "
+    f"{DEFAULT_NAMESPACE} may be left out) and its name ({CLUSTER_NAME_SYNTAX})"
+)
+
+
+def is_cluster_name(value: str) -> bool:
+    """What a FakeCluster's name may be."""
+    return len(value) <= CLUSTER_NAME_MAX_LENGTH and is_dns_subdomain(value)
+
+
+def member_name(namespace: str, name: str) -> str:
+    """A member's name in the fleet: ``namespace/name``, or ``name`` alone in namespace
+    default. So FakeClusters of one name in two namespaces are two members, and the fleet's
+    names (tokens, command ids, state) from before namespaces counted are those of default."""
+    return name if namespace in ("", DEFAULT_NAMESPACE) else f"{namespace}/{name}"
+
+
+def split_member_name(value: str) -> tuple[str, str]:
+    """(namespace, name) of a member name."""
+    namespace, _, name = value.rpartition("/")
+    return namespace or DEFAULT_NAMESPACE, name
+
+
+def canonical_member_name(value: str) -> str:
+    """``value`` as the fleet spells it: ``default/west`` is ``west``."""
+    return member_name(*split_member_name(value))
+
+
+def is_member_name(value: str) -> bool:
+    namespace, slash, name = value.partition("/")
+    if not slash:
+        namespace, name = DEFAULT_NAMESPACE, value
+    return is_dns_label(namespace) and is_cluster_name(name)

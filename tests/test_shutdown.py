@@ -1,12 +1,11 @@
 """The operator lets go of everything on every way out: its daemons stop within its shutdown
 grace (asked first, cancelled only after a grace of their own), a plan runner closes every
 member client also when its close is cancelled, the runtime stops everything also when one stop
-fails, and the operator's own background work is supervised."""
+fails (its background work is supervised: tests/test_tasks.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from pathlib import Path
 from typing import Any, cast
 
@@ -97,20 +96,3 @@ async def test_the_runtime_stops_everything_also_when_one_stop_fails() -> None:
     with pytest.raises(OSError, match="cannot signal it"):
         await runtime.stop_all()
     assert sorted(stopped) == ["a", "addon", "b", "cel"]
-
-
-async def test_background_work_that_fails_is_logged_and_started_again(
-        caplog: pytest.LogCaptureFixture) -> None:
-    calls: list[int] = []
-
-    async def work() -> None:
-        calls.append(1)
-        if len(calls) < 3:
-            raise RuntimeError(f"boom {len(calls)}")
-
-    with caplog.at_level(logging.ERROR, logger="operators"):
-        await asyncio.wait_for(entry._supervised("the work", work, backoff=0.01), 5)
-    assert len(calls) == 3
-    failures = [r for r in caplog.records if "the work failed" in r.getMessage()]
-    assert len(failures) == 2
-    assert all(r.exc_info is not None for r in failures), "with its traceback"

@@ -66,6 +66,25 @@ def test_what_stopped_containers_used_stays_in_the_node_s_counter() -> None:
     assert len(usage) == 0
 
 
+def test_what_a_deleted_node_s_containers_used_is_forgotten_with_it() -> None:
+    """Nodes come and go (a pool scaled down, up): the book keeps nothing per node that no
+    longer exists, also when its pods go after it."""
+    nodes = {"gpu-0": rfc3339(T0)}
+    usage = UsageBook(pool_of=lambda node: ("gpu", SPEC), created=lambda n: nodes.get(n, ""))
+    first, second = facts("a"), facts("b")
+    for pod in (first, second):
+        usage.seen(pod, running(T0), T0)
+    usage.gone(first.uid, T0 + 100)  # 10 core-seconds at 100m stay in the node's counter
+    assert usage.node_sample("gpu-0", T0 + 100).cpu_seconds == pytest.approx(50 + 10 + 10)
+    del nodes["gpu-0"]
+    usage.node_gone("gpu-0")
+    usage.gone(second.uid, T0 + 200)  # its pod went after it
+    assert usage._retired == {}
+    assert len(usage) == 0
+    nodes["gpu-0"] = rfc3339(T0 + 300)  # made again: its counter starts anew
+    assert usage.node_sample("gpu-0", T0 + 310).cpu_seconds == pytest.approx(0.5 * 10)
+
+
 def test_an_annotation_change_carries_the_counter_and_a_bad_one_is_reported_once() -> None:
     usage = book()
     pod = facts("web", **{"fakefleet.dev/usage-cpu": "1"})

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x66\x65\x64\x65ration/api/common.proto\x12\x1d\x66\x61kefleet.federation.v1alpha1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd6\x01\n\x0f\x43lusterIdentity\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12J\n\x06labels\x18\x03 \x03(\x0b\x32:.fakefleet.federation.v1alpha1.ClusterIdentity.LabelsEntry\x12\x1a\n\x12kubernetes_version\x18\x04 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x05 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc3\x01\n\rPoolInventory\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05ready\x18\x02 \x01(\x05\x12\r\n\x05total\x18\x03 \x01(\x05\x12R\n\x0b\x61llocatable\x18\x04 \x03(\x0b\x32=.fakefleet.federation.v1alpha1.PoolInventory.AllocatableEntry\x1a\x32\n\x10\x41llocatableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xfc\x02\n\tInventory\x12;\n\x05pools\x18\x01 \x03(\x0b\x32,.fakefleet.federation.v1alpha1.PoolInventory\x12\x13\n\x0bnodes_ready\x18\x02 \x01(\x05\x12\x13\n\x0bnodes_total\x18\x03 \x01(\x05\x12N\n\x0b\x61llocatable\x18\x04 \x03(\x0b\x32\x39.fakefleet.federation.v1alpha1.Inventory.AllocatableEntry\x12P\n\rpods_by_phase\x18\x05 \x03(\x0b\x32\x39.fakefleet.federation.v1alpha1.Inventory.PodsByPhaseEntry\x1a\x32\n\x10\x41llocatableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10PodsByPhaseEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\xfa\x02\n\x06Member\x12?\n\x07\x63luster\x18\x01 \x01(\x0b\x32..fakefleet.federation.v1alpha1.ClusterIdentity\x12\x39\n\x05state\x18\x02 \x01(\x0e\x32*.fakefleet.federation.v1alpha1.MemberState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x31\n\rregistered_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0elast_heartbeat\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bstate_since\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12;\n\tinventory\x18\x08 \x01(\x0b\x32(.fakefleet.federation.v1alpha1.Inventory\"\xf7\x01\n\x0f\x43lusterSelector\x12\r\n\x05names\x18\x01 \x03(\t\x12U\n\x0cmatch_labels\x18\x02 \x03(\x0b\x32?.fakefleet.federation.v1alpha1.ClusterSelector.MatchLabelsEntry\x12J\n\x11match_expressions\x18\x03 \x03(\x0b\x32/.fakefleet.federation.v1alpha1.LabelRequirement\x1a\x32\n\x10MatchLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"A\n\x10LabelRequirement\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\x0e\n\x06values\x18\x03 \x03(\t*a\n\x0bMemberState\x12\x1c\n\x18MEMBER_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12MEMBER_STATE_READY\x10\x01\x12\x1c\n\x18MEMBER_STATE_UNREACHABLE\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x66\x65\x64\x65ration/api/common.proto\x12\x1d\x66\x61kefleet.federation.v1alpha1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe9\x01\n\x0f\x43lusterIdentity\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12J\n\x06labels\x18\x03 \x03(\x0b\x32:.fakefleet.federation.v1alpha1.ClusterIdentity.LabelsEntry\x12\x1a\n\x12kubernetes_version\x18\x04 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x05 \x01(\t\x12\x11\n\tnamespace\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc3\x01\n\rPoolInventory\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05ready\x18\x02 \x01(\x05\x12\r\n\x05total\x18\x03 \x01(\x05\x12R\n\x0b\x61llocatable\x18\x04 \x03(\x0b\x32=.fakefleet.federation.v1alpha1.PoolInventory.AllocatableEntry\x1a\x32\n\x10\x41llocatableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xfc\x02\n\tInventory\x12;\n\x05pools\x18\x01 \x03(\x0b\x32,.fakefleet.federation.v1alpha1.PoolInventory\x12\x13\n\x0bnodes_ready\x18\x02 \x01(\x05\x12\x13\n\x0bnodes_total\x18\x03 \x01(\x05\x12N\n\x0b\x61llocatable\x18\x04 \x03(\x0b\x32\x39.fakefleet.federation.v1alpha1.Inventory.AllocatableEntry\x12P\n\rpods_by_phase\x18\x05 \x03(\x0b\x32\x39.fakefleet.federation.v1alpha1.Inventory.PodsByPhaseEntry\x1a\x32\n\x10\x41llocatableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10PodsByPhaseEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\xfa\x02\n\x06Member\x12?\n\x07\x63luster\x18\x01 \x01(\x0b\x32..fakefleet.federation.v1alpha1.ClusterIdentity\x12\x39\n\x05state\x18\x02 \x01(\x0e\x32*.fakefleet.federation.v1alpha1.MemberState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x31\n\rregistered_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0elast_heartbeat\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bstate_since\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12;\n\tinventory\x18\x08 \x01(\x0b\x32(.fakefleet.federation.v1alpha1.Inventory\"\xf7\x01\n\x0f\x43lusterSelector\x12\r\n\x05names\x18\x01 \x03(\t\x12U\n\x0cmatch_labels\x18\x02 \x03(\x0b\x32?.fakefleet.federation.v1alpha1.ClusterSelector.MatchLabelsEntry\x12J\n\x11match_expressions\x18\x03 \x03(\x0b\x32/.fakefleet.federation.v1alpha1.LabelRequirement\x1a\x32\n\x10MatchLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"A\n\x10LabelRequirement\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\x0e\n\x06values\x18\x03 \x03(\t*a\n\x0bMemberState\x12\x1c\n\x18MEMBER_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12MEMBER_STATE_READY\x10\x01\x12\x1c\n\x18MEMBER_STATE_UNREACHABLE\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,28 +42,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INVENTORY_PODSBYPHASEENTRY']._serialized_options = b'8\001'
   _globals['_CLUSTERSELECTOR_MATCHLABELSENTRY']._loaded_options = None
   _globals['_CLUSTERSELECTOR_MATCHLABELSENTRY']._serialized_options = b'8\001'
-  _globals['_MEMBERSTATE']._serialized_start=1591
-  _globals['_MEMBERSTATE']._serialized_end=1688
+  _globals['_MEMBERSTATE']._serialized_start=1610
+  _globals['_MEMBERSTATE']._serialized_end=1707
   _globals['_CLUSTERIDENTITY']._serialized_start=96
-  _globals['_CLUSTERIDENTITY']._serialized_end=310
-  _globals['_CLUSTERIDENTITY_LABELSENTRY']._serialized_start=265
-  _globals['_CLUSTERIDENTITY_LABELSENTRY']._serialized_end=310
-  _globals['_POOLINVENTORY']._serialized_start=313
-  _globals['_POOLINVENTORY']._serialized_end=508
-  _globals['_POOLINVENTORY_ALLOCATABLEENTRY']._serialized_start=458
-  _globals['_POOLINVENTORY_ALLOCATABLEENTRY']._serialized_end=508
-  _globals['_INVENTORY']._serialized_start=511
-  _globals['_INVENTORY']._serialized_end=891
-  _globals['_INVENTORY_ALLOCATABLEENTRY']._serialized_start=458
-  _globals['_INVENTORY_ALLOCATABLEENTRY']._serialized_end=508
-  _globals['_INVENTORY_PODSBYPHASEENTRY']._serialized_start=841
-  _globals['_INVENTORY_PODSBYPHASEENTRY']._serialized_end=891
-  _globals['_MEMBER']._serialized_start=894
-  _globals['_MEMBER']._serialized_end=1272
-  _globals['_CLUSTERSELECTOR']._serialized_start=1275
-  _globals['_CLUSTERSELECTOR']._serialized_end=1522
-  _globals['_CLUSTERSELECTOR_MATCHLABELSENTRY']._serialized_start=1472
-  _globals['_CLUSTERSELECTOR_MATCHLABELSENTRY']._serialized_end=1522
-  _globals['_LABELREQUIREMENT']._serialized_start=1524
-  _globals['_LABELREQUIREMENT']._serialized_end=1589
+  _globals['_CLUSTERIDENTITY']._serialized_end=329
+  _globals['_CLUSTERIDENTITY_LABELSENTRY']._serialized_start=284
+  _globals['_CLUSTERIDENTITY_LABELSENTRY']._serialized_end=329
+  _globals['_POOLINVENTORY']._serialized_start=332
+  _globals['_POOLINVENTORY']._serialized_end=527
+  _globals['_POOLINVENTORY_ALLOCATABLEENTRY']._serialized_start=477
+  _globals['_POOLINVENTORY_ALLOCATABLEENTRY']._serialized_end=527
+  _globals['_INVENTORY']._serialized_start=530
+  _globals['_INVENTORY']._serialized_end=910
+  _globals['_INVENTORY_ALLOCATABLEENTRY']._serialized_start=477
+  _globals['_INVENTORY_ALLOCATABLEENTRY']._serialized_end=527
+  _globals['_INVENTORY_PODSBYPHASEENTRY']._serialized_start=860
+  _globals['_INVENTORY_PODSBYPHASEENTRY']._serialized_end=910
+  _globals['_MEMBER']._serialized_start=913
+  _globals['_MEMBER']._serialized_end=1291
+  _globals['_CLUSTERSELECTOR']._serialized_start=1294
+  _globals['_CLUSTERSELECTOR']._serialized_end=1541
+  _globals['_CLUSTERSELECTOR_MATCHLABELSENTRY']._serialized_start=1491
+  _globals['_CLUSTERSELECTOR_MATCHLABELSENTRY']._serialized_end=1541
+  _globals['_LABELREQUIREMENT']._serialized_start=1543
+  _globals['_LABELREQUIREMENT']._serialized_end=1608
 # @@protoc_insertion_point(module_scope)

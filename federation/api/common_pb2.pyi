@@ -72,14 +72,22 @@ class ClusterIdentity(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     KUBERNETES_VERSION_FIELD_NUMBER: _builtins.int
     ENDPOINT_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
-    """Unique in the fleet; a DNS label (at most 63 characters). The member's token is bound to it."""
+    """The FakeCluster's name: a DNS subdomain of at most 63 characters (e.g. west or west.eu)."""
     host: _builtins.str
-    """The host (operator) that runs the cluster, so that a second host cannot take the name over."""
+    """The stable id of the host (operator) that runs the cluster, so that a second host cannot
+    take the member over, and a host deregisters only what it registered.
+    """
     kubernetes_version: _builtins.str
     """Release of its control plane, e.g. v1.36.3."""
     endpoint: _builtins.str
     """URL of its API server."""
+    namespace: _builtins.str
+    """The FakeCluster's namespace (empty: default). Namespace and name make the member's name
+    in the fleet, `namespace/name` (`name` alone in namespace default), which is unique and
+    which the member's token is bound to.
+    """
     @_builtins.property
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Labels for fleet selection (region, zone, provider), as on the FakeCluster."""
@@ -92,10 +100,11 @@ class ClusterIdentity(_message.Message):
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         kubernetes_version: _builtins.str = ...,
         endpoint: _builtins.str = ...,
+        namespace: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint", b"endpoint", "host", b"host", "kubernetes_version", b"kubernetes_version", "labels", b"labels", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoint", b"endpoint", "host", b"host", "kubernetes_version", b"kubernetes_version", "labels", b"labels", "name", b"name", "namespace", b"namespace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -313,7 +322,9 @@ class ClusterSelector(_message.Message):
     MATCH_LABELS_FIELD_NUMBER: _builtins.int
     MATCH_EXPRESSIONS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Members' names in the fleet: `namespace/name`, or `name` for namespace default."""
+
     @_builtins.property
     def match_labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property

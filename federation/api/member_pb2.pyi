@@ -4,7 +4,8 @@ isort:skip_file
 MemberService: what a member cluster's hub link speaks with the hub.
 
 Every call carries the member's token in the `authorization` metadata ("Bearer <token>"); the
-token is bound to one cluster name, and a member can neither register as nor act for another.
+token is bound to one member name (`namespace/name`, `name` in namespace default), and a
+member can neither register as nor act for another.
 """
 
 from collections import abc as _abc
@@ -117,18 +118,23 @@ class DeregisterRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CLUSTER_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
     TRACEPARENT_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
+    """The member's name in the fleet (`namespace/name`, `name` in namespace default)."""
+    host: _builtins.str
+    """The host that asks (ClusterIdentity.host): a member registered by another host stays."""
     traceparent: _builtins.str
     def __init__(
         self,
         *,
         cluster: _builtins.str = ...,
+        host: _builtins.str = ...,
         traceparent: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "traceparent", b"traceparent"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "host", b"host", "traceparent", b"traceparent"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -197,6 +203,7 @@ class Hello(_message.Message):
     CLUSTER_FIELD_NUMBER: _builtins.int
     COMMANDS_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
+    """The member's name in the fleet, as its token says."""
     @_builtins.property
     def commands(self) -> _containers.RepeatedCompositeFieldContainer[Global___CommandResult]: ...
     def __init__(

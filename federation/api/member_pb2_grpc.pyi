@@ -4,7 +4,8 @@ isort:skip_file
 MemberService: what a member cluster's hub link speaks with the hub.
 
 Every call carries the member's token in the `authorization` metadata ("Bearer <token>"); the
-token is bound to one cluster name, and a member can neither register as nor act for another.
+token is bound to one member name (`namespace/name`, `name` in namespace default), and a
+member can neither register as nor act for another.
 """
 
 from collections import abc as _abc

@@ -11,7 +11,12 @@ benchmark's simulated members); this module only keeps the conversation going:
 - on any failure it reconnects with jittered exponential back-off; refusals that retrying
   cannot fix (bad token, a name another host holds) wait longer and are reported as they are;
 - link faults (:class:`LinkFaults`) drop what goes one way or both, or delay it; when a
-  partition heals the session is opened anew, so that the Hello resynchronises both sides.
+  partition heals the session is opened anew, so that the Hello resynchronises both sides;
+- both ways are bounded queues: commands wait to be executed (:data:`COMMANDS`; when full, the
+  link stops reading and gRPC's flow control holds the hub back), and messages wait to be
+  written (:data:`OUTBOX`; heartbeats and acks wait for room). A result reported while the
+  outbox is full is not dropped: the session ends, and the next one's Hello carries every
+  result.
 
 Every wait (back-off, heartbeats, added latency, fault polls) is on the link's clock
 (``clock``, the wall clock unless a test passes its own).
@@ -49,6 +54,9 @@ BACKOFF_MAX = 3.0
 #: After a refusal that retrying does not fix (token, name), ask again this rarely.
 REFUSED_BACKOFF = 15.0
 FAULT_POLL = 0.2
+#: Commands received and not yet executed, and messages not yet written to the hub.
+COMMANDS = 1000
+OUTBOX = 10_000
 _FINAL = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
           grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS}
 
@@ -75,6 +83,10 @@ class LinkFaults:
 
 
 NO_FAULTS = LinkFaults()
+
+
+class Behind(Exception):
+    """More results wait for the hub than the outbox holds: a new session resynchronises."""
 
 
 class Member(Protocol):
@@ -120,6 +132,7 @@ class MemberLink:
         self._rng = rng or random.Random()
         self._clock = clock
         self._outbox: asyncio.Queue[member_pb2.MemberMessage] | None = None
+        self._behind: asyncio.Event | None = None
         self.sessions = 0
         self.hub_seq = 0
 
@@ -129,9 +142,13 @@ class MemberLink:
         The message carries the trace context current here: a member reports in the context
         of the command the result is about (:func:`federation.client.tracing.within`), so
         that the hub's handling of it joins the command's trace."""
-        if self._outbox is not None:
+        if self._outbox is None or self._behind is None:
+            return
+        try:
             self._outbox.put_nowait(member_pb2.MemberMessage(
                 result=result, traceparent=propagation.traceparent()))
+        except asyncio.QueueFull:
+            self._behind.set()
 
     async def run(self, stop_flag: asyncio.Event) -> None:
         delay = BACKOFF_FIRST
@@ -147,6 +164,9 @@ class MemberLink:
                 except grpc.aio.AioRpcError as error:
                     message = f"{error.code().name}: {error.details()}"
                     final = error.code() in _FINAL
+                    logger.warning("hub link of %s: %s", self.cluster, message)
+                except Behind as error:
+                    message, final = str(error), False
                     logger.warning("hub link of %s: %s", self.cluster, message)
                 except Exception as error:  # the member failed a command: start over
                     message, final = f"the member failed: {error}", False
@@ -176,10 +196,12 @@ class MemberLink:
         self.hub_seq = 0  # echoes count within a session: a restarted hub numbers anew
         hello = member_pb2.Hello(cluster=self.cluster, commands=await self.member.resync())
         await call.write(member_pb2.MemberMessage(hello=hello))
-        outbox: asyncio.Queue[member_pb2.MemberMessage] = asyncio.Queue()
-        self._outbox = outbox
-        commands: asyncio.Queue[member_pb2.HubMessage] = asyncio.Queue()
+        outbox: asyncio.Queue[member_pb2.MemberMessage] = asyncio.Queue(OUTBOX)
+        behind = asyncio.Event()
+        self._outbox, self._behind = outbox, behind
+        commands: asyncio.Queue[member_pb2.HubMessage] = asyncio.Queue(COMMANDS)
         tasks = [
+            asyncio.create_task(self._fall_behind(behind), name=f"link-behind-{self.cluster}"),
             asyncio.create_task(self._write(call, outbox), name=f"link-write-{self.cluster}"),
             asyncio.create_task(self._heartbeat(outbox, interval),
                                 name=f"link-beat-{self.cluster}"),
@@ -197,11 +219,16 @@ class MemberLink:
                 if not task.cancelled() and (error := task.exception()) is not None:
                     raise error
         finally:
-            self._outbox = None
+            self._outbox = self._behind = None
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             call.cancel()
+
+    async def _fall_behind(self, behind: asyncio.Event) -> None:
+        await behind.wait()
+        raise Behind(f"more than {OUTBOX} messages wait for the hub; a new session's Hello "
+                     f"reports every result")
 
     async def _write(self, call: grpc.aio.StreamStreamCall[member_pb2.MemberMessage,
                                                           member_pb2.HubMessage],
@@ -225,7 +252,7 @@ class MemberLink:
             inventory = await self.member.inventory()
             if inventory is not None:
                 beat.inventory.CopyFrom(inventory)
-            outbox.put_nowait(member_pb2.MemberMessage(heartbeat=beat))
+            await outbox.put(member_pb2.MemberMessage(heartbeat=beat))
             await self._clock.sleep(interval)
 
     async def _read(self, call: grpc.aio.StreamStreamCall[member_pb2.MemberMessage,
@@ -245,7 +272,7 @@ class MemberLink:
             if kind == "heartbeat":
                 self.hub_seq = max(self.hub_seq, message.heartbeat.seq)
             elif kind == "command":
-                commands.put_nowait(message)
+                await commands.put(message)  # full: the hub waits (flow control)
 
     async def _execute(self, commands: asyncio.Queue[member_pb2.HubMessage],
                        outbox: asyncio.Queue[member_pb2.MemberMessage]) -> None:
@@ -260,7 +287,7 @@ class MemberLink:
                     attributes=tracing.command_attributes(self.cluster, command)) as span:
                 duplicate = await self.member.execute(command)
                 span.set_attribute(tracing.DUPLICATE, duplicate)
-            outbox.put_nowait(member_pb2.MemberMessage(
+            await outbox.put(member_pb2.MemberMessage(
                 ack=member_pb2.CommandAck(command_id=command.id, duplicate=duplicate),
                 traceparent=propagation.traceparent(span)))
 
@@ -278,12 +305,14 @@ class MemberLink:
             await self._clock.sleep(FAULT_POLL)
 
 
-async def deregister(hub: HubAddress, token: str, cluster: str, *, timeout: float = 10) -> None:
-    """Take ``cluster`` out of the fleet (its FakeCluster is gone)."""
+async def deregister(hub: HubAddress, token: str, cluster: str, host: str, *,
+                     timeout: float = 10) -> None:
+    """Take ``cluster`` (its name in the fleet) out of the fleet (its FakeCluster is gone), if
+    ``host`` registered it."""
     channel = open_channel(hub)
     try:
         stub = member_pb2_grpc.MemberServiceStub(channel)
-        await stub.Deregister(member_pb2.DeregisterRequest(cluster=cluster),
+        await stub.Deregister(member_pb2.DeregisterRequest(cluster=cluster, host=host),
                               metadata=bearer(token), timeout=timeout)
     finally:
         await channel.close()

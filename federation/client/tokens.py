@@ -3,8 +3,11 @@
 A hub has one secret key (32 random bytes in its state directory). From it come
 
 - the **fleet token**, for users and the CLI: ``ff1.<mac>``;
-- one **member token** per cluster name: ``fm1.<cluster>.<mac>``, bound to that name: the mac
-  covers it, so a member holding it can register as, and act for, that cluster only.
+- one **member token** per member: ``fm1.<member>.<mac>``, bound to the member's name in the
+  fleet (``namespace/name``, ``name`` alone in namespace default:
+  :func:`primitives.names.member_name`): the mac covers it, so a member holding it can
+  register as, and act for, that FakeCluster only, and not for one of the same name in
+  another namespace.
 
 The hub checks a token by computing its mac again (no token table to keep in sync); whoever
 holds the key (the hub, and the operator on the hub's own host) can mint tokens. Changing the
@@ -16,9 +19,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
 import secrets
 from pathlib import Path
+
+from primitives.files import write_private
+from primitives.names import canonical_member_name
 
 KEY_BYTES = 32
 FLEET_PREFIX = "ff1"
@@ -34,22 +39,18 @@ def new_key() -> bytes:
 
 
 def load_or_create_key(path: Path) -> bytes:
-    """The key at ``path``, made (readable by its owner only) if there is none."""
+    """The key at ``path``, made (readable by its owner only, on disk before it is used) if
+    there is none. A file that is not a key (torn, empty) is a :class:`TokenError` naming it
+    and the way out."""
     try:
         key = path.read_bytes()
     except FileNotFoundError:
         key = new_key()
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(key)
         try:
-            os.link(temporary, path)  # never replaces a key another process made meanwhile
-        except FileExistsError:
+            write_private(path, key, replace=False)
+        except FileExistsError:  # another process made one meanwhile: that one is the key
             key = path.read_bytes()
-        finally:
-            temporary.unlink()
     if len(key) != KEY_BYTES:
         raise TokenError(f"{path} does not hold a hub key ({len(key)} bytes, not {KEY_BYTES}): "
                          f"remove it to make a new one (every token made so far stops working)")
@@ -65,8 +66,10 @@ def fleet_token(key: bytes) -> str:
     return f"{FLEET_PREFIX}.{_mac(key, 'fleet')}"
 
 
-def member_token(key: bytes, cluster: str) -> str:
-    return f"{MEMBER_PREFIX}.{cluster}.{_mac(key, 'member:' + cluster)}"
+def member_token(key: bytes, member: str) -> str:
+    """The token of ``member`` (its name in the fleet: ``namespace/name``)."""
+    member = canonical_member_name(member)
+    return f"{MEMBER_PREFIX}.{member}.{_mac(key, 'member:' + member)}"
 
 
 def check_fleet(key: bytes, token: str) -> None:
@@ -75,14 +78,14 @@ def check_fleet(key: bytes, token: str) -> None:
 
 
 def check_member(key: bytes, token: str) -> str:
-    """The cluster ``token`` speaks for."""
+    """The member ``token`` speaks for (its name in the fleet, as the fleet spells it)."""
     prefix, _, rest = token.partition(".")
     cluster, _, mac = rest.rpartition(".")
     if prefix != MEMBER_PREFIX or not cluster or not mac:
-        raise TokenError(f"not a member token (expected {MEMBER_PREFIX}.<cluster>.<mac>)")
+        raise TokenError(f"not a member token (expected {MEMBER_PREFIX}.<member>.<mac>)")
     if not hmac.compare_digest(mac.encode(), _mac(key, "member:" + cluster).encode()):
         # The name is the caller's: only its start goes back (a long one would make the
         # hub's answer too large for the caller to read).
         raise TokenError(f"the token for cluster {cluster[:80]!r} was not made with this "
                          f"hub's key")
-    return cluster
+    return canonical_member_name(cluster)

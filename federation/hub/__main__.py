@@ -14,6 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
+from federation.client.tokens import TokenError
 from federation.hub.core import HubSettings
 from federation.hub.server import ServeSettings, Tls, serve
 from federation.telemetry import setup
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     setup.configure("fakefleet-hub")
     try:
         asyncio.run(run())
-    except OSError as error:
+    except (OSError, TokenError) as error:  # a port taken, a full disk, a torn hub.key
         logging.getLogger(__name__).error("%s", error)
         return 1
     finally:

@@ -23,7 +23,7 @@ from federation.hub.runs import (
     Run,
     start_id,
 )
-from primitives import keys
+from primitives import keys, names
 from primitives.selectors import LabelSelector
 from primitives.stamps import Stamps
 
@@ -62,7 +62,8 @@ def duration(seconds: float) -> Duration:
 
 def identity(message: common_pb2.ClusterIdentity) -> Identity:
     return Identity(name=message.name, host=message.host, labels=dict(message.labels),
-                    kubernetes_version=message.kubernetes_version, endpoint=message.endpoint)
+                    kubernetes_version=message.kubernetes_version, endpoint=message.endpoint,
+                    namespace=message.namespace or names.DEFAULT_NAMESPACE)
 
 
 def inventory(message: common_pb2.Inventory) -> Inventory:
@@ -86,7 +87,8 @@ def member_message(member: Member) -> common_pb2.Member:
     return common_pb2.Member(
         cluster=common_pb2.ClusterIdentity(
             name=identity_.name, host=identity_.host, labels=identity_.labels,
-            kubernetes_version=identity_.kubernetes_version, endpoint=identity_.endpoint),
+            kubernetes_version=identity_.kubernetes_version, endpoint=identity_.endpoint,
+            namespace=identity_.namespace),
         state=_STATES[member.state], reason=member.reason, message=member.message,
         registered_at=timestamp(member.registered_at),
         last_heartbeat=timestamp(member.last_heartbeat),
@@ -111,8 +113,9 @@ def command_message(command: Command) -> member_pb2.HubMessage:
 
 
 def selector(message: common_pb2.ClusterSelector) -> dict[str, Any]:
-    """A selector as plain data (persisted with its run)."""
-    return {"names": list(message.names), "matchLabels": dict(message.match_labels),
+    """A selector as plain data (persisted with its run); names as the fleet spells them."""
+    return {"names": [names.canonical_member_name(name) for name in message.names],
+            "matchLabels": dict(message.match_labels),
             "matchExpressions": [{"key": r.key, "operator": r.operator, "values": list(r.values)}
                                  for r in message.match_expressions]}
 
@@ -126,8 +129,8 @@ def selector_message(value: Mapping[str, Any]) -> common_pb2.ClusterSelector:
 
 def selects(value: Mapping[str, Any], member: Identity) -> bool:
     """Whether the selector picks ``member``: every given part must hold."""
-    names = value.get("names") or []
-    if names and member.name not in names:
+    chosen = value.get("names") or []
+    if chosen and member.key not in chosen:
         return False
     return LabelSelector.of(value).matches(member.labels)
 
@@ -170,8 +173,10 @@ def workload_settings(spec: fleet_pb2.WorkloadSpec) -> wl.Settings:
         namespace=spec.namespace or DEFAULT_NAMESPACE, labels=dict(spec.labels),
         priority_class=spec.priority_class, queue=target.queue,
         placement=target.placement,  # type: ignore[arg-type]  # validated
-        selector=selector(target.clusters), weights=dict(target.weights),
-        manager=target.manager, seed=spec.seed, max_attempts=spec.max_attempts or 1)
+        selector=selector(target.clusters),
+        weights={names.canonical_member_name(name): w for name, w in target.weights.items()},
+        manager=names.canonical_member_name(target.manager) if target.manager else "",
+        seed=spec.seed, max_attempts=spec.max_attempts or 1)
 
 
 def arrivals(message: fleet_pb2.ArrivalProcess) -> Arrivals:

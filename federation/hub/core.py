@@ -39,6 +39,7 @@ from federation.hub.shared import Shared
 from federation.hub.store import Snapshot, Store
 from federation.hub.watching import Watching
 from primitives.clocks import SYSTEM_CLOCK, Clock
+from primitives.tasks import spawn
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,8 @@ class Hub:
         self.settings = settings
         self.clock = clock
         self.tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
-        self.store = Store(settings.state_dir / "state.json", fsync=settings.fsync)
+        self.store = Store(settings.state_dir / "state.json", fsync=settings.fsync,
+                           clock=clock)
         self.membership = Membership(grace=settings.grace)
         self.connected: dict[str, Session] = {}
         shared = Shared(membership=self.membership, store=self.store, connected=self.connected,
@@ -92,9 +94,11 @@ class Hub:
         self.store.start(self.snapshot)
         await self.store.commit()
         self._stats_from = (self.clock.now(), Counters())
-        self._ticker = asyncio.create_task(self._tick(), name="hub-ticker")
-        self._dispatcher = asyncio.create_task(self.dispatching.dispatch_forever(),
-                                               name="hub-dispatcher")
+        # A defect in either must not leave the hub serving without heartbeats or
+        # dispatching: each runs again after a back-off, its error logged.
+        self._ticker = spawn("hub-ticker", self._tick, clock=self.clock)
+        self._dispatcher = spawn("hub-dispatcher", self.dispatching.dispatch_forever,
+                                 clock=self.clock)
         logger.info("hub %s: %d members, %d runs, %d workloads", self.hub_id,
                     len(self.membership.members), len(self.running.runs),
                     len(self.dispatching.workloads))

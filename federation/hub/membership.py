@@ -8,6 +8,11 @@ Unreachable at once. The next heartbeat after that makes it Ready again.
 
 Every method returns the members whose state or inventory changed, for watchers; what is
 persisted (identity, inventory, state) is kept apart from what is only liveness bookkeeping.
+
+A member is known by its name in the fleet, ``namespace/name`` (:func:`primitives.names.
+member_name`), and belongs to the host that registered it: another host's registration of
+the same member is refused until the first has been Unreachable for :data:`TAKEOVER_AFTER`
+(a host that is gone for good), and only its own host may deregister it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Iterable, Mapping
+
+from primitives.names import DEFAULT_NAMESPACE, member_name
+
+#: How long a member must have been Unreachable before another host may register it (s): long
+#: enough that a host restarting its operator, or cut off for a while, keeps its members.
+TAKEOVER_AFTER = 300.0
 
 
 class State(enum.Enum):
@@ -29,6 +40,12 @@ class Identity:
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
     kubernetes_version: str = ""
     endpoint: str = ""
+    namespace: str = DEFAULT_NAMESPACE
+
+    @property
+    def key(self) -> str:
+        """The member's name in the fleet."""
+        return member_name(self.namespace, self.name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,18 +83,24 @@ class Member:
 
     @property
     def name(self) -> str:
-        return self.identity.name
+        """Its name in the fleet (``namespace/name``)."""
+        return self.identity.key
 
 
 class HostConflict(Exception):
-    """A cluster name already used by a connected member of another host."""
+    """A member that another host registered."""
+
+
+class Ambiguous(ValueError):
+    """A member name without its namespace that several namespaces have."""
 
 
 class Membership:
-    """Every member, by name."""
+    """Every member, by its name in the fleet."""
 
-    def __init__(self, *, grace: float) -> None:
+    def __init__(self, *, grace: float, takeover: float = TAKEOVER_AFTER) -> None:
         self.grace = grace
+        self.takeover = takeover
         self.members: dict[str, Member] = {}
 
     def restore(self, members: Iterable[Member], now: float) -> None:
@@ -88,25 +111,51 @@ class Membership:
             self.members[member.name] = member
 
     def register(self, identity: Identity, inventory: Inventory, now: float) -> Member:
-        """A member introduces itself (again). Refused when a connected member of another host
-        holds the name: two clusters cannot share one."""
-        member = self.members.get(identity.name)
+        """A member introduces itself (again). Refused while another host holds it: two
+        FakeClusters cannot be one member."""
+        key = identity.key
+        member = self.members.get(key)
         if member is None:
             member = Member(identity=identity, state=State.UNREACHABLE, reason="Registered",
                             message="registered; no session yet", registered_at=now,
                             state_since=now, inventory=inventory, heard_at=now, echoed_at=now)
-            self.members[identity.name] = member
+            self.members[key] = member
             return member
-        if member.connected and member.identity.host and identity.host \
-                and member.identity.host != identity.host \
-                and member.state is State.READY:
-            raise HostConflict(
-                f"cluster {identity.name!r} is connected from host {member.identity.host!r}; "
-                f"host {identity.host!r} cannot register the same name: rename one of them")
+        held = member.identity.host
+        if held and identity.host != held:
+            gone = now - member.state_since if member.state is State.UNREACHABLE else 0.0
+            if gone < self.takeover:
+                where = "connected" if member.state is State.READY \
+                    else f"Unreachable for {gone:.0f}s"
+                raise HostConflict(
+                    f"cluster {key!r} is registered by host {held!r} ({where}); host "
+                    f"{identity.host or '(none)'!r} cannot register it too: rename or move one "
+                    f"of the two FakeClusters, or delete it on host {held!r} (another host may "
+                    f"take it over once it has been Unreachable for {self.takeover:.0f}s)")
         member.identity = identity
         member.inventory = inventory
         member.heard_at = now
         return member
+
+    def resolve(self, name: str) -> str:
+        """A member name as a user writes it, as the fleet knows it: ``west`` is the member
+        of namespace default when there is one, else the only member of that FakeCluster
+        name in any namespace (left as it is when there is none, for one that registers
+        later). :class:`Ambiguous` when several namespaces have one."""
+        if "/" in name or name in self.members:
+            return name
+        found = sorted(key for key, member in self.members.items()
+                       if member.identity.name == name)
+        if len(found) > 1:
+            raise Ambiguous(f"{name!r} is the name of {len(found)} members "
+                            f"({', '.join(found)}); write namespace/name")
+        return found[0] if found else name
+
+    def holder(self, key: str) -> str | None:
+        """The host that registered member ``key`` ("" for none given; None: no such
+        member)."""
+        member = self.members.get(key)
+        return None if member is None else member.identity.host
 
     def connect(self, name: str, now: float) -> Member | None:
         """A session opened: the member is Ready. Returns it when its state changed."""

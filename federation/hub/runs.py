@@ -108,11 +108,13 @@ def stop_id(run_id: str, cluster: str) -> str:
 
 
 def parse_command_id(command_id: str) -> tuple[str, str, str] | None:
-    """(run id, cluster, start|stop), or None for an id no run of this hub made."""
-    parts = command_id.split("/")
-    if len(parts) != 3 or parts[2] not in ("start", "stop") or not parts[0] or not parts[1]:
+    """(run id, cluster, start|stop), or None for an id no run of this hub made. The cluster
+    is a member's name in the fleet: ``namespace/name`` has a slash of its own."""
+    run, _, rest = command_id.partition("/")
+    cluster, _, kind = rest.rpartition("/")
+    if kind not in ("start", "stop") or not run or not cluster or cluster.count("/") > 1:
         return None
-    return parts[0], parts[1], parts[2]
+    return run, cluster, kind
 
 
 @dataclasses.dataclass

@@ -30,6 +30,7 @@ from federation.client import tokens, tracing
 from federation.client.discovery import HubFiles, HubInfo
 from federation.hub.core import Hub, HubSettings
 from federation.hub.services import FleetService, MemberService
+from primitives.files import write_private
 
 logger = logging.getLogger(__name__)
 
@@ -62,12 +63,6 @@ class ServeSettings:
     tls: Tls | None = None
 
 
-def _write_private(path: Path, text: str) -> None:
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(text)
-
-
 async def serve(settings: ServeSettings, *, stop_flag: asyncio.Event,
                 ready: Callable[[HubInfo], None] | None = None,
                 tracer_provider: trace.TracerProvider | None = None) -> None:
@@ -75,7 +70,7 @@ async def serve(settings: ServeSettings, *, stop_flag: asyncio.Event,
     files = HubFiles(settings.hub.state_dir)
     settings.hub.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = tokens.load_or_create_key(files.key)
-    _write_private(files.fleet_token, tokens.fleet_token(key) + "\n")
+    write_private(files.fleet_token, (tokens.fleet_token(key) + "\n").encode())
     hub = Hub(settings.hub, tracer_provider=tracer_provider)
     await hub.start()
     server = grpc.aio.server(options=OPTIONS,

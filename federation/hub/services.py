@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,12 +21,14 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from federation.api import fleet_pb2, fleet_pb2_grpc, member_pb2, member_pb2_grpc
+from federation.api import common_pb2, fleet_pb2, fleet_pb2_grpc, member_pb2, member_pb2_grpc
 from federation.client import tokens
 from federation.hub import convert, validation
 from federation.hub.core import Hub
 from federation.hub.errors import Refused
+from federation.hub.membership import Ambiguous
 from federation.hub.sending import Session as MemberSession
+from primitives.names import canonical_member_name
 
 logger = logging.getLogger(__name__)
 
@@ -121,9 +124,9 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
                        context: Context) -> member_pb2.RegisterResponse:
         cluster = await self._cluster(context)
         await _invalid(context, validation.register(request))
-        await self._same(context, request.cluster.name, cluster, "cluster.name")
-        await self.hub.sessions.register(convert.identity(request.cluster),
-                                convert.inventory(request.capacity))
+        identity = convert.identity(request.cluster)
+        await self._same(context, identity.key, cluster, "cluster.namespace/name")
+        await self.hub.sessions.register(identity, convert.inventory(request.capacity))
         settings = self.hub.settings
         return member_pb2.RegisterResponse(
             hub_id=self.hub.hub_id,
@@ -135,9 +138,10 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
                          context: Context) -> member_pb2.DeregisterResponse:
         cluster = await self._cluster(context)
         await _invalid(context, validation.cluster_name(request.cluster, "cluster")
+                       + validation.host(request.host, "host")
                        + validation.traceparent(request.traceparent))
-        await self._same(context, request.cluster, cluster, "cluster")
-        await self.hub.sessions.deregister(cluster)
+        await self._same(context, canonical_member_name(request.cluster), cluster, "cluster")
+        await self.hub.sessions.deregister(cluster, request.host)
         return member_pb2.DeregisterResponse()
 
     @_guarded_stream
@@ -152,7 +156,8 @@ class MemberService(member_pb2_grpc.MemberServiceServicer):
             await _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED,
                          f"hello: none within {HELLO_TIMEOUT:g}s; a session opens with Hello")
         await _invalid(context, validation.member_message(hello, first=True))
-        await self._same(context, hello.hello.cluster, cluster, "hello.cluster")
+        await self._same(context, canonical_member_name(hello.hello.cluster), cluster,
+                         "hello.cluster")
         session = self.hub.sessions.open_session(cluster, hello.hello.commands)
         failure: list[tuple[grpc.StatusCode, str]] = []
         reader = asyncio.create_task(self._read(request_iterator, session, failure),
@@ -214,12 +219,28 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         except tokens.TokenError as error:
             await _abort(context, grpc.StatusCode.UNAUTHENTICATED, f"authorization: {error}")
 
+    def _resolve(self, name: str, field: str) -> str:
+        """A member name as the user wrote it (``west`` for the only west), as the fleet
+        knows it (``team-a/west``)."""
+        if not name:
+            return name
+        try:
+            return self.hub.membership.resolve(name)
+        except Ambiguous as error:
+            raise Refused("FAILED_PRECONDITION", f"{field}: {error}") from error
+
+    def _selector(self, message: common_pb2.ClusterSelector, field: str) -> dict[str, Any]:
+        selector = convert.selector(message)
+        selector["names"] = [self._resolve(name, f"{field}.names[{index}]")
+                             for index, name in enumerate(selector["names"])]
+        return selector
+
     @_guarded
     async def ListClusters(self, request: fleet_pb2.ListClustersRequest,
                            context: Context) -> fleet_pb2.ListClustersResponse:
         await self._authorise(context)
         await _invalid(context, validation.selector(request.selector, "selector"))
-        selector = convert.selector(request.selector)
+        selector = self._selector(request.selector, "selector")
         return fleet_pb2.ListClustersResponse(members=[
             convert.member_message(member)
             for _, member in sorted(self.hub.membership.members.items())
@@ -230,7 +251,7 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
                             context: Context) -> AsyncIterator[fleet_pb2.ClusterEvent]:
         await self._authorise(context)
         await _invalid(context, validation.selector(request.selector, "selector"))
-        watcher = self.hub.watching.watch(convert.selector(request.selector))
+        watcher = self.hub.watching.watch(self._selector(request.selector, "selector"))
         try:
             while (event := await watcher.events.get()) is not None:
                 yield event
@@ -249,7 +270,8 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         await _invalid(context, validation.run_plan(request))
         delay = request.start_delay.ToNanoseconds() / 1e9 \
             if request.HasField("start_delay") else None
-        run = await self.hub.running.run_plan(request.plan, convert.selector(request.clusters),
+        run = await self.hub.running.run_plan(request.plan,
+                                              self._selector(request.clusters, "clusters"),
                                               delay, request.name,
                                               traceparent=request.traceparent)
         return fleet_pb2.RunPlanResponse(run=convert.run_message(run))
@@ -301,8 +323,14 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         delay = request.start_delay.ToNanoseconds() / 1e9 \
             if request.HasField("start_delay") else None
         spec = request.spec
+        settings = convert.workload_settings(spec)
+        settings = dataclasses.replace(
+            settings, selector=self._selector(spec.target.clusters, "spec.target.clusters"),
+            manager=self._resolve(settings.manager, "spec.target.manager"),
+            weights={self._resolve(name, f"spec.target.weights[{name}]"): weight
+                     for name, weight in settings.weights.items()})
         workload = await self.hub.dispatching.submit_workload(
-            convert.workload_settings(spec), convert.arrivals(spec.arrivals),
+            settings, convert.arrivals(spec.arrivals),
             convert.run_time(spec.run_time), convert.spec_data(spec), request.name, delay,
             traceparent=request.traceparent)
         return convert.workload_message(workload, self.hub.clock.now())

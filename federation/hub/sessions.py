@@ -66,7 +66,7 @@ class Sessions:
     # -- members ---------------------------------------------------------------------------------
 
     async def register(self, identity: Identity, inventory: Inventory) -> Member:
-        known = identity.name in self.shared.membership.members
+        known = identity.key in self.shared.membership.members
         try:
             member = self.shared.membership.register(identity, inventory, self.shared.clock.now())
         except HostConflict as conflict:
@@ -75,7 +75,14 @@ class Sessions:
         await self.shared.store.commit()
         return member
 
-    async def deregister(self, cluster: str) -> None:
+    async def deregister(self, cluster: str, host: str) -> None:
+        """``cluster`` leaves the fleet, if ``host`` is the host that registered it (or it
+        was registered with none): a host takes out only what it put in."""
+        holder = self.shared.membership.holder(cluster)
+        if holder and holder != host:
+            raise Refused("FAILED_PRECONDITION",
+                          f"host: cluster {cluster!r} is registered by host {holder!r}, not "
+                          f"{host or '(none)'!r}; it stays in the fleet")
         session = self.shared.connected.pop(cluster, None)
         if session is not None:
             session.close()
@@ -206,7 +213,6 @@ class Sessions:
 
 
 def _owner(command_id: str) -> str | None:
-    """The cluster a command of this hub was made for (its id's middle part)."""
-    if parse_command_id(command_id) is None and parse_job_command_id(command_id) is None:
-        return None
-    return command_id.split("/")[1]
+    """The member a command of this hub was made for (its id's middle part)."""
+    parsed = parse_command_id(command_id) or parse_job_command_id(command_id)
+    return None if parsed is None else parsed[1]

@@ -14,6 +14,12 @@ grace from the restart.
 Trace context (the traceparents of runs, workloads and the first sending of each command) is
 stored with what it belongs to, so that a restarted hub's commands stay in their run's trace;
 a file written before it was kept reads as untraced.
+
+Format 1 named members by their FakeCluster's name alone; format 2 by their name in the fleet
+(``namespace/name``). A format-1 file is read as what its hub meant: a member's namespace is
+the one in the host id its operator then sent (``<hostname>:<state dir>:<namespace>``), else
+default, and the runs and workloads that name it are renamed with it. Such a member keeps no
+host (the operator now sends a stable host id), so its own host registers it again.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -32,15 +39,24 @@ from typing import Any
 from federation.hub.membership import Identity, Inventory, Member, Pool, State
 from federation.hub.runs import MemberPart, Part, Run
 from federation.hub.workloads import JobRecord, JobState, Settings, Workload
+from primitives.clocks import SYSTEM_CLOCK, Clock
 from primitives.files import write_private
+from primitives.names import DEFAULT_NAMESPACE, member_name
+from primitives.tasks import spawn
 
 logger = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2
+#: The host id operators sent while members were named by their FakeCluster's name alone.
+_FORMAT_1_HOST = re.compile(r"^[^:]*:/.*:(?P<namespace>[a-z0-9]([-a-z0-9]*[a-z0-9])?)\Z")
 #: After a write the store waits this many times as long as the state took to encode, so that
 #: encoding (which holds the hub's loop) takes at most a fifth of the hub's time however large
 #: the state grows; what changes meanwhile goes out together in the next write.
 PACE = 4
+#: After a failed write, the writer tries again this soon, and (a defect that repeats) at
+#: most this rarely (s).
+WRITE_RETRY = 1.0
+MAX_WRITE_RETRY = 30.0
 
 
 @dataclasses.dataclass
@@ -62,12 +78,50 @@ def encode(snapshot: Snapshot) -> dict[str, Any]:
 
 
 def decode(data: dict[str, Any]) -> Snapshot:
+    if data.get("format") == 1:
+        data = _from_format_1(data)
     if data.get("format") != FORMAT:
-        raise ValueError(f"state format {data.get('format')!r}; this hub reads {FORMAT}")
+        raise ValueError(f"state format {data.get('format')!r}; this hub reads {FORMAT} "
+                         f"(and 1)")
     return Snapshot(hub_id=data["hubId"],
                     members=[_read_member(m) for m in data.get("members", [])],
                     runs=[_read_run(r) for r in data.get("runs", [])],
                     workloads=[_read_workload(w) for w in data.get("workloads", [])])
+
+
+def _from_format_1(data: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 state in format 2: every member named as the fleet names it now."""
+    renamed: dict[str, str] = {}
+    for member in data.get("members", []):
+        identity = member["identity"]
+        found = _FORMAT_1_HOST.match(identity.get("host", ""))
+        identity["namespace"] = found["namespace"] if found else DEFAULT_NAMESPACE
+        identity["host"] = ""
+        renamed[identity["name"]] = member_name(identity["namespace"], identity["name"])
+
+    def name(value: str) -> str:
+        return renamed.get(value, value)
+
+    def selector(value: dict[str, Any]) -> None:
+        if value.get("names"):
+            value["names"] = [name(n) for n in value["names"]]
+
+    for run in data.get("runs", []):
+        selector(run["selector"])
+        for part in run["parts"]:
+            part["cluster"] = name(part["cluster"])
+    for workload in data.get("workloads", []):
+        if "lastTurn" in workload:
+            workload["lastTurn"] = name(workload["lastTurn"])
+        settings = workload["settings"]
+        selector(settings["selector"])
+        settings["manager"] = name(settings.get("manager", ""))
+        settings["weights"] = {name(n): w for n, w in settings.get("weights", {}).items()}
+        for job in workload["jobs"]:
+            for field in ("cluster", "avoid"):
+                if field in job:
+                    job[field] = name(job[field])
+    return data | {"format": FORMAT}
 
 
 # The encoders take each dataclass's fields as they are (vars) rather than through
@@ -138,16 +192,27 @@ def _read_workload(data: dict[str, Any]) -> Workload:
                           for raw in data["jobs"]])
 
 
-class Store:
-    """One state file, written by group commits from a background task."""
+class StoreError(OSError):
+    """The state cannot be written now: a commit that waited for it fails."""
 
-    def __init__(self, path: Path, *, fsync: bool = True) -> None:
+
+class Store:
+    """One state file, written by group commits from a background task.
+
+    The writer is supervised: an error it does not expect is logged with its traceback and it
+    starts again after a back-off. Meanwhile, and whenever it is not running, a commit fails
+    at once (:class:`StoreError`) rather than waiting for a write that may never come; the
+    change stays noted, and goes out with the next write that succeeds."""
+
+    def __init__(self, path: Path, *, fsync: bool = True, clock: Clock = SYSTEM_CLOCK) -> None:
         self.path = path
         self.fsync = fsync
+        self.clock = clock
         self._dirty = asyncio.Event()
         self._generation = 0  # changes made so far
         self._written = 0  # changes on disk
-        self._done = asyncio.Condition()
+        #: Set (and replaced) whenever a write ends, well or not, or the writer stops.
+        self._progress = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
 
@@ -159,7 +224,10 @@ class Store:
             return Snapshot(hub_id=secrets.token_hex(8), members=[], runs=[], workloads=[])
 
     def start(self, snapshot: Callable[[], Snapshot]) -> None:
-        self._task = asyncio.create_task(self._write_loop(snapshot), name="hub-store")
+        self._failure = None
+        self._task = spawn("hub-store", lambda: self._write_loop(snapshot), clock=self.clock,
+                           first=WRITE_RETRY, cap=MAX_WRITE_RETRY, on_failure=self._failed)
+        self._task.add_done_callback(lambda task: self._wake())
 
     async def stop(self) -> None:
         """Write what is pending, then stop."""
@@ -180,36 +248,47 @@ class Store:
         return self._generation
 
     async def commit(self, *, changed: bool = True) -> None:
-        """Note a change (unless ``changed`` is False) and return once it is on disk."""
+        """Note a change (unless ``changed`` is False) and return once it is on disk; a
+        :class:`StoreError` when the writer cannot write it now."""
         target = self.changed() if changed else self._generation
-        async with self._done:
-            await self._done.wait_for(lambda: self._written >= target or
-                                      self._failure is not None)
-        if self._failure is not None and self._written < target:
-            raise OSError(f"the hub cannot write {self.path}: {self._failure}")
+        while self._written < target:
+            if self._failure is not None:
+                raise StoreError(f"the hub cannot write {self.path}: {self._failure}")
+            if self._task is None or self._task.done():
+                raise StoreError(f"the hub cannot write {self.path}: its writer is not running")
+            await self._progress.wait()
+
+    def _wake(self) -> None:
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    def _failed(self, error: BaseException) -> None:
+        self._failure = error
+        self._wake()
 
     async def _write_loop(self, snapshot: Callable[[], Snapshot]) -> None:
+        if self._generation != self._written:
+            self._dirty.set()  # started again: what was pending is still to be written
         while True:
             await self._dirty.wait()
             self._dirty.clear()
+            # A commit made from now on waits for this attempt; one made while the last one
+            # had failed, and no other had begun, failed at once.
+            self._failure = None
             target = self._generation
             started = time.monotonic()
             text = json.dumps(encode(snapshot()), separators=(",", ":"))
             encoding = time.monotonic() - started
             try:
                 await asyncio.to_thread(self._write, text)
-            except OSError as error:
+            except OSError as error:  # a full disk, say: expected, and retried as it is
                 logger.error("cannot write %s: %s (retrying)", self.path, error)
-                self._failure = error
                 self._dirty.set()
-                async with self._done:
-                    self._done.notify_all()
-                await asyncio.sleep(1.0)
+                self._failed(error)
+                await self.clock.sleep(WRITE_RETRY)
                 continue
-            self._failure = None
-            async with self._done:
-                self._written = target
-                self._done.notify_all()
+            self._written = target
+            self._wake()
             await asyncio.sleep(PACE * encoding)
 
     def _write(self, text: str) -> None:

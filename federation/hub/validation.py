@@ -41,10 +41,15 @@ MAX_ID = 256
 
 
 def cluster_name(value: str, field: str) -> list[str]:
-    if not names.is_dns_label(value):
-        return [f"{field}: {value[:80]!r} is not a cluster name; use {names.DNS_LABEL_SYNTAX} "
-                f"(e.g. west-1)"]
+    """A member's name in the fleet: ``[namespace/]name``."""
+    if not names.is_member_name(value):
+        return [f"{field}: {value[:80]!r} is not a member name; use {names.MEMBER_NAME_SYNTAX} "
+                f"(e.g. west-1, west.eu or team-a/west-1)"]
     return []
+
+
+def host(value: str, field: str) -> list[str]:
+    return _text(value, field, 253)
 
 
 def labels(values: Mapping[str, str], field: str) -> list[str]:
@@ -120,11 +125,17 @@ def inventory(message: common_pb2.Inventory, field: str) -> list[str]:
 
 def register(request: member_pb2.RegisterRequest) -> list[str]:
     if not request.HasField("cluster"):
-        return ["cluster: missing; give the cluster's identity (name, host, labels, "
-                "kubernetes_version, endpoint)"]
+        return ["cluster: missing; give the cluster's identity (namespace, name, host, "
+                "labels, kubernetes_version, endpoint)"]
     cluster = request.cluster
-    problems = cluster_name(cluster.name, "cluster.name")
-    problems += _text(cluster.host, "cluster.host", 253)
+    problems = []
+    if not names.is_cluster_name(cluster.name):
+        problems.append(f"cluster.name: {cluster.name[:80]!r} is not a FakeCluster name; use "
+                        f"{names.CLUSTER_NAME_SYNTAX} (e.g. west-1 or west.eu)")
+    if cluster.namespace and not names.is_dns_label(cluster.namespace):
+        problems.append(f"cluster.namespace: {cluster.namespace[:80]!r} is not a namespace; use "
+                        f"{names.DNS_LABEL_SYNTAX}, or leave it empty for default")
+    problems += host(cluster.host, "cluster.host")
     problems += labels(cluster.labels, "cluster.labels")
     if cluster.kubernetes_version and not _VERSION.match(cluster.kubernetes_version):
         problems.append(f"cluster.kubernetes_version: {cluster.kubernetes_version[:80]!r} is "

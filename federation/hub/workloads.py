@@ -181,13 +181,14 @@ def command_id(workload_id: str, cluster: str, index: int, attempt: int) -> str:
 
 def parse_command_id(value: str) -> tuple[str, str, int, int] | None:
     """(workload id, cluster, index, attempt), or None for an id no workload made."""
-    parts = value.split("/")
-    if len(parts) != 3 or not parts[0] or not parts[1] or not parts[2].startswith("job-"):
+    workload, _, rest = value.partition("/")
+    cluster, _, job = rest.rpartition("/")  # namespace/name: a slash of its own
+    if not workload or not cluster or cluster.count("/") > 1 or not job.startswith("job-"):
         return None
-    numbers = parts[2].removeprefix("job-").split("-")
+    numbers = job.removeprefix("job-").split("-")
     if len(numbers) != 2 or not all(n.isdigit() for n in numbers):
         return None
-    return parts[0], parts[1], int(numbers[0]), int(numbers[1])
+    return workload, cluster, int(numbers[0]), int(numbers[1])
 
 
 @dataclasses.dataclass

@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -44,6 +45,7 @@ from federation.telemetry.files import CollectorFiles, CollectorInfo
 from federation.telemetry.store import Retention, SpanStore, StoreError
 from primitives.clocks import SYSTEM_CLOCK, Clock
 from primitives.flags import integer, number
+from primitives.tasks import spawn
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +173,7 @@ async def serve(settings: CollectorSettings, *, stop_flag: asyncio.Event,
         info.write(files.info)
         logger.info("collector serves OTLP/gRPC on %s, spans in %s", info.address,
                     files.database)
-        retaining = asyncio.create_task(_retain(store, writer, settings, clock), name="retention")
+        retaining = spawn("retention", functools.partial(_retain, store, writer, settings, clock))
         if ready is not None:
             ready(info)
         await stop_flag.wait()

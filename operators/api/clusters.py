@@ -17,13 +17,13 @@ from operators.api.base import (
 from operators.api.durations import DURATION_PATTERN
 from operators.api.names import Labels, rule, validations
 from primitives import keys
-from primitives.names import LABEL_VALUE_MAX_LENGTH
+from primitives.names import CLUSTER_NAME_MAX_LENGTH, LABEL_VALUE_MAX_LENGTH
 
 DEFAULT_KUBERNETES_VERSION = "v1.36.3"
 KUBECONFIG_KEY = "kubeconfig"
 #: A FakeCluster's name is a label value (:data:`~primitives.keys.CLUSTER`); the other names
 #: made from it (the Secret ``<name>-kubeconfig``, directories, the etcd prefix) allow more.
-MAX_CLUSTER_NAME_LENGTH = LABEL_VALUE_MAX_LENGTH
+MAX_CLUSTER_NAME_LENGTH = CLUSTER_NAME_MAX_LENGTH
 
 NAME_RULE = rule(
     f"size(self.metadata.name) <= {MAX_CLUSTER_NAME_LENGTH}",

@@ -43,6 +43,7 @@ from operators.cli.connecting import (
 )
 from operators.cli.terminal import WAIT, console, stdout
 from operators.faults import progress
+from primitives import names
 from primitives.selectors import SelectorError
 
 STATES = {common_pb2.MEMBER_STATE_READY: "Ready", common_pb2.MEMBER_STATE_UNREACHABLE:
@@ -64,7 +65,8 @@ def _selector(selector: str, clusters: str) -> common_pb2.ClusterSelector:
 selector_options = (
     click.option("--selector", "-l", default="", help="label selector over the members' "
                  "labels, e.g. 'region=eu,gpu in (h100,b200)'"),
-    click.option("--clusters", default="", help="comma-separated member names"),
+    click.option("--clusters", default="", help="comma-separated member names "
+                 "(namespace/name, or name for namespace default)"),
 )
 
 
@@ -82,6 +84,11 @@ def fleet() -> None:
 # -- members -----------------------------------------------------------------------------------
 
 
+def member_name(member: common_pb2.Member) -> str:
+    """Its name in the fleet: ``namespace/name``, ``name`` alone in namespace default."""
+    return names.member_name(member.cluster.namespace, member.cluster.name)
+
+
 def members_table(members: list[common_pb2.Member], title: str) -> Table:
     table = Table(title=title)
     for column in ("cluster", "state", "reason", "nodes", "gpus", "pods", "labels",
@@ -93,7 +100,7 @@ def members_table(members: list[common_pb2.Member], title: str) -> Table:
         pods = ", ".join(f"{phase} {count}" for phase, count
                          in sorted(inventory.pods_by_phase.items()) if count) or "-"
         table.add_row(
-            member.cluster.name, Text(state, style="green" if state == "Ready" else "red"),
+            member_name(member), Text(state, style="green" if state == "Ready" else "red"),
             member.reason, f"{inventory.nodes_ready}/{inventory.nodes_total}",
             inventory.allocatable.get("nvidia.com/gpu", "-"), pods,
             ",".join(f"{k}={v}" for k, v in sorted(member.cluster.labels.items())) or "-",
@@ -141,9 +148,9 @@ def watch(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Pat
                         synced = True
                         if not live:
                             stdout.print(members_table(sorted(
-                                members.values(), key=lambda m: m.cluster.name), "fleet"))
+                                members.values(), key=member_name), "fleet"))
                     else:
-                        name = event.member.cluster.name
+                        name = member_name(event.member)
                         before = members.get(name)
                         if event.type == fleet_pb2.EVENT_TYPE_DELETED:
                             members.pop(name, None)
@@ -153,7 +160,7 @@ def watch(state_dir: Path, hub: str | None, hub_ca: Path | None, token_file: Pat
                             _print_event(event, before)
                     if live and screen is not None:
                         screen.update(members_table(sorted(
-                            members.values(), key=lambda m: m.cluster.name),
+                            members.values(), key=member_name),
                             f"fleet: {len(members)} members"), refresh=True)
 
     try:
@@ -170,7 +177,7 @@ def _print_event(event: fleet_pb2.ClusterEvent, before: common_pb2.Member | None
     was = STATES.get(before.state, "?") if before else "-"
     change = f"{was} → {state}" if before and before.state != member.state else state
     stamp = datetime.datetime.now().strftime("%H:%M:%S")
-    stdout.print(f"{stamp}  {EVENTS[event.type]:<8} {member.cluster.name:<20} {change}  "
+    stdout.print(f"{stamp}  {EVENTS[event.type]:<8} {member_name(member):<20} {change}  "
                  f"{member.reason}: {member.message}", highlight=False, soft_wrap=True)
 
 

@@ -4,6 +4,7 @@
     <state>/host.json                   what the daemon runs (HostState)
     <state>/operator.lock, operator.log the operator (one per directory)
     <state>/operator.json               what the operator runs: members and engines (OperatorState)
+    <state>/host-id                     this host's id in the fleet (the hub's members are its)
     <state>/etcd/                       the shared etcd (operators.controlplane.etcd)
     <state>/hub/                        the federation hub: its key, state.json, hub.json
                                         (federation.client.discovery), pki/, hub.log
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
+import socket
 from pathlib import Path
 from typing import TypeVar
 
@@ -70,6 +73,29 @@ class StateDir:
     @property
     def operator_file(self) -> Path:
         return self.root / "operator.json"
+
+    @property
+    def host_id_file(self) -> Path:
+        return self.root / "host-id"
+
+    def host_id(self) -> str:
+        """This host's id in the fleet: made once (its hostname and a random part) and kept,
+        so that the hub knows the members this host registered across restarts, and tells
+        them from another host's of the same name."""
+        path = self.host_id_file
+        try:
+            found = path.read_text().strip()
+        except FileNotFoundError:
+            found = None
+        if found:
+            return found
+        made = f"{socket.gethostname()}-{secrets.token_hex(4)}"
+        try:
+            # An empty (torn) file is replaced; a missing one made only once.
+            write_private(path, made.encode(), replace=found is not None)
+        except FileExistsError:  # made meanwhile by another process
+            return path.read_text().strip() or made
+        return made
 
     @property
     def etcd(self) -> EtcdFiles:

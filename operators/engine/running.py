@@ -256,6 +256,8 @@ class ClusterEngine:
 
     def forgotten(self, name: str) -> None:
         self.heartbeats.untrack(name)
+        if self.usage is not None:
+            self.usage.node_gone(name)
         self.pools.touch()
         self._dirty.set()  # deleted by someone else: made again if still wanted
 

@@ -139,7 +139,7 @@ class UsageBook:
         self._created = created
         self._meters: dict[str, Meter] = {}
         self._by_node: dict[str, dict[str, Meter]] = {}
-        #: Core-seconds of containers that stopped, per node.
+        #: Core-seconds of containers that stopped, per node that exists.
         self._retired: dict[str, float] = {}
         #: Per pool, the spec its defaults were parsed from, and them.
         self._defaults: dict[str, tuple[FakeNodePoolSpec, Defaults]] = {}
@@ -185,8 +185,15 @@ class UsageBook:
             if not on_node:
                 del self._by_node[meter.facts.node]
 
+    def node_gone(self, node: str) -> None:
+        """``node`` was deleted: what its stopped containers used goes with it (a node made
+        again under its name starts its counters anew, as a new kubelet's do)."""
+        self._retired.pop(node, None)
+
     def _retire(self, meter: Meter, now: float) -> None:
         node = meter.facts.node
+        if not self._created(node):
+            return  # the node is gone (its pods may go after it): nothing counts for it
         cpu = meter.cpu or self.defaults(node).cpu
         self._retired[node] = self._retired.get(node, 0.0) + meter.cpu_seconds(now, cpu)
 

@@ -14,7 +14,6 @@ import asyncio
 import base64
 import dataclasses
 import logging
-import socket
 from typing import Any
 
 import grpc
@@ -26,6 +25,7 @@ from federation.client.discovery import HubFiles, local_credentials
 from federation.client.member import MemberLink, deregister
 from operators.api.base import API_VERSION
 from operators.api.clusters import CA_KEY, TOKEN_KEY, FakeCluster
+from operators.controlplane.state import StateDir
 from operators.handlers.clusters import member_access
 from operators.handlers.runtime import Runtime
 from operators.hublink.jobwatching import MEMBER_CONNECTIONS, WORKER_CONNECTIONS
@@ -33,6 +33,8 @@ from operators.hublink.member import HostMember
 from operators.k8s.client import Client
 from operators.k8s.errors import K8sError, NotFound
 from operators.reconciling.clusters import HubState, cluster_key
+from primitives.names import member_name
+from primitives.tasks import spawn
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +62,8 @@ async def target(runtime: Runtime, cluster: FakeCluster) -> Target | HubState:
                                             "one unless --no-hub) and spec.federation.address "
                                             "is not set")
         info, key = local
-        return Target(HubAddress.of(info.address, info.ca), tokens.member_token(key, name))
+        return Target(HubAddress.of(info.address, info.ca),
+                      tokens.member_token(key, member_name(namespace, name)))
     secret_name = federation.credentialsSecret or ""
     try:
         secret = await runtime.host.get(SECRETS.format(namespace=namespace, name=secret_name))
@@ -77,11 +80,6 @@ async def target(runtime: Runtime, cluster: FakeCluster) -> Target | HubState:
                         f"hub's CA)")
     return Target(HubAddress(federation.address, base64.b64decode(data[CA_KEY])),
                   base64.b64decode(data[TOKEN_KEY]).decode().strip())
-
-
-def host_id(runtime: Runtime, namespace: str) -> str:
-    """Who runs the cluster: this host's operator, in this namespace."""
-    return f"{socket.gethostname()}:{runtime.state_dir}:{namespace}"
 
 
 async def run(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
@@ -106,7 +104,8 @@ async def run(body: kopf.Body, memo: kopf.Memo, stopped: kopf.DaemonStopped,
     finally:
         runtime.hub_links.pop(key, None)
         if joined is not None and body.get("metadata", {}).get("deletionTimestamp"):
-            await _deregister(joined, name)
+            await _deregister(joined, member_name(namespace, name),
+                              StateDir(runtime.state_dir).host_id())
 
 
 async def _link(runtime: Runtime, body: kopf.Body, key: str, found: Target,
@@ -148,15 +147,18 @@ async def _link(runtime: Runtime, body: kopf.Body, key: str, found: Target,
         runtime.hub_links[key] = HubState(up, "Connected" if up else "Disconnected", message)
 
     runtime.hub_links[key] = HubState(False, "Connecting", f"connecting to {found.hub.address}")
-    member = HostMember(runtime.host, namespace, name, host_id=host_id(runtime, namespace),
+    member = HostMember(runtime.host, namespace, name,
+                        host_id=StateDir(runtime.state_dir).host_id(),
                         annotations=lambda: body.get("metadata", {}).get("annotations") or {},
                         member_client=member_client, worker_client=worker_client,
                         on_state=on_state)
-    link = MemberLink(found.hub, found.token, member, name)
+    link = MemberLink(found.hub, found.token, member, member.fleet_name)
     member.report = link.report
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(link.run(stop), name=f"hub-link-{key}"),
-             asyncio.create_task(member.observe(stop), name=f"hub-observe-{key}")]
+    # Supervised: a defect in either is logged and it starts again, rather than leaving the
+    # cluster linked but silent (or observed but unlinked) until the operator restarts.
+    tasks = [spawn(f"hub-link-{key}", lambda: link.run(stop)),
+             spawn(f"hub-observe-{key}", lambda: member.observe(stop))]
     try:
         while not stopped:
             await stopped.wait(RECHECK)
@@ -174,9 +176,9 @@ async def _link(runtime: Runtime, body: kopf.Body, key: str, found: Target,
             await client.close()
 
 
-async def _deregister(found: Target, name: str) -> None:
+async def _deregister(found: Target, name: str, host: str) -> None:
     try:
-        await deregister(found.hub, found.token, name)
+        await deregister(found.hub, found.token, name, host)
         logger.info("cluster %s left the hub", name)
     except grpc.aio.AioRpcError as error:  # the hub's grace says Unreachable instead
         logger.warning("cluster %s could not leave the hub: %s", name, error.details())

@@ -37,8 +37,8 @@ def register_request(cluster: FakeCluster, host: str,
     status = cluster.status
     version = (status.kubernetesVersion if status else "") or cluster.spec.kubernetesVersion
     return member_pb2.RegisterRequest(cluster=common_pb2.ClusterIdentity(
-        name=cluster.metadata["name"], host=host, labels=cluster.spec.labels,
-        kubernetes_version=version.split("+")[0] if version else "",
+        name=cluster.metadata["name"], namespace=cluster.metadata["namespace"], host=host,
+        labels=cluster.spec.labels, kubernetes_version=version.split("+")[0] if version else "",
         endpoint=status.endpoint if status else ""), capacity=capacity)
 
 

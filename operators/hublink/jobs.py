@@ -34,6 +34,7 @@ from federation.api import member_pb2
 from operators.hublink import convert
 from operators.k8s.times import parse
 from primitives import keys
+from primitives.names import DEFAULT_NAMESPACE, member_name
 from primitives.stamps import STEPS, Stamps
 
 COMMAND_ANNOTATION = keys.FLEET_COMMAND
@@ -178,8 +179,11 @@ def place(seen: Seen, cluster: str) -> None:
             seen.clusters = (*seen.clusters, cluster)
 
 
-def result(job: Mapping[str, Any], seen: Seen) -> member_pb2.CommandResult | None:
-    """The Job's result for the hub; None for a Job no command made."""
+def result(job: Mapping[str, Any], seen: Seen,
+           namespace: str = DEFAULT_NAMESPACE) -> member_pb2.CommandResult | None:
+    """The Job's result for the hub; None for a Job no command made. ``namespace``: the
+    member's, where the workers a scheduler places Jobs on are FakeClusters too (the hub
+    knows them by their names in the fleet)."""
     command = ((job.get("metadata") or {}).get("annotations") or {}).get(COMMAND_ANNOTATION)
     if not command:
         return None
@@ -200,6 +204,6 @@ def result(job: Mapping[str, Any], seen: Seen) -> member_pb2.CommandResult | Non
     for step in STEPS:
         if value := getattr(seen, step):
             getattr(progress, f"{step}_at").FromNanoseconds(int(value * 1e9))
-    progress.placed_on = seen.placed_on
+    progress.placed_on = member_name(namespace, seen.placed_on) if seen.placed_on else ""
     progress.redispatched = max(0, len(seen.clusters) - 1)
     return out

@@ -1,5 +1,6 @@
 """Job commands in a member: the Job a ``CreateJob`` asks for is created in the member's API
-server, and three watches follow it until it is done, each step reported as it shows:
+server, and three watches follow it until it is done (each supervised: a defect in one is
+logged, and it starts again), each step reported as it shows:
 
 - the member's workload Jobs (created, admitted, running, finished);
 - once a queued Job exists, Kueue's Workloads (admission, and the worker MultiKueue chose; they
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -40,6 +42,8 @@ from operators.k8s.errors import (
 from operators.k8s.watching import list_all, list_and_watch
 from primitives import keys, propagation
 from primitives.clocks import Clock
+from primitives.names import member_name
+from primitives.tasks import spawn
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +73,9 @@ class JobWatching:
                  clock: Clock) -> None:
         self.namespace = namespace
         self.name = name
+        #: What the ids of this member's commands name it: its name in the fleet, and its
+        #: FakeCluster's name alone in the ids of hubs from before namespaces counted.
+        self._names = {member_name(namespace, name), name}
         self.reporting = reporting
         self._member_client = member_client
         #: A client of the FakeCluster of that name beside this one (a MultiKueue worker).
@@ -134,7 +141,11 @@ class JobWatching:
                                       {"labelSelector": keys.WORKLOAD})
             self._on_jobs_listed(items, live=False)
         return [r for job in self._jobs.values()
-                if (r := jobs.result(job, self._seen_of(job))) is not None]
+                if (r := jobs.result(job, self._seen_of(job), self.namespace)) is not None]
+
+    def commands(self) -> set[str]:
+        """The commands whose Jobs the watch shows."""
+        return set(self._jobs)
 
     # -- the watches -----------------------------------------------------------------------------
 
@@ -147,11 +158,13 @@ class JobWatching:
             self._jobs_synced = False
             self._watched = client
             if client is not None:
-                self._watchers[JOBS] = asyncio.create_task(
-                    self._watch_jobs(client), name=f"hublink-jobs-{self.name}")
+                self._watchers[JOBS] = spawn(f"hublink-jobs-{self.name}",
+                                             functools.partial(self._watch_jobs, client),
+                                             clock=self.clock)
         if client is not None and KUEUE not in self._watchers and self._queued_jobs():
-            self._watchers[KUEUE] = asyncio.create_task(
-                self._watch_workloads(client), name=f"hublink-kueue-{self.name}")
+            self._watchers[KUEUE] = spawn(f"hublink-kueue-{self.name}",
+                                          functools.partial(self._watch_workloads, client),
+                                          clock=self.clock)
 
     async def watch_workers(self, now: float) -> None:
         """Watch the copies in each worker a scheduler here placed unfinished Jobs on."""
@@ -159,9 +172,10 @@ class JobWatching:
             if WORKER + worker not in self._watchers and now >= self._worker_at.get(worker, 0.0):
                 self._worker_at[worker] = now + WORKER_RETRY
                 if (worker_api := await self._worker_client(worker)) is not None:
-                    self._watchers[WORKER + worker] = asyncio.create_task(
-                        self._watch_copies(worker, worker_api),
-                        name=f"hublink-copies-{self.name}-{worker}")
+                    self._watchers[WORKER + worker] = spawn(
+                        f"hublink-copies-{self.name}-{worker}",
+                        functools.partial(self._watch_copies, worker, worker_api),
+                        clock=self.clock)
 
     async def unwatch(self) -> None:
         """Stop every watch; watching again starts them anew."""
@@ -218,14 +232,15 @@ class JobWatching:
         copied: the command is the manager's to report, not this member's)."""
         command = str(((job.get("metadata") or {}).get("annotations") or {})
                       .get(jobs.COMMAND_ANNOTATION, ""))
-        parts = command.split("/")
-        return command if len(parts) == 3 and parts[1] == self.name else ""
+        _, _, rest = command.partition("/")
+        cluster, _, _ = rest.rpartition("/")
+        return command if cluster in self._names else ""
 
     def _seen_of(self, job: dict[str, Any]) -> jobs.Seen:
         return self._seen.setdefault(self._command_of(job), jobs.Seen())
 
     def _report_job(self, job: dict[str, Any]) -> None:
-        result = jobs.result(job, self._seen_of(job))
+        result = jobs.result(job, self._seen_of(job), self.namespace)
         if result is not None:
             self.reporting.update(result, job)
 

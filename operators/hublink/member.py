@@ -14,8 +14,9 @@ an operator restart the hub still resends nothing that ran), and a command is ac
 its object exists (a delivery that finds it there is a duplicate, executed once). Transient API
 errors are retried here, with back-off; the command waits, and the hub keeps it.
 
-:meth:`HostMember.observe` runs beside the link: it keeps the watches running, reports each
-fleet FaultPlan whose result changed, and refreshes the inventory.
+:meth:`HostMember.observe` runs beside the link (supervised by the hub link's daemon): it keeps
+the watches running, reports each fleet FaultPlan whose result changed, forgets what was
+reported of commands whose objects are gone, and refreshes the inventory.
 
 Tracing: :meth:`HostMember.execute` runs in the link's ``member.execute_command`` span; the
 FaultPlan or Job it creates carries that span's context (annotation
@@ -43,6 +44,7 @@ from operators.k8s.client import Client
 from operators.k8s.errors import K8sError, transient
 from operators.k8s.retrying import Backoff
 from primitives.clocks import SYSTEM_CLOCK, Clock
+from primitives.names import member_name
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +72,7 @@ class HostMember:
         self._annotations = annotations
         self._on_state = on_state
         self.clock = clock
-        self.reporting = Reporting()
+        self.reporting = Reporting(member_name(namespace, name), name)
         self.plans = Plans(host, namespace, name, reporting=self.reporting,
                            cluster=self._cluster)
         self.jobs = JobWatching(namespace, name, reporting=self.reporting,
@@ -86,6 +88,11 @@ class HostMember:
     @report.setter
     def report(self, report: Callable[[member_pb2.CommandResult], None]) -> None:
         self.reporting.report = report
+
+    @property
+    def fleet_name(self) -> str:
+        """The member's name in the fleet (what its token and its commands' ids name)."""
+        return member_name(self.namespace, self.name)
 
     async def _cluster(self) -> FakeCluster:
         return FakeCluster.model_validate(await self.host.get(
@@ -143,7 +150,8 @@ class HostMember:
                 now = self.clock.now()
                 await self.jobs.watch_workers(now)
                 try:
-                    await self.plans.report_changes()
+                    plans = await self.plans.report_changes()
+                    self.reporting.retain(plans | self.jobs.commands())
                     await self.inventorying.refresh(now)
                 except K8sError as error:
                     logger.warning("hub link of %s/%s cannot observe: %s", self.namespace,

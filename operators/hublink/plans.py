@@ -52,13 +52,17 @@ class Plans:
         listed = await self.host.get(self._path, self._selector)
         return [r for plan in listed.get("items", []) if (r := convert.result(plan))]
 
-    async def report_changes(self) -> None:
-        """Report each fleet FaultPlan whose result changed."""
+    async def report_changes(self) -> set[str]:
+        """Report each fleet FaultPlan whose result changed; returns the commands of those
+        there are."""
         listed = await self.host.get(self._path, self._selector)
+        commands = set()
         for plan in listed.get("items", []):
             result = convert.result(plan)
             if result is not None:
                 self.reporting.update(result, plan)
+                commands.add(result.command_id)
+        return commands
 
     async def start(self, command: member_pb2.Command) -> bool:
         if command.id in self.reporting.refused:

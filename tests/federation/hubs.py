@@ -18,6 +18,7 @@ from federation.client.fleet import FleetClient
 from federation.hub.core import HubSettings
 from federation.hub.server import ServeSettings, Tls, serve
 from primitives.clocks import SystemClock
+from primitives.names import member_name
 
 HEARTBEAT = 0.2
 GRACE = 0.8
@@ -80,21 +81,28 @@ async def running_hub(state_dir: Path, *, tls: Tls | None = None,
         await task
 
 
-def identity(name: str, **labels: str) -> common_pb2.ClusterIdentity:
-    return common_pb2.ClusterIdentity(name=name, host="test", labels=labels,
+def identity(name: str, namespace: str = "", host: str = "test",
+             **labels: str) -> common_pb2.ClusterIdentity:
+    return common_pb2.ClusterIdentity(name=name, namespace=namespace, host=host, labels=labels,
                                       kubernetes_version="v1.36.3",
                                       endpoint="https://127.0.0.1:6443")
 
 
 class RawMember:
-    """One member speaking the protocol by hand: every message is the test's choice."""
+    """One member speaking the protocol by hand: every message is the test's choice.
+    ``name``: its FakeCluster's name, in ``namespace`` (empty: default), on ``host``."""
 
-    def __init__(self, hub: RunningHub, name: str, token: str | None = None) -> None:
+    def __init__(self, hub: RunningHub, name: str, token: str | None = None, *,
+                 namespace: str = "", host: str = "test") -> None:
         self.hub = hub
-        self.name = name
+        self.cluster = name
+        self.namespace = namespace
+        self.host = host
+        #: Its name in the fleet.
+        self.name = member_name(namespace, name)
         self.channel = open_channel(hub.address)
         self.stub = hub.stub(self.channel)
-        self.metadata = bearer(token or hub.member_token(name))
+        self.metadata = bearer(token or hub.member_token(self.name))
         self.call: grpc.aio.StreamStreamCall[member_pb2.MemberMessage,
                                              member_pb2.HubMessage] | None = None
         self.commands: asyncio.Queue[member_pb2.Command] = asyncio.Queue()
@@ -104,8 +112,14 @@ class RawMember:
 
     async def register(self, **labels: str) -> member_pb2.RegisterResponse:
         return await self.stub.Register(
-            member_pb2.RegisterRequest(cluster=identity(self.name, **labels)),
+            member_pb2.RegisterRequest(cluster=identity(self.cluster, self.namespace,
+                                                        self.host, **labels)),
             metadata=self.metadata, timeout=5)
+
+    async def deregister(self) -> None:
+        await self.stub.Deregister(member_pb2.DeregisterRequest(cluster=self.name,
+                                                                host=self.host),
+                                   metadata=self.metadata, timeout=5)
 
     async def hello(self, *reports: member_pb2.CommandResult) -> None:
         self.call = self.stub.Session(metadata=self.metadata)

@@ -39,6 +39,7 @@ from federation.api import common_pb2, fleet_pb2, fleet_pb2_grpc, member_pb2, me
 from federation.client import tokens
 from federation.client.channels import bearer, open_channel
 from federation.hub import validation
+from primitives import names
 from tests.federation.hubs import RunningHub, running_hub
 
 Code = grpc.StatusCode
@@ -473,7 +474,7 @@ async def _others() -> list[asyncio.Task[Any]]:
 
 def _claimed(call: Call) -> str:
     if call.method == "Register":
-        return str(call.request.cluster.name)
+        return names.member_name(call.request.cluster.namespace, call.request.cluster.name)
     if call.method == "Deregister":
         return str(call.request.cluster)
     if call.method == "Session" and call.request:
@@ -565,10 +566,10 @@ async def _example(fuzzed: Fuzzed, calls: list[Call]) -> list[Answer]:
     finally:
         # Every member leaves: their runs finish (and the oldest finished are forgotten).
         for member in members:
-            name = member.cluster.name
-            await fuzzed.members.Deregister(member_pb2.DeregisterRequest(cluster=name),
-                                            metadata=bearer(hub.member_token(name)),
-                                            timeout=TIMEOUT)
+            name = names.member_name(member.cluster.namespace, member.cluster.name)
+            await fuzzed.members.Deregister(
+                member_pb2.DeregisterRequest(cluster=name, host=member.cluster.host),
+                metadata=bearer(hub.member_token(name)), timeout=TIMEOUT)
     return answers
 
 

@@ -13,6 +13,7 @@ from federation.api import member_pb2
 from federation.hub import core
 from federation.hub.core import Hub, HubSettings
 from federation.hub.membership import Identity, Inventory
+from tests.fakes.clocks import FakeClock
 from tests.federation.hubs import HandClock
 
 
@@ -62,3 +63,31 @@ async def test_the_ticker_logs_the_stats_line_every_interval(
                     await asyncio.sleep(0.02)
         finally:
             await hub.stop()
+
+
+async def test_a_ticker_that_fails_is_logged_and_ticks_again(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A defect in one tick must not leave the hub serving without heartbeats."""
+    clock = FakeClock()
+    hub = Hub(HubSettings(state_dir=tmp_path, heartbeat_interval=1.0, grace=3.0, fsync=False),
+              clock=clock)
+    beats: list[float] = []
+    heartbeat_all = hub.sessions.heartbeat_all
+
+    def flaky(now: float) -> None:
+        beats.append(now)
+        if len(beats) == 1:
+            raise RuntimeError("a defect")
+        heartbeat_all(now)
+
+    monkeypatch.setattr(hub.sessions, "heartbeat_all", flaky)
+    with caplog.at_level(logging.ERROR, logger="primitives.tasks"):
+        await hub.start()
+        try:
+            await clock.advance(5.0)
+        finally:
+            await hub.stop()
+    assert len(beats) >= 4, "it ticked again after the failure"
+    assert any("hub-ticker failed" in r.getMessage() and r.exc_info is not None
+               for r in caplog.records)

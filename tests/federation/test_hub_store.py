@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from federation.hub import store
 from federation.hub.membership import Identity, Inventory, Member, Pool, State
 from federation.hub.runs import MemberPart, Part, Run
+from tests.fakes.clocks import FakeClock
 
 
 def snapshot() -> store.Snapshot:
@@ -100,3 +102,93 @@ def test_old_finished_runs_are_forgotten_within_both_bounds(
     monkeypatch.setattr(running, "KEEP_RUNS", 1)
     hub.running.forget_old_runs()
     assert sorted(hub.running.runs) == ["r4", "r5"]
+
+
+# -- a writer that fails ------------------------------------------------------------------------
+
+async def test_a_commit_fails_fast_when_the_writer_fails_and_succeeds_once_it_is_back(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A defect in the writer (here: the state cannot be encoded) is logged with its
+    traceback; meanwhile a commit fails at once instead of waiting for a write that will not
+    come, and the writer, started again after a back-off, writes what was pending."""
+    clock = FakeClock()
+    broken = True
+
+    def state() -> store.Snapshot:
+        if broken:
+            raise TypeError("cannot encode a member")
+        return snapshot()
+
+    writer = store.Store(tmp_path / "state.json", fsync=False, clock=clock)
+    writer.start(state)
+    try:
+        with caplog.at_level(logging.ERROR, logger="primitives.tasks"):
+            async with asyncio.timeout(5):
+                with pytest.raises(store.StoreError, match="cannot encode a member"):
+                    await writer.commit()
+        assert any("hub-store failed" in r.getMessage() and r.exc_info is not None
+                   for r in caplog.records)
+        assert not (tmp_path / "state.json").exists()
+        broken = False
+        await clock.advance(store.WRITE_RETRY)  # the writer starts again
+        async with asyncio.timeout(5):
+            await writer.commit()
+        assert store.decode(json.loads((tmp_path / "state.json").read_text())) == snapshot()
+    finally:
+        await writer.stop()
+
+
+async def test_a_commit_never_waits_for_a_writer_that_stopped(tmp_path: Path) -> None:
+    writer = store.Store(tmp_path / "state.json", fsync=False)
+    writer.start(snapshot)
+    assert writer._task is not None
+    writer._task.cancel()  # the writer is gone (as a crash of the supervisor would leave it)
+    await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        with pytest.raises(store.StoreError, match="its writer is not running"):
+            await writer.commit()
+    await writer.stop()
+
+
+# -- format 1: members named by their FakeCluster's name alone ----------------------------------
+
+def test_a_format_1_state_reads_with_every_member_in_its_namespace() -> None:
+    """What the hub of format 1 meant: a member was its FakeCluster's name alone, and its
+    operator's host id ended in the FakeCluster's namespace."""
+    old = store.encode(snapshot())
+    old["format"] = 1
+    member = old["members"][0]
+    del member["identity"]["namespace"]
+    member["identity"]["host"] = "node-1:/var/lib/fakefleet:team-a"
+    simulated = json.loads(json.dumps(member))
+    simulated["identity"] |= {"name": "east", "host": "simulator"}
+    old["members"].append(simulated)
+    old["workloads"] = [{
+        "id": "w1", "name": "", "spec": {}, "createdAt": 1.0, "startAt": 1.0, "finishedAt": 0.0,
+        "samples": [], "sampleEvery": 1.0, "lastTurn": "west", "traceparent": "",
+        "settings": {"jobs": 1, "pods": 1, "resources": {}, "namespace": "default",
+                     "labels": {}, "priority_class": "", "queue": "", "placement": "weighted",
+                     "selector": {"names": ["west", "east"]}, "weights": {"west": 2.0},
+                     "manager": "", "seed": 0, "max_attempts": 1},
+        "jobs": [{"index": 0, "arrive_at": 1.0, "run_seconds": 5.0, "state": "Placed",
+                  "cluster": "west", "avoid": "east"}]}]
+
+    read = store.decode(json.loads(json.dumps(old)))
+
+    west, east = read.members
+    assert (west.identity.namespace, west.name, west.identity.host) == \
+        ("team-a", "team-a/west", "")
+    assert (east.identity.namespace, east.name) == ("default", "east")
+    [run] = read.runs
+    assert list(run.parts) == ["team-a/west"]
+    assert run.parts["team-a/west"].cluster == "team-a/west"
+    assert run.selector["names"] == ["team-a/west"]
+    [workload] = read.workloads
+    assert workload.settings.selector["names"] == ["team-a/west", "east"]
+    assert workload.settings.weights == {"team-a/west": 2.0}
+    assert (workload.jobs[0].cluster, workload.jobs[0].avoid) == ("team-a/west", "east")
+    assert workload.last_turn == "team-a/west"
+    # Written again, it is format 2 and reads back as it is.
+    again = store.encode(read)
+    assert again["format"] == store.FORMAT == 2
+    assert store.decode(again) == read

@@ -239,8 +239,9 @@ async def test_introduce_says_who_the_cluster_is_and_what_it_has(host: Host) -> 
                              gpu={"preset": "H100-SXM5-80GB"}))
     request = await host.member.introduce()
     assert request.cluster == common_pb2.ClusterIdentity(
-        name="west", host="host-a", labels={"gpu": "h100", "region": "eu"},
-        kubernetes_version="v1.36.3", endpoint="https://127.0.0.1:6443")
+        name="west", namespace="default", host="host-a",
+        labels={"gpu": "h100", "region": "eu"}, kubernetes_version="v1.36.3",
+        endpoint="https://127.0.0.1:6443")
     assert (request.capacity.nodes_ready, request.capacity.nodes_total) == (2, 2)
     assert request.capacity.allocatable["nvidia.com/gpu"] == "16"
     assert validation.register(request) == []
@@ -557,6 +558,35 @@ async def test_a_wrong_token_is_reported_and_the_link_keeps_trying(
         assert await states(hub) == {}
         stop_flag.set()
         await task
+
+
+async def test_a_result_that_finds_the_outbox_full_opens_a_new_session_and_is_not_lost(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The link's queues are bounded; a result reported while the outbox is full is not
+    dropped: the session ends, and the next one's Hello reports every result."""
+    monkeypatch.setattr(link_module, "OUTBOX", 1)
+    async with running_hub(tmp_path) as hub, hub.fleet() as fleet:
+        member = Recording("west", run_seconds=60)
+        stop_flag = asyncio.Event()
+        [task] = start_links(hub, [member], stop_flag)
+        try:
+            await eventually(lambda: all_ready(hub, 1))
+            run = await fleet.run_plan(PLAN, start_delay=0)
+            await eventually(lambda: len(member.executed) == 1)
+            assert member.link is not None
+            sessions = member.link.sessions
+            [executed] = member.executed.values()
+            executed.result = member_pb2.CommandResult(
+                command_id=executed.command.id, phase=SUCCEEDED, verdict="Passed")
+            for _ in range(3):  # more than the outbox holds, at once
+                member.link.report(executed.result)
+            await eventually(lambda: member.link is not None
+                             and member.link.sessions == sessions + 1)
+            assert any("messages wait for the hub" in message for _, message in member.states)
+            done = await finished(fleet, run.id)
+            assert (done.phase, done.verdict) == (fleet_pb2.RUN_PHASE_SUCCEEDED, "Passed")
+        finally:
+            await stop_links([task], [member], stop_flag)
 
 
 # -- the operator's member behind a real link ------------------------------------------------

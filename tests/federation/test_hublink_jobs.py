@@ -5,6 +5,7 @@ on a fake clock."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -271,6 +272,42 @@ async def test_observe_watches_jobs_and_reports_each_step_once() -> None:
                       (member_pb2.COMMAND_PHASE_SUCCEEDED, True)]
     assert member.reports[-1].job.finished_at.ToNanoseconds() > \
         member.reports[-1].job.created_at.ToNanoseconds()
+
+
+async def test_a_job_watch_that_fails_is_logged_and_watches_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A defect while handling one event must not end the watch for good (every later step
+    of every Job would go unreported): the watch starts again, lists, and reports."""
+    member = Member()
+    watching = member.member.jobs
+    handle = watching.on_job_event
+    failures = []
+
+    def once_broken(kind: str, job: Any) -> None:
+        if not failures:
+            failures.append(kind)
+            raise KeyError("a defect")
+        handle(kind, job)
+
+    watching.on_job_event = once_broken  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    with caplog.at_level(logging.ERROR, logger="primitives.tasks"):
+        task = asyncio.create_task(member.member.observe(stop))
+        await member.member.execute(create())
+        await member.clock.advance(1.0)
+        current = member.api.object(f"{JOBS}/w1-0")
+        assert current is not None
+        current["status"] = {"startTime": "2027-01-15T08:00:01Z", "ready": 2,
+                             "conditions": [{"type": "Complete", "status": "True"}]}
+        member.api.put(JOBS, current)
+        await member.clock.advance(5.0)
+        stop.set()
+        await member.clock.advance(1.0)
+        await task
+    assert len(failures) == 1
+    assert any("hublink-jobs-west failed" in r.getMessage() and r.exc_info is not None
+               for r in caplog.records)
+    assert member.reports[-1].phase == member_pb2.COMMAND_PHASE_SUCCEEDED
 
 
 async def test_a_copy_of_another_clusters_job_is_not_this_members_to_report() -> None:
