@@ -14,9 +14,16 @@ the DCGM endpoint of the whole cluster.
 Plain HTTP, no TLS: a TLS connection in asyncio holds a 256 KiB buffer and costs a handshake,
 which for 5000 nodes scraped every 15 s is a gigabyte or a core; these endpoints carry simulated
 numbers only, to this host only. metrics-server reads them with
-``--deprecated-kubelet-completely-insecure`` (its flag for a kubelet without TLS). Idle
-connections are closed after a few seconds, so a scrape round's connections do not linger
-until the next.
+``--deprecated-kubelet-completely-insecure`` (its flag for a kubelet without TLS).
+
+Idle connections stay open longer than Go's HTTP clients keep them (:data:`KEEPALIVE`), so the
+client always ends an idle connection, never the engine: a scraper reuses what it kept from one
+round to the next, and never sends a request on a connection the engine is closing (which
+reads as a reset or an EOF). metrics-server v0.8.0 itself keeps few: with
+``--deprecated-kubelet-completely-insecure`` client-go hands it Go's ``http.DefaultTransport``,
+whose pool holds at most 100 idle connections over all hosts, so of 6000 nodes' connections
+about 100 outlive a round and the rest are opened anew each round. Every kept connection holds
+a file descriptor: :func:`raise_open_files` gives the process all it may have.
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import resource
 import socket
+from collections.abc import Callable
 from typing import Protocol
 
 from aiohttp import web
@@ -33,12 +42,20 @@ from operators.metrics.text import CONTENT_TYPE
 
 logger = logging.getLogger(__name__)
 
-#: Seconds an idle connection stays open (a scrape round takes up to 4 s).
-KEEPALIVE = 5.0
+#: How long Go's HTTP clients keep an idle connection (``IdleConnTimeout`` of Go's
+#: ``http.DefaultTransport``, and of client-go's transports, which metrics-server's and
+#: Prometheus' kubelet clients are).
+GO_IDLE_TIMEOUT = 90.0
+#: Seconds an idle connection stays open: past :data:`GO_IDLE_TIMEOUT`, so past every scrape
+#: interval a Go client keeps a connection for.
+KEEPALIVE = 120.0
 #: Connections the kernel completes before the engine accepts them: metrics-server opens one
 #: per node each round (5000 nodes every 15 s), faster than one Python loop accepts in bursts.
 BACKLOG = 4096
 DEVICE = b"lo"
+#: Open files wanted when serving: a connection per node for thousands of nodes, and the API
+#: connections.
+OPEN_FILES_WANTED = 8192
 #: How long a port in use is tried again (s), and how often.
 BIND_PATIENCE, BIND_RETRY = 15.0, 0.5
 
@@ -85,12 +102,43 @@ def listen(port: int) -> socket.socket:
     return sock
 
 
+def raise_open_files(*, limits: tuple[Callable[[int], tuple[int, int]],
+                                      Callable[[int, tuple[int, int]], None]] = (
+        resource.getrlimit, resource.setrlimit)) -> int:
+    """Raise the soft limit of open files to the hard one, and say so; the soft limit now.
+
+    Each connection a scraper keeps to a node's kubelet is a file descriptor, on top of the
+    API connections; a soft limit of 1024 (a common default) is spent at a few hundred nodes
+    scraped at once, and asyncio answers EMFILE by accepting nothing for a second.
+    """
+    get, set_ = limits
+    soft, hard = get(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return soft
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            set_(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            pass  # an unlimited hard limit is more than a soft one may be: keep the soft one
+        else:
+            logger.info("open files limit raised from %d to %d (the hard limit): each "
+                        "connection a scraper keeps to a node's kubelet holds one", soft, hard)
+            soft = hard
+    if soft != resource.RLIM_INFINITY and soft < OPEN_FILES_WANTED:
+        logger.warning("open files limit is %d and cannot be raised: each connection a scraper "
+                       "keeps to a node's kubelet holds one, so thousands of nodes need more; "
+                       "raise the hard limit (ulimit -Hn, or LimitNOFILE in systemd) to %d or "
+                       "more before the engine starts", soft, OPEN_FILES_WANTED)
+    return soft
+
+
 class KubeletServer:
     """Serves a :class:`Source` until :meth:`close`."""
 
-    def __init__(self, source: Source, *, port: int = 0) -> None:
+    def __init__(self, source: Source, *, port: int = 0, keepalive: float = KEEPALIVE) -> None:
         self._source = source
         self._port = port
+        self._keepalive = keepalive
         self._runner: web.AppRunner | None = None
         self.port = 0  # the port it listens on, once started
 
@@ -100,7 +148,7 @@ class KubeletServer:
         app.router.add_get("/metrics", self._dcgm)
         app.router.add_get("/healthz", self._healthz)
         runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                               keepalive_timeout=KEEPALIVE)
+                               keepalive_timeout=self._keepalive)
         await runner.setup()
         sock = await self._listen()
         try:
