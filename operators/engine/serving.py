@@ -70,11 +70,11 @@ class Source(Protocol):
     def node_at(self, address: str) -> str | None:
         """The played node whose InternalIP is ``address`` (None: no such node)."""
 
-    def resource_metrics(self, node: str) -> str:
-        """The node's ``/metrics/resource`` text."""
+    def resource_metrics(self, node: str) -> bytes:
+        """The node's ``/metrics/resource`` body."""
 
-    def dcgm_metrics(self) -> str:
-        """The cluster's DCGM text."""
+    def dcgm_metrics(self) -> bytes:
+        """The cluster's DCGM body."""
 
 
 def listen(port: int) -> socket.socket:
@@ -197,11 +197,11 @@ class KubeletServer:
         if node is None:
             raise web.HTTPNotFound(text=f"no fake node has the address {address}: a node's "
                                         f"kubelet is at its InternalIP\n")
-        return web.Response(body=self._source.resource_metrics(node).encode(),
+        return web.Response(body=self._source.resource_metrics(node),
                             headers={"Content-Type": CONTENT_TYPE})
 
     async def _dcgm(self, request: web.Request) -> web.Response:
-        return web.Response(body=self._source.dcgm_metrics().encode(),
+        return web.Response(body=self._source.dcgm_metrics(),
                             headers={"Content-Type": CONTENT_TYPE})
 
     async def _healthz(self, request: web.Request) -> web.Response:

@@ -30,11 +30,11 @@ class _Nothing:
     def node_at(self, address: str) -> str | None:
         return None
 
-    def resource_metrics(self, node: str) -> str:
-        return ""
+    def resource_metrics(self, node: str) -> bytes:
+        return b""
 
-    def dcgm_metrics(self) -> str:
-        return ""
+    def dcgm_metrics(self) -> bytes:
+        return b""
 
 
 def _connected(port: int, count: int, timeout: float = 2.0) -> int:
