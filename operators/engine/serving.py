@@ -14,7 +14,8 @@ the DCGM endpoint of the whole cluster.
 Plain HTTP, no TLS: a TLS connection in asyncio holds a 256 KiB buffer and costs a handshake,
 which for 5000 nodes scraped every 15 s is a gigabyte or a core; these endpoints carry simulated
 numbers only, to this host only. metrics-server reads them with
-``--deprecated-kubelet-completely-insecure`` (its flag for a kubelet without TLS).
+``--deprecated-kubelet-completely-insecure`` (its flag for a kubelet without TLS). The HTTP
+is :mod:`operators.engine.responding`'s, a protocol as small as scrapers need.
 
 Idle connections stay open longer than Go's HTTP clients keep them (:data:`KEEPALIVE`), so the
 client always ends an idle connection, never the engine: a scraper reuses what it kept from one
@@ -36,8 +37,7 @@ import socket
 from collections.abc import Callable
 from typing import Protocol
 
-from aiohttp import web
-
+from operators.engine.responding import Answer, Connection
 from operators.metrics.text import CONTENT_TYPE
 
 logger = logging.getLogger(__name__)
@@ -139,28 +139,23 @@ class KubeletServer:
         self._source = source
         self._port = port
         self._keepalive = keepalive
-        self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[Connection] = set()
         self.port = 0  # the port it listens on, once started
 
     async def start(self) -> int:
-        app = web.Application()
-        app.router.add_get("/metrics/resource", self._resource)
-        app.router.add_get("/metrics", self._dcgm)
-        app.router.add_get("/healthz", self._healthz)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                               keepalive_timeout=self._keepalive)
-        await runner.setup()
         sock = await self._listen()
         try:
-            # SockSite listens again on start, with its own backlog (128 unless told): a
-            # scrape round of thousands of nodes overflowed that, and each dropped SYN cost
-            # its scrape a second or more.
-            await web.SockSite(runner, sock, backlog=BACKLOG).start()
+            # The backlog again: asyncio listens anew on the socket it is given, with 100
+            # unless told, and a scrape round of thousands of nodes overflows that (each
+            # dropped SYN costs its scrape a second or more).
+            self._server = await asyncio.get_running_loop().create_server(
+                lambda: Connection(self._route, keepalive=self._keepalive,
+                                   open_=self._connections),
+                sock=sock, backlog=BACKLOG)
         except BaseException:
             sock.close()
-            await runner.cleanup()
             raise
-        self._runner = runner
         self.port = sock.getsockname()[1]
         logger.info("serving the kubelet endpoints of the nodes (http://<node InternalIP>:%d"
                     "/metrics/resource) and DCGM metrics (http://127.0.0.1:%d/metrics)",
@@ -182,27 +177,24 @@ class KubeletServer:
             waited += BIND_RETRY
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is None:
+            return
+        self._server.close()
+        for connection in list(self._connections):
+            connection.close()
+        await self._server.wait_closed()
+        self._server = None
 
-    def _local(self, request: web.Request) -> str:
-        transport = request.transport
-        sockname = transport.get_extra_info("sockname") if transport is not None else None
-        return str(sockname[0]) if sockname else ""
-
-    async def _resource(self, request: web.Request) -> web.Response:
-        address = self._local(request)
-        node = self._source.node_at(address)
-        if node is None:
-            raise web.HTTPNotFound(text=f"no fake node has the address {address}: a node's "
-                                        f"kubelet is at its InternalIP\n")
-        return web.Response(body=self._source.resource_metrics(node),
-                            headers={"Content-Type": CONTENT_TYPE})
-
-    async def _dcgm(self, request: web.Request) -> web.Response:
-        return web.Response(body=self._source.dcgm_metrics(),
-                            headers={"Content-Type": CONTENT_TYPE})
-
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+    def _route(self, path: bytes, local: str) -> Answer:
+        if path == b"/metrics/resource":
+            node = self._source.node_at(local)
+            if node is None:
+                return Answer(404, f"no fake node has the address {local}: a node's kubelet "
+                                   f"is at its InternalIP\n".encode())
+            return Answer(200, self._source.resource_metrics(node), CONTENT_TYPE)
+        if path == b"/metrics":
+            return Answer(200, self._source.dcgm_metrics(), CONTENT_TYPE)
+        if path == b"/healthz":
+            return Answer(200, b"ok")
+        return Answer(404, b"not found: a node's kubelet answers /metrics/resource, the DCGM "
+                           b"endpoint /metrics, and /healthz\n")
