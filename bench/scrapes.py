@@ -65,12 +65,13 @@ class Fleet:
 
     def __init__(self, args: argparse.Namespace) -> None:
         started = time.time() - 3600
+        created = rfc3339(started)  # the engine reads a node's creationTimestamp as it is
         self.nodes = [f"cpu-{i}" for i in range(args.nodes)] + \
             [f"h100-{i}" for i in range(args.gpu_nodes)]
         self.addresses = {nodes_.node_ip(slot): name for slot, name in enumerate(self.nodes)}
         self.book = UsageBook(
             pool_of=lambda node: ("cpu", CPU) if node.startswith("cpu-") else ("h100", GPU),
-            created=lambda node: rfc3339(started))
+            created=lambda node: created)
         running = PodLife(phase=podlife.RUNNING, started_at=rfc3339(started + 60))
         for index in range(args.pods):
             self._pod(f"bench-{index}", f"cpu-{index % args.nodes}",

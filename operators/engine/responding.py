@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +63,9 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream server's transports read and write (other event loops' transports are not
+        # subclasses of asyncio.Transport, only alike).
+        self._transport = cast(asyncio.Transport, transport)
         sockname = transport.get_extra_info("sockname")
         self._local = str(sockname[0]) if sockname else ""
         self._open.add(self)

@@ -147,3 +147,34 @@ async def test_a_client_that_reads_slowly_gets_every_answer_whole() -> None:
             assert headers["content-type"] == "text/plain; version=0.0.4"
         assert (await read_answer(reader))[2] == b"127.0.0.1"
         writer.close()
+
+
+class _Transport:
+    """A transport alike asyncio's without being one (as another event loop's are)."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closing = False
+
+    def get_extra_info(self, name: str) -> object:
+        return ("127.64.0.9", 10250) if name == "sockname" else None
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+
+async def test_any_transport_alike_asyncio_s_is_served() -> None:
+    connections: set[Connection] = set()
+    connection = Connection(route, keepalive=30.0, open_=connections)
+    transport = _Transport()
+    connection.connection_made(transport)
+    connection.data_received(b"GET /where HTTP/1.1\r\n\r\n")
+    assert b"".join(transport.written).endswith(b"\r\n\r\n127.64.0.9")
+    connection.connection_lost(None)
+    assert not connections
