@@ -83,8 +83,9 @@ verify: $(STAMP)
 ## 1000 pods cost (RSS, CPU, etcd bytes: docs/scale-out.md), the chart's install to a Ready
 ## operator, DRA at 5000 nodes (slices published, 2000 claims allocated by the real scheduler),
 ## the engine with usage metrics on (metrics-server scraping) against off at 5000 nodes,
-## 10000 pods, 1000 GPU nodes, and the user path (a pool of 5000 nodes and a Deployment of
-## 10000 replicas with kubectl, the operator killed half-way)
+## 10000 pods, 1000 GPU nodes, what one scrape round of those nodes costs it in-process,
+## and the user path (a pool of 5000 nodes and a Deployment of 10000 replicas with kubectl,
+## the operator killed half-way)
 bench: setup kwok
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
@@ -100,6 +101,7 @@ bench: setup kwok
 	$(BIN)/python -m bench.dra
 	$(BIN)/python -m bench.usage
 	$(BIN)/python -m bench.userpath --kill-operator
+	$(BIN)/python -m bench.scrapes
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -45,7 +45,7 @@ from operators.api.stages import StageError, load_lifecycle
 from operators.engine.alerting import NODE_GRACE
 from operators.engine.pooling import ClusterRef
 from operators.engine.running import ClusterEngine, EngineSettings
-from operators.engine.serving import ServingError
+from operators.engine.serving import ServingError, raise_open_files
 from operators.engine.stages import Rules, compile_lifecycle, default_rules
 from operators.k8s.client import Client
 from operators.k8s.config import SERVICE_ACCOUNT_DIR, HostConfig, load_kubeconfig_file
@@ -200,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             load_lifecycle(args.stages.read_text(), source=str(args.stages)))
     except (argparse.ArgumentTypeError, ValueError, OSError) as error:
         parser.error(str(error))
+    if not args.no_metrics:
+        raise_open_files()
     provider = setup.configure("fakefleet-engine", cluster=cluster_name(args))
     try:
         asyncio.run(serve(args, rules, pools, tracer=provider.get_tracer("operators.engine")))

@@ -32,6 +32,7 @@ from operators.api.durations import parse_duration
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.engine import nodes
 from operators.engine.alerting import NODE_GRACE, GapAlarm
+from operators.engine.caching import Bodies
 from operators.engine.heartbeating import NODES, Heartbeats
 from operators.engine.inventory import NodeBook
 from operators.engine.lifecycle import PodLifecycle
@@ -143,6 +144,7 @@ class ClusterEngine:
         serving = settings.kubelet_port is not None
         self.usage = UsageBook(pool_of=self._pool_of, created=self._created) \
             if serving else None
+        self.bodies = Bodies(self._render_node, clock=clock)
         self.server = KubeletServer(self, port=settings.kubelet_port or 0) if serving else None
         self.pods = PodLifecycle(cluster, client, self, self.recorder, clock=clock,
                                  rules=rulebook, concurrency=settings.pod_concurrency,
@@ -292,11 +294,15 @@ class ClusterEngine:
         slot = nodes.slot_of(address)
         return self.book.by_slot.get(slot) if slot is not None else None
 
-    def resource_metrics(self, node: str) -> str:
+    def resource_metrics(self, node: str) -> bytes:
         assert self.usage is not None, "served only when usage is measured"
-        return kubelet.render(self.usage.node_sample(node, self._clock.now()))
+        return self.bodies.get(node, self.usage.version(node))
 
-    def dcgm_metrics(self) -> str:
+    def _render_node(self, node: str, now: float) -> bytes:
+        assert self.usage is not None, "served only when usage is measured"
+        return kubelet.render(self.usage.node_sample(node, now)).encode()
+
+    def dcgm_metrics(self) -> bytes:
         assert self.usage is not None, "served only when usage is measured"
         now = self._clock.now()
         samples: list[dcgm.GPUSample] = []
@@ -305,7 +311,7 @@ class ClusterEngine:
             spec = self.pools.spec(record.pool)
             if spec is not None and spec.gpu is not None:
                 samples += self.usage.gpu_samples(self.cluster, name, spec, record.life, now)
-        return dcgm.render(samples)
+        return dcgm.render(samples).encode()
 
     def _pool_of(self, node: str) -> tuple[str, FakeNodePoolSpec] | None:
         record = self.book.records.get(node)

@@ -14,9 +14,17 @@ the DCGM endpoint of the whole cluster.
 Plain HTTP, no TLS: a TLS connection in asyncio holds a 256 KiB buffer and costs a handshake,
 which for 5000 nodes scraped every 15 s is a gigabyte or a core; these endpoints carry simulated
 numbers only, to this host only. metrics-server reads them with
-``--deprecated-kubelet-completely-insecure`` (its flag for a kubelet without TLS). Idle
-connections are closed after a few seconds, so a scrape round's connections do not linger
-until the next.
+``--deprecated-kubelet-completely-insecure`` (its flag for a kubelet without TLS). The HTTP
+is :mod:`operators.engine.responding`'s, a protocol as small as scrapers need.
+
+Idle connections stay open longer than Go's HTTP clients keep them (:data:`KEEPALIVE`), so the
+client always ends an idle connection, never the engine: a scraper reuses what it kept from one
+round to the next, and never sends a request on a connection the engine is closing (which
+reads as a reset or an EOF). metrics-server v0.8.0 itself keeps few: with
+``--deprecated-kubelet-completely-insecure`` client-go hands it Go's ``http.DefaultTransport``,
+whose pool holds at most 100 idle connections over all hosts, so of 6000 nodes' connections
+about 100 outlive a round and the rest are opened anew each round. Every kept connection holds
+a file descriptor: :func:`raise_open_files` gives the process all it may have.
 """
 
 from __future__ import annotations
@@ -24,21 +32,30 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import resource
 import socket
+from collections.abc import Callable
 from typing import Protocol
 
-from aiohttp import web
-
+from operators.engine.responding import Answer, Connection
 from operators.metrics.text import CONTENT_TYPE
 
 logger = logging.getLogger(__name__)
 
-#: Seconds an idle connection stays open (a scrape round takes up to 4 s).
-KEEPALIVE = 5.0
+#: How long Go's HTTP clients keep an idle connection (``IdleConnTimeout`` of Go's
+#: ``http.DefaultTransport``, and of client-go's transports, which metrics-server's and
+#: Prometheus' kubelet clients are).
+GO_IDLE_TIMEOUT = 90.0
+#: Seconds an idle connection stays open: past :data:`GO_IDLE_TIMEOUT`, so past every scrape
+#: interval a Go client keeps a connection for.
+KEEPALIVE = 120.0
 #: Connections the kernel completes before the engine accepts them: metrics-server opens one
 #: per node each round (5000 nodes every 15 s), faster than one Python loop accepts in bursts.
 BACKLOG = 4096
 DEVICE = b"lo"
+#: Open files wanted when serving: a connection per node for thousands of nodes, and the API
+#: connections.
+OPEN_FILES_WANTED = 8192
 #: How long a port in use is tried again (s), and how often.
 BIND_PATIENCE, BIND_RETRY = 15.0, 0.5
 
@@ -53,11 +70,11 @@ class Source(Protocol):
     def node_at(self, address: str) -> str | None:
         """The played node whose InternalIP is ``address`` (None: no such node)."""
 
-    def resource_metrics(self, node: str) -> str:
-        """The node's ``/metrics/resource`` text."""
+    def resource_metrics(self, node: str) -> bytes:
+        """The node's ``/metrics/resource`` body."""
 
-    def dcgm_metrics(self) -> str:
-        """The cluster's DCGM text."""
+    def dcgm_metrics(self) -> bytes:
+        """The cluster's DCGM body."""
 
 
 def listen(port: int) -> socket.socket:
@@ -85,34 +102,60 @@ def listen(port: int) -> socket.socket:
     return sock
 
 
+def raise_open_files(*, limits: tuple[Callable[[int], tuple[int, int]],
+                                      Callable[[int, tuple[int, int]], None]] = (
+        resource.getrlimit, resource.setrlimit)) -> int:
+    """Raise the soft limit of open files to the hard one, and say so; the soft limit now.
+
+    Each connection a scraper keeps to a node's kubelet is a file descriptor, on top of the
+    API connections; a soft limit of 1024 (a common default) is spent at a few hundred nodes
+    scraped at once, and asyncio answers EMFILE by accepting nothing for a second.
+    """
+    get, set_ = limits
+    soft, hard = get(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return soft
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            set_(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            pass  # an unlimited hard limit is more than a soft one may be: keep the soft one
+        else:
+            logger.info("open files limit raised from %d to %d (the hard limit): each "
+                        "connection a scraper keeps to a node's kubelet holds one", soft, hard)
+            soft = hard
+    if soft != resource.RLIM_INFINITY and soft < OPEN_FILES_WANTED:
+        logger.warning("open files limit is %d and cannot be raised: each connection a scraper "
+                       "keeps to a node's kubelet holds one, so thousands of nodes need more; "
+                       "raise the hard limit (ulimit -Hn, or LimitNOFILE in systemd) to %d or "
+                       "more before the engine starts", soft, OPEN_FILES_WANTED)
+    return soft
+
+
 class KubeletServer:
     """Serves a :class:`Source` until :meth:`close`."""
 
-    def __init__(self, source: Source, *, port: int = 0) -> None:
+    def __init__(self, source: Source, *, port: int = 0, keepalive: float = KEEPALIVE) -> None:
         self._source = source
         self._port = port
-        self._runner: web.AppRunner | None = None
+        self._keepalive = keepalive
+        self._server: asyncio.Server | None = None
+        self._connections: set[Connection] = set()
         self.port = 0  # the port it listens on, once started
 
     async def start(self) -> int:
-        app = web.Application()
-        app.router.add_get("/metrics/resource", self._resource)
-        app.router.add_get("/metrics", self._dcgm)
-        app.router.add_get("/healthz", self._healthz)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                               keepalive_timeout=KEEPALIVE)
-        await runner.setup()
         sock = await self._listen()
         try:
-            # SockSite listens again on start, with its own backlog (128 unless told): a
-            # scrape round of thousands of nodes overflowed that, and each dropped SYN cost
-            # its scrape a second or more.
-            await web.SockSite(runner, sock, backlog=BACKLOG).start()
+            # The backlog again: asyncio listens anew on the socket it is given, with 100
+            # unless told, and a scrape round of thousands of nodes overflows that (each
+            # dropped SYN costs its scrape a second or more).
+            self._server = await asyncio.get_running_loop().create_server(
+                lambda: Connection(self._route, keepalive=self._keepalive,
+                                   open_=self._connections),
+                sock=sock, backlog=BACKLOG)
         except BaseException:
             sock.close()
-            await runner.cleanup()
             raise
-        self._runner = runner
         self.port = sock.getsockname()[1]
         logger.info("serving the kubelet endpoints of the nodes (http://<node InternalIP>:%d"
                     "/metrics/resource) and DCGM metrics (http://127.0.0.1:%d/metrics)",
@@ -134,27 +177,24 @@ class KubeletServer:
             waited += BIND_RETRY
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is None:
+            return
+        self._server.close()
+        for connection in list(self._connections):
+            connection.close()
+        await self._server.wait_closed()
+        self._server = None
 
-    def _local(self, request: web.Request) -> str:
-        transport = request.transport
-        sockname = transport.get_extra_info("sockname") if transport is not None else None
-        return str(sockname[0]) if sockname else ""
-
-    async def _resource(self, request: web.Request) -> web.Response:
-        address = self._local(request)
-        node = self._source.node_at(address)
-        if node is None:
-            raise web.HTTPNotFound(text=f"no fake node has the address {address}: a node's "
-                                        f"kubelet is at its InternalIP\n")
-        return web.Response(body=self._source.resource_metrics(node).encode(),
-                            headers={"Content-Type": CONTENT_TYPE})
-
-    async def _dcgm(self, request: web.Request) -> web.Response:
-        return web.Response(body=self._source.dcgm_metrics().encode(),
-                            headers={"Content-Type": CONTENT_TYPE})
-
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+    def _route(self, path: bytes, local: str) -> Answer:
+        if path == b"/metrics/resource":
+            node = self._source.node_at(local)
+            if node is None:
+                return Answer(404, f"no fake node has the address {local}: a node's kubelet "
+                                   f"is at its InternalIP\n".encode())
+            return Answer(200, self._source.resource_metrics(node), CONTENT_TYPE)
+        if path == b"/metrics":
+            return Answer(200, self._source.dcgm_metrics(), CONTENT_TYPE)
+        if path == b"/healthz":
+            return Answer(200, b"ok")
+        return Answer(404, b"not found: a node's kubelet answers /metrics/resource, the DCGM "
+                           b"endpoint /metrics, and /healthz\n")

@@ -30,6 +30,7 @@ containers run; a GPU nobody holds idles.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 
 from operators.api import usage
@@ -143,9 +144,21 @@ class UsageBook:
         self._retired: dict[str, float] = {}
         #: Per pool, the spec its defaults were parsed from, and them.
         self._defaults: dict[str, tuple[FakeNodePoolSpec, Defaults]] = {}
+        #: Per node, a number that changes whenever its pods do (:meth:`version`).
+        self._versions: dict[str, int] = {}
+        self._changes = itertools.count(1)
 
     def __len__(self) -> int:
         return len(self._meters)
+
+    def version(self, node: str) -> int:
+        """A number that changes whenever what the node's pods report may have: a pod seen,
+        gone, started or stopped, or its usage annotations changed. Time aside, a node's
+        sample is the same while this is."""
+        return self._versions.get(node, 0)
+
+    def _changed(self, node: str) -> None:
+        self._versions[node] = next(self._changes)
 
     # -- what the pod half tells ------------------------------------------------------------
 
@@ -154,6 +167,7 @@ class UsageBook:
         meter = Meter(facts, life)
         self._meters[facts.uid] = meter
         self._by_node.setdefault(facts.node, {})[facts.uid] = meter
+        self._changed(facts.node)
         return self._read(meter, now)
 
     def annotated(self, uid: str, now: float) -> tuple[str, ...]:
@@ -170,6 +184,7 @@ class UsageBook:
         if meter.started is not None and started != meter.started:
             self._retire(meter, now)
         meter.life, meter.started = life, started
+        self._changed(meter.facts.node)
         if life.phase in podlife.TERMINAL:
             meter.gpus = ()  # a finished pod's devices are free again
 
@@ -179,6 +194,7 @@ class UsageBook:
             return
         if meter.started is not None:
             self._retire(meter, now)
+        self._changed(meter.facts.node)
         on_node = self._by_node.get(meter.facts.node)
         if on_node is not None:
             on_node.pop(uid, None)
@@ -222,6 +238,7 @@ class UsageBook:
             meter.since, meter.anchor = meter.started, now
         meter.texts = texts
         meter.cpu, meter.memory, meter.gpu_util, meter.gpu_memory = parsed
+        self._changed(meter.facts.node)
         return tuple(problems)
 
     def defaults(self, node: str) -> Defaults:

@@ -48,22 +48,22 @@ class NodeSample:
 def render(sample: NodeSample) -> str:
     """The ``/metrics/resource`` text of one node."""
     at = sample.timestamp
-    containers = [(pod, container) for pod in sample.pods for container in pod.containers]
-
-    def who(pod: PodSample, container: ContainerSample | None = None) -> str:
-        pairs = [("container", container.name)] if container is not None else []
-        return labels([*pairs, ("namespace", pod.namespace), ("pod", pod.name)])
-
+    # Each label set once, not once per family: most of a render is labels.
+    containers = [(labels([("container", container.name), ("namespace", pod.namespace),
+                           ("pod", pod.name)]), container)
+                  for pod in sample.pods for container in pod.containers]
+    pods = [(labels([("namespace", pod.namespace), ("pod", pod.name)]), pod)
+            for pod in sample.pods]
     lines = [
         *family("container_cpu_usage_seconds_total", "counter",
                 "[STABLE] Cumulative cpu time consumed by the container in core-seconds",
-                [(who(p, c), _cpu(c.cpu_seconds)) for p, c in containers], at),
+                [(who, _cpu(c.cpu_seconds)) for who, c in containers], at),
         *family("container_memory_working_set_bytes", "gauge",
                 "[STABLE] Current working set of the container in bytes",
-                [(who(p, c), _bytes(c.memory_bytes)) for p, c in containers], at),
+                [(who, _bytes(c.memory_bytes)) for who, c in containers], at),
         *family("container_start_time_seconds", "gauge",
                 "[STABLE] Start time of the container since unix epoch in seconds",
-                [(who(p, c), c.started) for p, c in containers], at),
+                [(who, c.started) for who, c in containers], at),
         *family("node_cpu_usage_seconds_total", "counter",
                 "[STABLE] Cumulative cpu time consumed by the node in core-seconds",
                 [("", _cpu(sample.cpu_seconds))], at),
@@ -72,12 +72,11 @@ def render(sample: NodeSample) -> str:
                 [("", _bytes(sample.memory_bytes))], at),
         *family("pod_cpu_usage_seconds_total", "counter",
                 "[STABLE] Cumulative cpu time consumed by the pod in core-seconds",
-                [(who(p), _cpu(sum(c.cpu_seconds for c in p.containers)))
-                 for p in sample.pods], at),
+                [(who, _cpu(sum(c.cpu_seconds for c in p.containers))) for who, p in pods], at),
         *family("pod_memory_working_set_bytes", "gauge",
                 "[STABLE] Current working set of the pod in bytes",
-                [(who(p), _bytes(sum(c.memory_bytes for c in p.containers)))
-                 for p in sample.pods], at),
+                [(who, _bytes(sum(c.memory_bytes for c in p.containers))) for who, p in pods],
+                at),
         *family("resource_scrape_error", "gauge",
                 "[STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
                 [("", 0)]),
