@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, Phase, event, given, seed, settings
 from hypothesis import strategies as st
 
 from e2e.conftest import KUBECTL, Fleet, eventually, kubectl
@@ -36,143 +36,194 @@ BASE = "pbase"
 GHOST = "nowhere"
 #: How long an accepted object may take to reach a state that says where it is.
 SETTLE = 60.0
-EXAMPLES = 12
+EXAMPLES = 25
 #: A rejection names the field it is about, as the API server writes it.
 FIELD = re.compile(r"(spec|metadata)(\.[A-Za-z]+|\[)")
 
 counter = itertools.count()
 
-durations = st.sampled_from(
-    ["0s", "1s", "2s", "3s", "5s", "500ms", "1m", "-1s", "1e300h", "99999999999h", "soon", ""])
-short_durations = st.sampled_from(["0s", "1s", "2s", "3s", "4s", "-1s", "1e300h", "x"])
-quantities = st.sampled_from(["64", "1", "0", "-1", "512Gi", "1e300", "abc", "110", "2Ti"])
-profiles = st.sampled_from(
-    ["0.5", "2", "ramp(5m, 0, 1)", "sine(1m, 0.2, 0.8)", "bogus(", "-3", "1e300", ""])
-label_keys = st.sampled_from(["region", "zone", "fakefleet.dev/x", "Bad Key", "a" * 64])
-label_values = st.sampled_from(["us-west", "a", "", "has space", "v" * 64])
+# Values a user means: most of each object is made of these.
+durations = st.sampled_from(["0s", "1s", "2s", "3s", "500ms", "1m", "90s"])
+short_durations = st.sampled_from(["0s", "1s", "2s", "3s", "4s"])
+quantities = st.sampled_from(["64", "1", "512Gi", "110", "2Ti", "500m"])
+profiles = st.sampled_from(["0.5", "2", "ramp(5m, 0, 1)", "sine(1m, 0.2, 0.8)", "0"])
+label_keys = st.sampled_from(["region", "zone", "fakefleet.dev/x", "example.com/role"])
+label_values = st.sampled_from(["us-west", "a", "", "v" * 63])
 cel = st.sampled_from([
     "self.status.phase == 'Running'",
     "self.metadata.name.startsWith('p')",
-    "self.status.phase ==",  # does not compile
+    "self.status.phase ==",  # does not compile: the API server or the plan says so
     "[1, 2, 3].map(x, [1, 2, 3].map(y, [1, 2, 3].map(z, x * y * z))).size() > 0",
     "size(self.metadata.name) > 0",
 ])
+#: What a careless user writes instead, by what it stands in for.
+NONSENSE: dict[str, list[Any]] = {
+    "duration": ["-1s", "1e300h", "99999999999h", "soon", "", "1.5.5s", "1s" * 20],
+    "quantity": ["-1", "1e300", "abc", "", "1Zi"],
+    "profile": ["bogus(", "-3", "1e300", "ramp(", "nan"],
+    "label key": ["Bad Key", "a" * 64, "/x", "fakefleet.dev/"],
+    "label value": ["has space", "v" * 64, "-x"],
+    "name suffix": [".eu", "-X", "_bad", "-" + "n" * 60, "..", "UPPER"],
+    "number": [-1, 0, 17, 10**6, 2**63],
+    "word": ["", "remote", "fast", "Sometimes", "magic", "Z9", "Teleport"],
+}
 
 
 def names(prefix: str) -> st.SearchStrategy[str]:
-    """Mostly valid object names, sometimes the kinds a careless user writes."""
-    return st.sampled_from(["", "", "", "", ".eu", "-X", "_bad", "-" + "n" * 60]).map(
+    """Object names: valid ones, dotted ones among them (a DNS subdomain is a valid name)."""
+    return st.sampled_from(["", "", "", ".eu"]).map(
         lambda suffix: f"{prefix}{next(counter)}{suffix}")
+
+
+@st.composite
+def spoiled(draw: st.DrawFn, obj: dict[str, Any], places: list[tuple[list[Any], str]]
+            ) -> dict[str, Any]:
+    """``obj`` as it is (about two times in three), or with one value in ``places`` (a path
+    into it, and what the value stands for) replaced by nonsense of that kind."""
+    if not places or draw(st.integers(0, 2)) > 0:
+        return obj
+    path, kind = draw(st.sampled_from(places))
+    bad = draw(st.sampled_from(NONSENSE[kind]))
+    *parents, last = path
+    target = obj
+    for step in parents:
+        target = target.setdefault(step, {}) if isinstance(step, str) else target[step]
+    if kind == "name suffix":
+        target[last] = f"{target[last]}{bad}"
+    else:
+        target[last] = bad
+    return obj
 
 
 @st.composite
 def clusters(draw: st.DrawFn) -> dict[str, Any]:
     spec: dict[str, Any] = {}
+    places: list[tuple[list[Any], str]] = [(["metadata", "name"], "name suffix")]
     if draw(st.booleans()):
         spec["labels"] = draw(st.dictionaries(label_keys, label_values, max_size=2))
+        places.append((["spec", "labels", "region"], "label value"))
     if draw(st.booleans()):
+        external = draw(st.integers(0, 4)) == 0
         plane: dict[str, Any] = {
-            "backend": draw(st.sampled_from(["local", "local", "external", "remote"])),
+            "backend": "external" if external else "local",
             "scheduler": draw(st.booleans()),
             "controllerManager": draw(st.booleans()),
-            "profile": draw(st.sampled_from(["default", "load", "fast"])),
+            "profile": draw(st.sampled_from(["default", "load"])),
         }
-        if plane["backend"] != "local" or draw(st.integers(0, 4)) == 0:
-            plane["kubeconfigSecretRef"] = {"name": draw(st.sampled_from(["missing", "x"])),
-                                            "key": "kubeconfig"}
+        if external:  # a Secret that is not there: the status must say so
+            plane["kubeconfigSecretRef"] = {"name": "missing", "key": "kubeconfig"}
         spec["controlPlane"] = plane
+        places += [(["spec", "controlPlane", "backend"], "word"),
+                   (["spec", "controlPlane", "profile"], "word")]
     if draw(st.integers(0, 3)) == 0:
         spec["federation"] = {"enabled": draw(st.booleans())}
     if draw(st.integers(0, 2)) == 0:
         spec["addons"] = {"metricsServer": {"enabled": draw(st.booleans()),
-                                            "resolution": draw(durations)}}
-    return {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FakeCluster",
+                                            "resolution": draw(st.sampled_from(
+                                                ["10s", "15s", "30s"]))}}
+        places.append((["spec", "addons", "metricsServer", "resolution"], "duration"))
+    made = {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FakeCluster",
             "metadata": {"name": draw(names("pc"))}, "spec": spec}
+    return draw(spoiled(made, places))
 
 
 @st.composite
 def pools(draw: st.DrawFn, cluster: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "clusterRef": draw(st.sampled_from([BASE, cluster, cluster, GHOST])),
-        "replicas": draw(st.integers(-1, 20)),
+        "replicas": draw(st.integers(0, 20)),
     }
+    places: list[tuple[list[Any], str]] = [(["metadata", "name"], "name suffix"),
+                                           (["spec", "replicas"], "number")]
     if draw(st.booleans()):
         spec["gpu"] = {
-            "preset": draw(st.sampled_from(["H100-SXM5-80GB", "A100-SXM4-80GB", "B200", "Z9"])),
-            "count": draw(st.integers(0, 17)),
-            "allocation": draw(st.sampled_from(["extended", "dra", "both", "magic"])),
+            "preset": draw(st.sampled_from(["H100-SXM5-80GB", "A100-SXM4-80GB", "B200"])),
+            "count": draw(st.integers(1, 16)),
+            "allocation": draw(st.sampled_from(["extended", "dra", "both"])),
         }
+        places += [(["spec", "gpu", "preset"], "word"), (["spec", "gpu", "count"], "number"),
+                   (["spec", "gpu", "allocation"], "word")]
     if draw(st.booleans()):
         spec["template"] = {
             "capacity": {"cpu": draw(quantities), "memory": draw(quantities)},
             "taints": draw(st.lists(st.fixed_dictionaries({
                 "key": label_keys, "value": label_values,
-                "effect": st.sampled_from(["NoSchedule", "NoExecute", "Sometimes"])}),
-                max_size=2)),
+                "effect": st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule"])}),
+                max_size=2, unique_by=lambda taint: (taint["key"], taint["effect"]))),
             "labels": draw(st.dictionaries(label_keys, label_values, max_size=2)),
         }
+        places += [(["spec", "template", "capacity", "cpu"], "quantity"),
+                   (["spec", "template", "labels", "a"], "label value")]
     if draw(st.booleans()):
-        spec["topology"] = {"zones": draw(st.lists(label_values, max_size=3)),
+        spec["topology"] = {"zones": draw(st.lists(st.sampled_from(["a", "b", "c"]),
+                                                   max_size=3, unique=True)),
                             "racks": draw(st.integers(0, 3))}
     if draw(st.booleans()):
-        spec["leaseDurationSeconds"] = draw(st.integers(5, 60))
+        spec["leaseDurationSeconds"] = draw(st.integers(10, 60))
+        places.append((["spec", "leaseDurationSeconds"], "number"))
     if draw(st.booleans()):
         spec["pods"] = {"startDelay": draw(durations), "jobRunTime": draw(durations)}
+        places += [(["spec", "pods", "startDelay"], "duration"),
+                   (["spec", "pods", "jobRunTime"], "duration")]
     if draw(st.booleans()):
         spec["usage"] = {"node": {"cpu": draw(profiles)}, "pod": {"cpu": draw(profiles)}}
-    return {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FakeNodePool",
+        places.append((["spec", "usage", "pod", "cpu"], "profile"))
+    made = {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FakeNodePool",
             "metadata": {"name": draw(names("pp"))}, "spec": spec}
+    return draw(spoiled(made, places))
 
 
-FAULTS = st.sampled_from([
+FAULTS: st.SearchStrategy[dict[str, Any]] = st.sampled_from([
     {"type": "NotReady"}, {"type": "Unreachable"}, {"type": "GPUXid", "xid": 79},
-    {"type": "GPUXid", "xid": 0}, {"type": "Cordon"},
+    {"type": "GPUXid", "xid": 48}, {"type": "Cordon"},
     {"type": "Taint", "taint": {"key": "a", "effect": "NoSchedule"}},
     {"type": "ContainerExit", "exitCode": 3}, {"type": "CrashLoop"}, {"type": "OOMKilled"},
     {"type": "Evict"}, {"type": "Delete"}, {"type": "APIServerSlow", "latency": "50ms"},
     {"type": "Condition", "condition": {"type": "Disk", "status": "True"}},
-    {"type": "SchedulerDown"}, {"type": "Teleport"},
+    {"type": "SchedulerDown"},
 ])
-
-
-@st.composite
-def targets(draw: st.DrawFn, cluster: str) -> dict[str, Any]:
-    target: dict[str, Any] = {"clusters": {"names": [draw(st.sampled_from([BASE, cluster,
-                                                                           GHOST]))]}}
-    kind = draw(st.sampled_from(["nodes", "pods", "cluster"]))
-    if kind == "nodes":
-        target["nodes"] = draw(st.sampled_from([{}, {"pools": ["gone"]},
-                                                {"selector": {"matchLabels": {"a": "b"}}}]))
-    elif kind == "pods":
-        target["pods"] = {"namespace": "default",
-                          "selector": {"matchLabels": {"app": draw(st.sampled_from(
-                              ["props", "none"]))}}}
-    mode = draw(st.sampled_from(["one", "all", "fixed", "percent"]))
-    target["mode"] = mode
-    if mode == "fixed":
-        target["count"] = draw(st.integers(0, 3))
-    if mode == "percent":
-        target["percent"] = draw(st.integers(0, 101))
-    return target
+NODE_FAULTS = ("NotReady", "Unreachable", "GPUXid", "Cordon", "Taint", "Delete", "Condition")
+POD_FAULTS = ("ContainerExit", "CrashLoop", "OOMKilled", "Evict")
 
 
 @st.composite
 def plans(draw: st.DrawFn, cluster: str) -> dict[str, Any]:
     steps = []
+    places: list[tuple[list[Any], str]] = [(["metadata", "name"], "name suffix")]
     for index in range(draw(st.integers(1, 2))):
-        step: dict[str, Any] = {"name": f"s{index}", "target": draw(targets(cluster)),
-                                "fault": draw(FAULTS), "at": draw(short_durations)}
+        fault = draw(FAULTS)
+        target: dict[str, Any] = {"clusters": {"names": [draw(st.sampled_from(
+            [BASE, BASE, cluster, GHOST]))]}}
+        if fault["type"] in NODE_FAULTS:
+            target["nodes"] = draw(st.sampled_from([{}, {"pools": [f"{BASE}-cpu"]},
+                                                    {"selector": {"matchLabels": {"a": "b"}}}]))
+        elif fault["type"] in POD_FAULTS:
+            target["pods"] = {"namespace": "default", "selector": {"matchLabels": {
+                "app": draw(st.sampled_from(["props", "none"]))}}}
+        mode = draw(st.sampled_from(["one", "all", "fixed", "percent"]))
+        target["mode"] = mode
+        if mode == "fixed":
+            target["count"] = draw(st.integers(1, 3))
+        if mode == "percent":
+            target["percent"] = draw(st.integers(1, 100))
+        step: dict[str, Any] = {"name": f"s{index}", "target": target, "fault": fault,
+                                "at": draw(short_durations)}
+        places += [(["spec", "steps", index, "at"], "duration"),
+                   (["spec", "steps", index, "fault", "type"], "word")]
         if draw(st.booleans()):
             step["duration"] = draw(short_durations)
+            places.append((["spec", "steps", index, "duration"], "duration"))
         if draw(st.booleans()):
             step["expectations"] = [{
                 "name": "e", "within": draw(short_durations),
                 "objects": {"kind": "Node", "victims": True},
                 "cel": draw(cel)}]
+            places.append((["spec", "steps", index, "expectations", 0, "within"], "duration"))
         steps.append(step)
-    return {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FaultPlan",
+    made = {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FaultPlan",
             "metadata": {"name": draw(names("pf"))},
             "spec": {"seed": draw(st.integers(0, 2**31)), "steps": steps}}
+    return draw(spoiled(made, places))
 
 
 @st.composite
@@ -199,21 +250,19 @@ def apply(fleet: Fleet, obj: dict[str, Any]) -> subprocess.CompletedProcess[str]
 def settled(obj: dict[str, Any]) -> str | None:
     """Where an accepted object got, or None while it is still on its way."""
     status = obj.get("status") or {}
-    generation = obj["metadata"].get("generation", 0)
-    if status.get("observedGeneration", 0) != generation:
-        return None
+    current = status.get("observedGeneration", 0) == obj["metadata"].get("generation", 0)
     conditions = {c["type"]: c for c in status.get("conditions", [])}
     stalled = conditions.get("Stalled", {})
     if stalled.get("status") == "True" and stalled.get("message"):
         return f"Stalled: {stalled['message']}"
     if obj["kind"] == "FaultPlan":
         phase = status.get("phase")
-        return phase if phase in ("Succeeded", "Failed", "Aborted") else None
+        return phase if current and phase in ("Succeeded", "Failed", "Aborted") else None
     ready = conditions.get("Ready", {})
-    if ready.get("status") == "True":
+    if current and ready.get("status") == "True":
         return "Ready"
-    # A reason other than progress, said in words: a pool waiting for a cluster that is not
-    # there, a cluster that cannot start, say.
+    # Why not, said in words: a pool waiting for a cluster that is not there (the operator
+    # speaks for it, while no engine has acted on its spec), a cluster that cannot start.
     if ready.get("status") == "False" and ready.get("message") and \
             ready.get("reason") not in ("Scaling", "Provisioning", "Starting", "Reconciling"):
         return f"{ready.get('reason')}: {ready['message']}"
@@ -276,8 +325,11 @@ def property_seed() -> int:
 
 
 @seed(property_seed())
+# No shrinking: each example runs against a real fleet for up to a minute, and the failure
+# message prints the whole scene.
 @settings(max_examples=EXAMPLES, deadline=None, derandomize="FAKEFLEET_PROPERTY_SEED" not in
-          os.environ, database=None, suppress_health_check=list(HealthCheck))
+          os.environ, database=None, suppress_health_check=list(HealthCheck),
+          phases=[Phase.explicit, Phase.generate])
 @given(scene=scenes())
 def test_whatever_the_api_server_accepts_gets_somewhere_and_says_so(
         fleet: Fleet, base: None, scene: list[dict[str, Any]]) -> None:
@@ -286,8 +338,10 @@ def test_whatever_the_api_server_accepts_gets_somewhere_and_says_so(
     for obj in scene:
         result = apply(fleet, obj)
         if result.returncode == 0:
+            event(f"{obj['kind']} accepted")
             accepted.append(obj)
             continue
+        event(f"{obj['kind']} refused")
         refusal = result.stderr.strip()
         assert "Traceback" not in refusal, refusal
         assert FIELD.search(refusal), f"the refusal names no field: {refusal}\n{obj}"
@@ -298,7 +352,7 @@ def test_whatever_the_api_server_accepts_gets_somewhere_and_says_so(
             def where(obj: dict[str, Any] = obj) -> str | None:
                 return settled(fetch(fleet, obj))
             try:
-                eventually(where, timeout=SETTLE, what="")
+                event(f"{obj['kind']}: {eventually(where, timeout=SETTLE, what='').split(':')[0]}")
             except pytest.fail.Exception:
                 pytest.fail(f"{obj['kind']} {obj['metadata']['name']} said nothing within "
                             f"{SETTLE:.0f}s ({time.monotonic() - started:.0f}s): "
