@@ -13,10 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from operators.controlplane import detaching
+from operators.api.clusters import FakeCluster
+from operators.controlplane import detaching, health
 from operators.controlplane.detaching import Verdict, judge, read_record, write_record
+from operators.controlplane.ports import free_port
 from operators.controlplane.processes import Identity, Watched, identify, stat
+from operators.controlplane.state import StateDir
 from operators.controlplane.supervising import Supervised
+from operators.handlers.clusters import adopting
+from operators.reconciling import clusters as planning
 
 SLEEP = ("sleep", "60")
 
@@ -199,3 +204,34 @@ async def test_stopping_a_child_never_started_leaves_the_record_alone(tmp_path: 
     write_record(child.record, RECORDED)
     await child.stop()
     assert read_record(child.record) == RECORDED
+
+
+def test_a_restarted_operator_that_adopts_everything_keeps_the_cluster_ready(
+        tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    """What the planner would start after a restart runs already: nothing is missing, so the
+    FakeCluster is not reported NotReady meanwhile (as it is when a process must start)."""
+    state = StateDir(tmp_path)
+    cluster = FakeCluster.model_validate({
+        "metadata": {"name": "west", "namespace": "default"}, "spec": {}})
+    actions = planning.plan(cluster, planning.Observed())
+    running = _identity_of(sleeper)
+    logs = [state.component_log("default.west", kind) for kind in
+            ("kube-apiserver", "kube-scheduler", "kube-controller-manager")]
+    logs.append(state.engine_log("default.west"))
+    for log in logs:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        write_record(detaching.record_path(log), running)
+    assert adopting(state, cluster, "default.west", actions)
+    detaching.record_path(logs[-1]).unlink()  # the engine must start
+    assert not adopting(state, cluster, "default.west", actions)
+    assert not adopting(state, cluster, "default.west", [planning.BuildRelease()])
+
+
+async def test_an_adopted_process_that_does_not_answer_is_stopped_to_start_anew(
+        tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+    child = _supervised(tmp_path)
+    write_record(child.record, _identity_of(sleeper))
+    assert not await health.adopt(child, f"http://127.0.0.1:{free_port()}/healthz",
+                                  timeout=0.5)
+    assert sleeper.wait(timeout=5) == -signal.SIGTERM
+    assert not child.supervised
