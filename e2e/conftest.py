@@ -162,6 +162,28 @@ class Fleet:
     def operator_restarted(self, old: int) -> bool:
         return self.operator_pid() not in (0, old)
 
+    def member_processes(self, cluster: str, namespace: str = "default") -> dict[str, int]:
+        """The pids of a member's processes (kube-apiserver, engine, ...), as the operator that
+        announced itself ready lists them."""
+        announced = read_operator(StateDir(self.state))
+        if announced is None or not announced.ready:
+            return {}
+        return {component.name: component.pid for component in announced.components
+                if component.cluster == f"{namespace}.{cluster}" and component.pid}
+
+    def wait_member_served(self, cluster: str, old_operator: int,
+                           components: frozenset[str] = frozenset({"kube-apiserver", "engine"}),
+                           timeout: float = 90) -> dict[str, int]:
+        """After the operator ``old_operator`` was killed: wait until the one that followed it
+        supervises the member's ``components`` again; the pids of what it supervises."""
+        def served() -> dict[str, int] | None:
+            found = self.member_processes(cluster)
+            return found if self.operator_restarted(old_operator) and \
+                components <= set(found) else None
+        result: dict[str, int] = eventually(served, timeout=timeout,
+                                            what=f"the next operator to serve {cluster}")
+        return result
+
 
 @pytest.fixture(scope="session")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:

@@ -14,7 +14,15 @@ from pathlib import Path
 
 import aiohttp
 
-from e2e.conftest import FAKEFLEET, KUBECTL, eventually, fakefleet, processes_mentioning
+from e2e.conftest import (
+    CLUSTER,
+    FAKEFLEET,
+    KUBECTL,
+    Fleet,
+    eventually,
+    fakefleet,
+    processes_mentioning,
+)
 from operators.controlplane.etcd import shared_etcd
 
 
@@ -54,9 +62,19 @@ def test_up_status_kubeconfig_down(cli_state: Path) -> None:
 
 
 def test_components_do_not_outlive_a_killed_daemon(cli_state: Path) -> None:
+    """Nor do the member's processes, which are the daemon's children so as to outlive a
+    killed operator."""
     fakefleet("up", "--state-dir", str(cli_state), "--unsafe-no-fsync")
     assert "--unsafe-no-fsync=true" in _etcd_argv(cli_state)
+    fleet = Fleet(cli_state)
+    fleet.apply(CLUSTER.format(name="doomed"))
+    fleet.wait_cluster_ready("doomed")
+    members = fleet.member_processes("doomed")
+    assert {"kube-apiserver", "engine"} <= set(members)
     host = json.loads((cli_state / "host.json").read_text())
+    for pid in members.values():
+        assert Path(f"/proc/{pid}/stat").read_text().split(") ")[1].split()[1] == \
+            str(host["pid"]), "a member's process is the daemon's child"
     os.kill(host["pid"], signal.SIGKILL)
     eventually(lambda: processes_mentioning(str(cli_state)) == [], timeout=30,
                what="components to exit after their daemon was killed")

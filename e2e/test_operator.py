@@ -29,7 +29,7 @@ from e2e.conftest import (
 )
 from operators.controlplane.etcd import count_etcd_keys, shared_etcd
 from operators.controlplane.state import StateDir
-from operators.k8s.times import parse, rfc3339
+from operators.k8s.times import parse
 
 
 @pytest.fixture(scope="module")
@@ -174,12 +174,12 @@ def test_heartbeats_keep_nodes_ready_over_several_lease_periods(alpha: Path) -> 
 def test_operator_restart_adopts_without_duplicates(fleet: Fleet, alpha: Path) -> None:
     endpoint = fleet.get("fc", "alpha")["status"]["endpoint"]
     nodes_before = ready_nodes(alpha)
+    processes = fleet.member_processes("alpha")
     old = fleet.operator_pid()
-    killed = rfc3339()
-    os.kill(old, signal.SIGKILL)  # its member control planes die with it
-    eventually(lambda: fleet.operator_restarted(old), timeout=60,
-               what="the daemon to restart the operator")
-    fleet.wait_cluster_ready("alpha", since=killed)
+    os.kill(old, signal.SIGKILL)  # its members run on, children of fakefleet up's daemon
+    adopted = fleet.wait_member_served("alpha", old, frozenset(processes))
+    assert adopted == processes, "each one adopted"
+    fleet.wait_cluster_ready("alpha")
     assert fleet.get("fc", "alpha")["status"]["endpoint"] == endpoint
     apiservers = [pid for pid in processes_mentioning(str(fleet.state))
                   if "kube-apiserver" in Path(f"/proc/{pid}/cmdline").read_text()]

@@ -1,14 +1,19 @@
 """kill -9 of the operator or of an engine, during a scale-up and during 200 running pods:
 every node keeps its UID, every pod its phase, no node turns NotReady, no Job pod completes
-early or twice. Real control planes, real engine processes, real signals."""
+early or twice; and under fakefleet up, a killed operator leaves the member's processes
+running (a client polling its /readyz sees no failure). Real control planes, real engine
+processes, real signals."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import ssl
 import subprocess
+import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +29,10 @@ from e2e.conftest import (
     kubectl_json,
     processes_mentioning,
 )
-from operators.k8s.times import parse, rfc3339
+from operators.controlplane.health import client_tls
+from operators.controlplane.pki import ClusterPKI
+from operators.controlplane.state import StateDir
+from operators.k8s.times import parse
 
 RUN_TIME = 40  # seconds each Job pod runs
 JOB_PODS = 100
@@ -80,15 +88,12 @@ def test_kill_during_a_scale_up_recreates_no_node(fleet: Fleet, gamma: Path,
     eventually(lambda: len(nodes(gamma)) >= len(before) + 10, timeout=60,
                what="the scale-up to be under way")
     midway = {name: node["metadata"]["uid"] for name, node in nodes(gamma).items()}
-    killed = rfc3339()
     if victim == "engine":
         os.kill(engine_pid(fleet, "gamma"), signal.SIGKILL)
     else:
         old = fleet.operator_pid()
         os.kill(old, signal.SIGKILL)
-        eventually(lambda: fleet.operator_restarted(old), timeout=60,
-                   what="the daemon to restart the operator")
-        fleet.wait_cluster_ready("gamma", since=killed)
+        fleet.wait_member_served("gamma", old)
     fleet.wait_pool("g", target, timeout=180)
     after = {name: node["metadata"]["uid"] for name, node in nodes(gamma).items()}
     assert len(after) == target
@@ -139,15 +144,12 @@ def test_kill_during_200_running_pods_changes_no_pod(fleet: Fleet, gamma: Path,
     first_start = min(started_at(p) for p in pods(gamma, job_selector).values())
     # Kill halfway through the Jobs' run time.
     time.sleep(max(0.0, first_start + RUN_TIME / 2 - time.time()))
-    killed = rfc3339()
     if victim == "engine":
         os.kill(engine_pid(fleet, "gamma"), signal.SIGKILL)
     else:
         old = fleet.operator_pid()
         os.kill(old, signal.SIGKILL)
-        eventually(lambda: fleet.operator_restarted(old), timeout=60,
-                   what="the daemon to restart the operator")
-        fleet.wait_cluster_ready("gamma", since=killed)
+        fleet.wait_member_served("gamma", old)
 
     eventually(lambda: kubectl_json(gamma, "get", "job", name)["status"].get("succeeded")
                == JOB_PODS, timeout=180, what=f"{JOB_PODS} Job pods succeeded")
@@ -176,3 +178,66 @@ def test_kill_during_200_running_pods_changes_no_pod(fleet: Fleet, gamma: Path,
     no_node_went_not_ready(gamma)
     kubectl(gamma, "delete", "deployment", f"web-{victim}", "--wait=false")
     kubectl(gamma, "delete", "job", name, "--wait=false")
+
+
+class Poller(threading.Thread):
+    """A client of the member that asks its API server's /readyz every 100 ms, each time on
+    a new connection, and keeps every failure."""
+
+    def __init__(self, url: str, tls: ssl.SSLContext) -> None:
+        super().__init__(daemon=True)
+        self.url, self.tls = url, tls
+        self.polls = 0
+        self.failures: list[str] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.1):
+            self.polls += 1
+            try:
+                with urllib.request.urlopen(self.url, context=self.tls, timeout=2) as answer:
+                    if answer.status != 200:
+                        self.failures.append(f"{time.time():.1f}: HTTP {answer.status}")
+            except OSError as error:
+                self.failures.append(f"{time.time():.1f}: {error}")
+
+
+def test_a_killed_operator_leaves_the_members_processes_running(fleet: Fleet,
+                                                               gamma: Path) -> None:
+    kubectl(gamma, "create", "deployment", "steady", "--image=nginx:1.27", "--replicas=20")
+    eventually(lambda: len(running := pods(gamma, "app=steady")) == 20 and all(
+        p["status"].get("phase") == "Running" for p in running.values()), timeout=120,
+        what="20 pods Running")
+    nodes_before, pods_before = nodes(gamma), pods(gamma, "app=steady")
+    processes = fleet.member_processes("gamma")
+    assert {"kube-apiserver", "kube-scheduler", "kube-controller-manager", "engine"} <= \
+        set(processes)
+    state = StateDir(fleet.state)
+    pki = ClusterPKI(state.pki("default.gamma"))
+    endpoint = fleet.get("fc", "gamma")["status"]["endpoint"]
+    poller = Poller(f"{endpoint}/readyz", client_tls(
+        pki.ca_cert, pki.client_cert("admin"), pki.client_key("admin")))
+    poller.start()
+    try:
+        time.sleep(1)
+        old = fleet.operator_pid()
+        os.kill(old, signal.SIGKILL)
+        adopted = fleet.wait_member_served("gamma", old, frozenset(processes))
+        time.sleep(3)  # the new operator's first reconciles, and the polls go on
+    finally:
+        poller.stopping.set()
+        poller.join()
+    assert poller.failures == [], poller.failures
+    assert poller.polls >= 30
+    assert adopted == processes, "the same processes, adopted by the next operator"
+    assert fleet.get("fc", "gamma")["status"]["phase"] == "Ready"
+    after = nodes(gamma)
+    assert {name: node["metadata"]["uid"] for name, node in after.items()} == \
+        {name: node["metadata"]["uid"] for name, node in nodes_before.items()}
+    for name, node in after.items():
+        assert ready_since(node) == ready_since(nodes_before[name]), f"{name} went NotReady"
+    pods_after = pods(gamma, "app=steady")
+    assert {name: (pod["metadata"]["uid"], pod["status"]) for name, pod in pods_after.items()} \
+        == {name: (pod["metadata"]["uid"], pod["status"]) for name, pod in pods_before.items()}
+    no_node_went_not_ready(gamma)
+    kubectl(gamma, "delete", "deployment", "steady", "--wait=false")

@@ -3,8 +3,14 @@
 It watches FakeCluster and FakeNodePool in the host cluster, runs the member control planes on
 the shared etcd of ``--state-dir`` (or on an etcd of its own when there is none, e.g. when the
 host is a real cluster), and one engine per member. One operator per state directory: a second
-one refuses to start. Member processes die with the operator and are restarted, on the same
-ports and data, by the next one.
+one refuses to start.
+
+Under the daemon of ``fakefleet up`` (its parent, which says so in ``FAKEFLEET_SUBREAPER``) the
+member processes (control planes, add-ons, engines) are detached to the daemon: killed, the
+operator leaves them running and the next one adopts them, so a member's API never stops
+answering; stopped (SIGTERM, Ctrl-C), it stops them first. Without that daemon (run by hand,
+or in the Helm chart's pod) they die with the operator, and the next one starts them again on
+the same ports and data.
 
 The host cluster: ``--kubeconfig``; without it, in a pod (``KUBERNETES_SERVICE_HOST`` set),
 the pod's service account; else the host cluster of ``--state-dir``. Before it starts it asks
@@ -35,6 +41,7 @@ from federation.telemetry import setup
 from operators.api import RESOURCES
 from operators.api.crdgen import crd
 from operators.controlplane import binaries as binaries_
+from operators.controlplane import detaching
 from operators.controlplane.components import Profile
 from operators.controlplane.daemon import daemon_alive, start_hub
 from operators.controlplane.errors import ControlPlaneError, StateError
@@ -100,7 +107,15 @@ async def serve(options: Options, *, tracer: trace.Tracer) -> None:
     # operator runs its own, also when an earlier operator's etcd left its files behind.
     alive = daemon_alive(state_dir)
     etcd = shared_etcd(state_dir) if alive else None
-    substrate = Substrate(state_dir, binaries, etcd=etcd, fsync=options.fsync)
+    subreaper = detaching.subreaper(os.environ, os.getppid())
+    if subreaper is not None:
+        logger.info("member processes are detached to the daemon (pid %d): they outlive this "
+                    "operator unless it is stopped, and the next one adopts them", subreaper)
+    else:
+        logger.info("member processes die with this operator (no fakefleet up daemon is its "
+                    "parent)")
+    substrate = Substrate(state_dir, binaries, etcd=etcd, fsync=options.fsync,
+                          subreaper=subreaper)
     stop_flag, ready_flag = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -123,7 +138,7 @@ async def serve(options: Options, *, tracer: trace.Tracer) -> None:
             state_dir=state_dir, host=host, host_config=options.host,
             substrate=substrate, resolve_binaries=binaries_.resolve,
             tracer=tracer, default_profile=options.default_profile,
-            cel=CelWorkers(options.cel),
+            cel=CelWorkers(options.cel), subreaper=subreaper,
         )
         announce = spawn("publishing the operator's state",
                          lambda: _publish(runtime, ready_flag))

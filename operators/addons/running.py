@@ -13,11 +13,16 @@ An add-on writes its objects into the member by name (its CRDs, RBAC, webhooks, 
 APIService, MultiKueue objects), each marked as its own (:func:`owner`): one that a user made
 there first is left untouched, and the add-on's condition says ``NotOwned``, naming it.
 
-A process dies with the operator; the next one finds the add-on's files (the same ports and
-certificates) and starts it again, and applying its objects is idempotent (server-side apply),
-so nothing is lost or doubled. This module never imports the kopf glue: what an add-on works
-with (the state directory, the host's client, the member's control plane) comes in a
-:class:`Site`, from :mod:`operators.handlers.addons`.
+Under the daemon of ``fakefleet up`` a process outlives the operator (it is detached to the
+daemon, :mod:`~operators.controlplane.detaching`): the next operator sets the member up again
+(applying its objects is idempotent, server-side apply), adopts the running process if it was
+started as it would start it now and answers its probe, and hooks it again. Without a daemon
+it dies with the operator, and the next one finds the add-on's files (the same ports and
+certificates) and starts it again. Either way nothing is lost or doubled.
+
+This module never imports the kopf glue: what an add-on works with (the state directory, the
+host's client, the member's control plane) comes in a :class:`Site`, from
+:mod:`operators.handlers.addons`.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 from operators.addons.building import ToolBuild
 from operators.addons.lifecycle import Build, Hook, Observed, Start, Step, Stop
 from operators.api.clusters import FakeCluster
+from operators.controlplane import health
+from operators.controlplane.detaching import record_path, running_as_recorded
 from operators.controlplane.errors import AddonError, ControlPlaneError
 from operators.controlplane.limits import check_inotify
 from operators.controlplane.state import ComponentState, StateDir
@@ -64,6 +71,9 @@ class Site:
     host: Client
     local: LocalCluster | None
     """The member's local control plane; None while it has none."""
+    subreaper: int | None = None
+    """The child subreaper the add-on's process is detached to (None: it dies with the
+    operator)."""
 
     def control_plane(self) -> LocalCluster:
         if self.local is None:
@@ -238,17 +248,29 @@ class Runner(Generic[ObservedT, ActionT]):
             await self.addon.act(site, cluster, action, self.instances[site.key])
 
     async def start(self, site: Site, cluster: FakeCluster) -> None:
-        """Set the member up for the add-on and start it; its hooks follow once it serves."""
+        """Set the member up for the add-on and start it; its hooks follow once it serves.
+        One that an earlier operator left running as it would start now, and that answers,
+        is adopted instead, and hooked again at once (it serves)."""
         site.control_plane()
         tool = self.addon.tool
         binary = tool.find()
         if binary is None:
             raise AddonError(f"the {tool.title} binary is not in the cache: it is being built")
-        await asyncio.to_thread(check_inotify, f"{tool.title} on {site.key}", [self.addon.name])
+        log = self.addon.files(site.state, site.key).log
+        if not running_as_recorded(record_path(log)):  # one that runs holds its instances
+            await asyncio.to_thread(check_inotify, f"{tool.title} on {site.key}",
+                                    [self.addon.name])
         launch = await self.addon.setup(site, cluster, binary)
-        process = Supervised(f"{site.key}/{self.addon.name}", launch.argv,
-                             log_path=self.addon.files(site.state, site.key).log,
-                             stable_after=STABLE_AFTER)
+        process = Supervised(f"{site.key}/{self.addon.name}", launch.argv, log_path=log,
+                             stable_after=STABLE_AFTER, subreaper=site.subreaper)
+        endpoint = self.addon.endpoint(site.state, site.key)
+        if endpoint is not None and await health.adopt(
+                process, endpoint[1], health.insecure_tls() if endpoint[1].startswith("https")
+                else None):
+            self.instances[site.key] = Instance(process, settings=launch.settings)
+            await self.addon.hook(site)
+            self.instances[site.key].hooked = True
+            return
         await process.start()
         self.instances[site.key] = Instance(process, settings=launch.settings)
 

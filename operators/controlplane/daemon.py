@@ -12,6 +12,12 @@ It holds ``<state>/daemon.lock`` for its whole life (so there is never a second 
 same state directory), publishes what it runs in ``<state>/host.json``, and stops everything
 on SIGTERM/SIGINT. Its children die with it even when it is SIGKILLed.
 
+It is a child subreaper (:mod:`~operators.controlplane.reaping`), and tells the operator so
+(:data:`~operators.controlplane.detaching.SUBREAPER`): the operator starts the members'
+processes detached, as children of the daemon, so that they outlive a killed operator and its
+successor adopts them; they still die with the daemon. Stopping, the daemon SIGTERMs the
+operator, which stops its members, then stops what the operator left running.
+
 :func:`run` is the embeddable core; ``python -m operators.controlplane.daemon`` is its entry.
 """
 
@@ -36,6 +42,7 @@ from federation.telemetry.exporting import exporter_environment
 from federation.telemetry.files import CollectorFiles, CollectorInfo
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
+from operators.controlplane.detaching import SUBREAPER
 from operators.controlplane.errors import (
     ControlPlaneError,
     PortInUseError,
@@ -44,6 +51,8 @@ from operators.controlplane.errors import (
 )
 from operators.controlplane.pki import ensure_hub_pki
 from operators.controlplane.ports import claim_port, free_port
+from operators.controlplane.processes import own_children
+from operators.controlplane.reaping import become_subreaper, keep_reaping, stop_orphans
 from operators.controlplane.state import (
     HOST_CLUSTER,
     ComponentState,
@@ -62,6 +71,8 @@ logger = logging.getLogger(__name__)
 
 #: ``off`` keeps ``fakefleet up`` from starting the embedded collector.
 COLLECTOR_VARIABLE = "FAKEFLEET_COLLECTOR"
+#: How long the members that the operator left running get after SIGTERM (s).
+ORPHANS_STOP = 15.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,6 +276,8 @@ async def run(
         hub: Supervised | None = None
         collector: Supervised | None = None
         env: dict[str, str] = {}
+        become_subreaper()
+        reaper = asyncio.create_task(keep_reaping(own_children), name="reaping orphans")
         try:
             if settings.collector:
                 collector, serving = await _start_collector(
@@ -282,7 +295,8 @@ async def run(
                 hub = await start_hub(state_dir, settings.startup_timeout, settings.fsync,
                                        env)
             if settings.operator:
-                operator = await _start_operator(state_dir, settings.startup_timeout, env)
+                operator = await _start_operator(state_dir, settings.startup_timeout,
+                                                 {**env, SUBREAPER: str(os.getpid())})
             if ready_flag is not None:
                 ready_flag.set()
             running = substrate
@@ -296,6 +310,12 @@ async def run(
         finally:
             if operator is not None:
                 await operator.stop(timeout=30)
+            # Members it could not stop (it was killed, and its successor not yet running).
+            await stop_orphans(own_children, timeout=ORPHANS_STOP)
+            reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
+            become_subreaper(False)
             if hub is not None:
                 await hub.stop(timeout=10)
             if substrate is not None:

@@ -7,6 +7,7 @@ Kubernetes components), not Kubernetes API calls: those live in :mod:`operators.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 import time
 from pathlib import Path
@@ -16,7 +17,11 @@ import aiohttp
 from operators.controlplane.errors import StartupError
 from operators.controlplane.supervising import Supervised, tail
 
+logger = logging.getLogger(__name__)
+
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=2)
+#: How long an adopted process gets to answer its health probe (s): it runs already.
+ADOPTED_TIMEOUT = 10.0
 
 
 def client_tls(ca_cert: Path, client_cert: Path, client_key: Path) -> ssl.SSLContext:
@@ -73,3 +78,20 @@ async def wait_healthy(
                 tail(process.log_path),
             )
         await asyncio.sleep(interval)
+
+
+async def adopt(process: Supervised, url: str, tls: ssl.SSLContext | None = None, *,
+                timeout: float = ADOPTED_TIMEOUT) -> bool:
+    """Adopt the running process recorded for ``process`` (:meth:`Supervised.adopt`) if it
+    answers at ``url`` within ``timeout``; one that does not is stopped, to be started anew.
+    Whether it was adopted."""
+    if not await process.adopt():
+        return False
+    try:
+        await wait_healthy(process, url, tls, timeout=timeout)
+    except StartupError as error:
+        logger.warning("%s: its adopted process does not answer; starting it anew: %s",
+                       process.name, error)
+        await process.stop()
+        return False
+    return True

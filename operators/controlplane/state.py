@@ -13,6 +13,10 @@
                                         (the kube-apiserver's, while spans are exported), and
                                         for members engine.log, member.kubeconfig (an adopted
                                         cluster's)
+    <state>/clusters/<key>/**/<process>.process.json
+                                        a detached process's identity (pid, start time,
+                                        command line) beside its <process>.log: what the next
+                                        operator adopts (operators.controlplane.detaching)
     <state>/clusters/<key>/front-proxy/ the aggregation layer's PKI (FrontProxyPKI)
     <state>/clusters/<key>/engine.json  the engine's kubelet port (EngineEndpoint), kept so its
                                         nodes' daemonEndpoints stay right across restarts
@@ -134,6 +138,10 @@ class StateDir:
     def tracing_config(self, key: str) -> Path:
         """The kube-apiserver's TracingConfiguration (``--tracing-config-file``)."""
         return self.cluster(key) / "tracing.yaml"
+
+    def component_log(self, key: str, component: str) -> Path:
+        """The log of a cluster's kube-apiserver, kube-scheduler or kube-controller-manager."""
+        return self.cluster(key) / f"{component}.log"
 
     def engine_log(self, key: str) -> Path:
         return self.cluster(key) / "engine.log"

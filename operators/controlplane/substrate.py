@@ -8,7 +8,12 @@ kubeconfigs and logs. The state directory is private (0700), and so are keys and
 creation: they hold the credentials of every cluster.
 
 The substrate supervises its processes while its event loop runs and stops them all in
-:meth:`Substrate.stop` (or when the process dies, through the supervisor's death signal).
+:meth:`Substrate.stop`. When the process dies they die with it (the supervisor's death
+signal), unless the substrate has a ``subreaper`` (the operator under the daemon of
+``fakefleet up``): then its clusters' processes are detached, outlive it, and the next
+substrate on the same state directory adopts them (:mod:`~operators.controlplane.detaching`),
+so a member's API server never stops answering across an operator's restart. etcd is the
+daemon's then; the substrate of an operator without a daemon runs its own, and it dies with it.
 
 When spans are exported (``OTEL_EXPORTER_OTLP_ENDPOINT``), etcd and every kube-apiserver the
 substrate starts send theirs to the same endpoint (:mod:`~operators.controlplane.components`
@@ -33,7 +38,7 @@ from typing import Any
 from operators.controlplane import components, health, kubeconfigs
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.components import ClusterPorts, EtcdPorts, Profile, RequestLimits
-from operators.controlplane.errors import StateError
+from operators.controlplane.errors import PortInUseError, StateError
 from operators.controlplane.etcd import (
     EtcdEndpoint,
     EtcdFiles,
@@ -71,6 +76,12 @@ class ClusterOptions:
     """Binaries of another Kubernetes version than the substrate's default."""
     limits: RequestLimits | None = None
     """The API server's request limits, if not its profile's (a benchmark trying others)."""
+
+    @property
+    def components(self) -> list[str]:
+        """The processes of the cluster, in the order they start."""
+        return ["kube-apiserver", *(["kube-scheduler"] if self.scheduler else []),
+                *(["kube-controller-manager"] if self.controller_manager else [])]
 
 
 @dataclasses.dataclass
@@ -139,13 +150,16 @@ class Substrate:
         fsync: bool = True,
         startup_timeout: float = 90.0,
         environ: Mapping[str, str] | None = None,
+        subreaper: int | None = None,
     ) -> None:
         """With ``etcd``, attach to an etcd that someone else runs (the host's:
         :func:`~operators.controlplane.etcd.shared_etcd`). ``fsync=False`` is for tests and
         benchmarks only: the etcd this substrate runs may then lose data on a machine crash.
         ``environ``: the ``OTEL_*`` variables that say where etcd and the kube-apiservers send
         their spans (default: this process's own, as its SDK reads them; the daemon of
-        ``fakefleet up`` gives the operator its collector's)."""
+        ``fakefleet up`` gives the operator its collector's). ``subreaper``: the pid of the
+        child subreaper that the clusters' processes are detached to (None: they die with this
+        process)."""
         self.state_dir = state_dir
         #: host:port of the OTLP/gRPC endpoint of etcd and the apiservers (None: untraced).
         self.tracing = components.tracing_endpoint(os.environ if environ is None else environ)
@@ -155,6 +169,7 @@ class Substrate:
         self._attached = etcd is not None
         self._endpoint = etcd
         self._fsync = fsync
+        self._subreaper = subreaper
         self._etcd: Supervised | None = None
         self._etcd_ports: EtcdPorts | None = None
         self.clusters: dict[str, LocalCluster] = {}
@@ -224,58 +239,60 @@ class Substrate:
         if name in self.clusters:
             return self.clusters[name]
         options = options or ClusterOptions()
-        await asyncio.to_thread(check_inotify, f"the control plane of cluster {name!r}", [
-            "kube-apiserver", *(["kube-scheduler"] if options.scheduler else []),
-            *(["kube-controller-manager"] if options.controller_manager else [])])
+        kinds = options.components
         state = StateDir(self.state_dir)
-        directory = state.cluster(name)
-        directory.mkdir(parents=True, exist_ok=True)
-        ports = self._cluster_ports(state, name, options)
+        state.cluster(name).mkdir(parents=True, exist_ok=True)
         pki = ensure_pki(state.pki(name), name)
         front_proxy = ensure_front_proxy_pki(state.front_proxy_pki(name))
-        cluster = LocalCluster(name, state, ports, options, pki, processes={})
+        cluster = LocalCluster(name, state, self._remembered_ports(state, name, options),
+                               options, pki, processes={})
         write_kubeconfigs(cluster)
-
         binaries = options.binaries or self.binaries
-        plan: list[tuple[str, list[str], str, Any]] = [(
-            "kube-apiserver",
-            components.apiserver_argv(
-                binaries.kube_apiserver, cluster=name, etcd_url=self.etcd.url,
-                etcd_pki=self.etcd.pki, port=ports.apiserver, pki=pki, profile=options.profile,
-                tracing_config=self._tracing_config(state, name), front_proxy=front_proxy,
-                limits=options.limits,
-            ),
-            f"{cluster.endpoint}/readyz",
-            cluster.admin_tls(),
-        )]
-        if options.scheduler:
-            plan.append((
-                "kube-scheduler",
-                components.scheduler_argv(
-                    binaries.kube_scheduler, kubeconfig=cluster.kubeconfig_of("kube-scheduler"),
-                    port=ports.scheduler, profile=options.profile,
-                ),
-                f"https://127.0.0.1:{ports.scheduler}/healthz",
-                health.insecure_tls(),
-            ))
-        if options.controller_manager:
-            plan.append((
-                "kube-controller-manager",
-                components.controller_manager_argv(
-                    binaries.kube_controller_manager,
-                    kubeconfig=cluster.kubeconfig_of("kube-controller-manager"),
-                    port=ports.controller_manager, pki=pki, profile=options.profile,
-                ),
-                f"https://127.0.0.1:{ports.controller_manager}/healthz",
-                health.insecure_tls(),
-            ))
+        tracing_config = self._tracing_config(state, name)
+
+        def component(kind: str, ports: ClusterPorts) -> tuple[Supervised, str, Any]:
+            """The component's process with ``ports``, and its health URL and TLS."""
+            if kind == "kube-apiserver":
+                argv = components.apiserver_argv(
+                    binaries.kube_apiserver, cluster=name, etcd_url=self.etcd.url,
+                    etcd_pki=self.etcd.pki, port=ports.apiserver, pki=pki,
+                    profile=options.profile, tracing_config=tracing_config,
+                    front_proxy=front_proxy, limits=options.limits)
+                url, tls = f"https://127.0.0.1:{ports.apiserver}/readyz", cluster.admin_tls()
+            elif kind == "kube-scheduler":
+                argv = components.scheduler_argv(
+                    binaries.kube_scheduler, kubeconfig=cluster.kubeconfig_of(kind),
+                    port=ports.scheduler, profile=options.profile)
+                url, tls = f"https://127.0.0.1:{ports.scheduler}/healthz", health.insecure_tls()
+            else:
+                argv = components.controller_manager_argv(
+                    binaries.kube_controller_manager, kubeconfig=cluster.kubeconfig_of(kind),
+                    port=ports.controller_manager, pki=pki, profile=options.profile)
+                url = f"https://127.0.0.1:{ports.controller_manager}/healthz"
+                tls = health.insecure_tls()
+            return Supervised(f"{name}/{kind}", argv, log_path=state.component_log(name, kind),
+                              subreaper=self._subreaper), url, tls
+
         self.clusters[name] = cluster
         try:
-            for component, argv, url, tls in plan:
-                process = Supervised(
-                    f"{name}/{component}", argv, log_path=directory / f"{component}.log"
-                )
-                cluster.processes[component] = process
+            # What an earlier operator left running on these ports is adopted; the rest is
+            # started, on its remembered port if that is free.
+            adopted = set()
+            for kind in kinds:
+                process, url, tls = component(kind, cluster.ports)
+                if await health.adopt(process, url, tls):
+                    cluster.processes[kind] = process
+                    adopted.add(kind)
+            await asyncio.to_thread(check_inotify, f"the control plane of cluster {name!r}",
+                                    [kind for kind in kinds if kind not in adopted])
+            cluster.ports = self._claim_ports(cluster.ports, adopted, name)
+            write_private(state.ports_file(name), (json.dumps(
+                {"ports": dataclasses.asdict(cluster.ports)}, indent=2) + "\n").encode())
+            for kind in kinds:
+                if kind in adopted:
+                    continue
+                process, url, tls = component(kind, cluster.ports)
+                cluster.processes[kind] = process
                 await process.start()
                 await health.wait_healthy(process, url, tls, timeout=self.startup_timeout)
         except BaseException:
@@ -346,24 +363,34 @@ class Substrate:
         write_private(path, components.tracing_configuration(self.tracing).encode())
         return path
 
-    def _cluster_ports(self, state: StateDir, name: str,
-                       options: ClusterOptions) -> ClusterPorts:
-        state_file = state.ports_file(name)
+    @staticmethod
+    def _remembered_ports(state: StateDir, name: str, options: ClusterOptions) -> ClusterPorts:
+        """The ports the cluster had (free ones for those it never had), not yet claimed: its
+        processes may still hold them, to be adopted."""
         stored: dict[str, Any] = {}
-        if state_file.exists():
+        if state.ports_file(name).exists():
             try:
-                stored = json.loads(state_file.read_text()).get("ports", {})
+                stored = json.loads(state.ports_file(name).read_text()).get("ports", {})
             except (ValueError, AttributeError):  # cut short by a crash: choose ports anew
-                logger.warning("%s is unreadable; choosing new ports", state_file)
-        what = f"the kube-apiserver of cluster {name!r}"
-        ports = ClusterPorts(
-            apiserver=claim_port(options.apiserver_port or stored.get("apiserver"), what),
-            scheduler=free_port(),
-            controller_manager=free_port(),
+                logger.warning("%s is unreadable; choosing new ports", state.ports_file(name))
+        return ClusterPorts(
+            apiserver=options.apiserver_port or stored.get("apiserver") or free_port(),
+            scheduler=stored.get("scheduler") or free_port(),
+            controller_manager=stored.get("controller_manager") or free_port(),
         )
-        write_private(state_file,  # aside, then renamed: never half a file
-                      (json.dumps({"ports": dataclasses.asdict(ports)}, indent=2) + "\n").encode())
-        return ports
+
+    @staticmethod
+    def _claim_ports(ports: ClusterPorts, adopted: set[str], name: str) -> ClusterPorts:
+        """The ports of the processes to start, checked free: the API server's is in every
+        kubeconfig (a clear error if it is taken), the others change if they must."""
+        apiserver, scheduler, controller_manager = dataclasses.astuple(ports)
+        if "kube-apiserver" not in adopted:
+            apiserver = claim_port(apiserver, f"the kube-apiserver of cluster {name!r}")
+        if "kube-scheduler" not in adopted:
+            scheduler = _free_or_other(scheduler)
+        if "kube-controller-manager" not in adopted:
+            controller_manager = _free_or_other(controller_manager)
+        return ClusterPorts(apiserver, scheduler, controller_manager)
 
     @staticmethod
     async def _stop_cluster(cluster: LocalCluster) -> None:
@@ -373,3 +400,10 @@ class Substrate:
             if process is not None:
                 with contextlib.suppress(ProcessLookupError):
                     await process.stop()
+
+
+def _free_or_other(port: int) -> int:
+    try:
+        return claim_port(port, "")
+    except PortInUseError:
+        return free_port()

@@ -75,4 +75,4 @@ def components(runtime: Runtime) -> list[ComponentState]:
 
 def _site(runtime: Runtime, key: str) -> Site:
     return Site(key=key, state=StateDir(runtime.state_dir), host=runtime.host,
-                local=runtime.substrate.clusters.get(key))
+                local=runtime.substrate.clusters.get(key), subreaper=runtime.subreaper)

@@ -25,6 +25,7 @@ from operators.api.injections import read_entries
 from operators.api.nodepools import FakeNodePool
 from operators.api.status import pool_status
 from operators.controlplane.components import Profile
+from operators.controlplane.detaching import record_path, running_as_recorded
 from operators.controlplane.errors import BinaryError, ControlPlaneError, PortInUseError
 from operators.controlplane.state import StateDir
 from operators.controlplane.substrate import ClusterOptions
@@ -82,7 +83,8 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
             if actions:
                 provisioning.open([type(a).__name__ for a in actions])
                 logger.info("cluster %s: %s", key, ", ".join(type(a).__name__ for a in actions))
-            if actions and reported is not None and reported.phase == "Ready":
+            if actions and reported is not None and reported.phase == "Ready" \
+                    and not adopting(StateDir(runtime.state_dir), cluster, key, actions):
                 # Say what is missing before mending it: a restart shows as not Ready. (A cluster
                 # not Ready keeps its last message, say why it failed, until there is news.)
                 reported = await report(runtime, cluster, planning.Observed(**{
@@ -169,6 +171,24 @@ async def hold_components(runtime: Runtime, cluster: FakeCluster, key: str, *,
             await process.start()
     return "; ".join(f"{component} stopped by fault {entry}" for component, entry in
                      sorted(held.items()) if component in local.processes)
+
+
+def adopting(state: StateDir, cluster: FakeCluster, key: str,
+             actions: list[planning.Action]) -> bool:
+    """Whether the actions start only processes that run already, as an earlier operator
+    recorded them: this one adopts them, nothing is missing, and the cluster stays Ready."""
+    logs = []
+    for action in actions:
+        if isinstance(action, planning.StartControlPlane):
+            spec = cluster.spec.controlPlane
+            options = ClusterOptions(scheduler=spec.scheduler,
+                                     controller_manager=spec.controllerManager)
+            logs += [state.component_log(key, kind) for kind in options.components]
+        elif isinstance(action, planning.StartEngine):
+            logs.append(state.engine_log(key))
+        elif not isinstance(action, planning.ConnectExternal | planning.WriteKubeconfigSecret):
+            return False
+    return all(running_as_recorded(record_path(log)) for log in logs)
 
 
 async def observe(runtime: Runtime, cluster: FakeCluster, key: str) -> planning.Observed:

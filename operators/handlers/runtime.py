@@ -21,6 +21,7 @@ from operators.addons.building import ToolBuild
 from operators.addons.registry import runners
 from operators.addons.running import Runner
 from operators.controlplane import binaries as binaries_
+from operators.controlplane import health
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import BinaryError
@@ -142,6 +143,9 @@ class Runtime:
         default_factory=lambda: trace.get_tracer("operators.handlers"))
     #: The profile of FakeClusters whose spec.controlPlane.profile is not set.
     default_profile: Profile = Profile.DEFAULT
+    #: The child subreaper (the daemon of ``fakefleet up``) that engines and add-ons are
+    #: detached to, so that they outlive the operator; None: they die with it.
+    subreaper: int | None = None
 
     def __post_init__(self) -> None:
         #: The releases FakeClusters ask for, built one at a time.
@@ -158,7 +162,9 @@ class Runtime:
     async def start_engine(self, key: str, namespace: str, name: str,
                            member_kubeconfig: Path) -> Supervised:
         """The cluster's engine process, supervised: its log in the cluster's directory,
-        restarted with back-off (reset after a healthy minute) when it dies."""
+        restarted with back-off (reset after a healthy minute) when it dies. One that an
+        earlier operator left running with the same command line is adopted if it answers
+        on its kubelet port."""
         engine = self.engines.get(key)
         if engine is not None:
             return engine
@@ -171,16 +177,18 @@ class Runtime:
              "--kubelet-port", str(endpoint.kubeletPort)],
             log_path=StateDir(self.state_dir).engine_log(key),
             stable_after=ENGINE_STABLE_AFTER, death_signal=signal.SIGTERM,
+            subreaper=self.subreaper,
         )
-        await engine.start()
+        if not await health.adopt(engine, f"http://127.0.0.1:{endpoint.kubeletPort}/healthz"):
+            await engine.start()
         self.engines[key] = engine
         return engine
 
     def engine_endpoint(self, key: str, *, choose: bool = False) -> EngineEndpoint | None:
         """Where the member's engine serves its nodes' kubelets and DCGM metrics: the port it
-        had, which its nodes advertise (an engine of the previous operator may still hold it
-        for a moment: the new one waits for it), or with ``choose`` a free one if there is none
-        yet."""
+        had, which its nodes advertise (an engine of the previous operator holds it: it is
+        adopted, or, stopping, holds it for a moment and the new one waits for it), or with
+        ``choose`` a free one if there is none yet."""
         state = StateDir(self.state_dir)
         found = read_engine_endpoint(state, key)
         if not choose or found is not None:
