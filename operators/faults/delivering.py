@@ -226,7 +226,7 @@ class Delivery:
         members: list[tuple[str, FaultEntry]] = []
         hit: list[Victim] = []
         try:
-            waiting = await self._waiting_exits(client) if kind == "Pod" else {}
+            waiting = await self._waiting_exits(client, entry_id) if kind == "Pod" else {}
         except K8sError as error:
             return Delivered([], [f"{v}: {brief(error)}" for v in victims])
         for victim in victims:
@@ -258,13 +258,14 @@ class Delivery:
                 self._sets[(cluster, entry_id)] = (body["metadata"]["name"], uid)
         return Delivered(problems, failed)
 
-    async def _waiting_exits(self, client: Client) -> dict[str, list[FaultEntry]]:
-        """By pod uid, the entries of the member's pod sets still in state inject: a one-shot
-        exit written now comes after those still waiting to fire
+    async def _waiting_exits(self, client: Client,
+                             entry_id: str) -> dict[str, list[FaultEntry]]:
+        """By pod uid, the entries of the member's other pod sets still in state inject: a
+        one-shot exit written now comes after those still waiting to fire
         (:func:`~operators.faults.catalogue.one_shot_restarts`)."""
         waiting: dict[str, list[FaultEntry]] = {}
         for found in await _list_sets(client, keys.FAULT_SET):
-            if found.kind == "Pod" and found.state == "inject":
+            if found.kind == "Pod" and found.state == "inject" and found.id != entry_id:
                 for group in found.groups:
                     for target in group.targets:
                         waiting.setdefault(faultsets.pod_uid(target), []).append(group.entry)
