@@ -31,9 +31,10 @@ last victim's recovery, and with tracing on the spans the collector stored for t
 The write ceiling (unless ``--no-ceiling``): after each plan, the harness itself sends the
 status writes the engine makes for that fault, to the same victims (a node's Ready=False; a
 pod's crash, rendered by the engine's own ``render_status``), as many in flight as the engine
-sends them (CEILING_CONCURRENCY), and the same watch timestamps when each is visible, from the
-moment the first write goes out. That is the floor the engine's own writes set: a fault can be
-no faster than its victims' status writes. The harness writes as the member's admin
+sends them (CEILING_CONCURRENCY) on connections opened beforehand, as the engine's are, and the
+same watch timestamps when each is visible, from the moment the first write goes out. That is
+the floor the engine's own writes set: a fault can be no faster than its victims' status
+writes. The harness writes as the member's admin
 (``system:masters``), which API priority and fairness exempts; the engine writes as
 ``fakefleet-engine`` in ``system:nodes`` (priority levels ``node-high`` and ``system``), so
 under load the ceiling is a little optimistic.
@@ -274,6 +275,10 @@ async def ceiling(access: ClusterAccess, member: Client, kind: str, path: str,
         assert not set(names) & set(stamps.hit), "the victims show the fault already"
         objects = {item["metadata"]["name"]: item
                    for item in (await member.get(path)).get("items") or ()}
+        # The engine's connections are open long before a fault: so are the ceiling's (a TLS
+        # handshake per connection, on two busy cores, would be most of what it measures).
+        await bounded([lambda: writer.get("/version")] * min(concurrency, len(names)),
+                      concurrency)
         started = time.time()
         now = micro_time(started) if kind == "Node" else rfc3339(started)
         calls: list[Callable[[], Awaitable[Any]]]
