@@ -169,7 +169,7 @@ class FaultSets:
         self._warned.pop(name, None)
         held = self._sets.get(name)
         if held is not None and held.found.uid == found.uid and \
-                held.found.groups == found.groups:
+                _shape(held.found) == _shape(found):
             self._moved(held, found)
             return
         if held is not None:
@@ -286,3 +286,9 @@ class FaultSets:
             return
         if written is not None and self._sets.get(name) is held:
             self._changed("MODIFIED", written)  # before the watch shows it: not twice
+
+
+def _shape(found: FaultSet) -> list[tuple[tuple[str, ...], Any, Any]]:
+    """What a set does to which targets, whatever its state and trace: a set whose shape is
+    the same is the same set in a new state."""
+    return [(group.targets, group.entry.stages, group.entry.recovery) for group in found.groups]

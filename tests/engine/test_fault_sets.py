@@ -188,3 +188,23 @@ async def test_a_restarted_engine_runs_no_stage_before_it_knows_the_faults() -> 
         assert len(fleet.member.sent("PATCH", f"{NODES}/cpu-0/status")) == status_writes
         assert fleet.member.sent("PATCH", f"{LEASES}/cpu-1") == [], "still silent"
         assert fleet.member.sent("PATCH", f"{LEASES}/cpu-0"), "the sets known: renewed"
+
+
+async def test_a_set_turned_to_its_recovery_is_the_same_set_seen_as_long() -> None:
+    """The wait before a pod the engine never saw counts as gone runs from when the set was
+    first seen, not from its turn to recovery."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=1))
+    async with fleet.running(fleet.engine()):
+        await fleet.clock.advance(2)
+        fleet.member.put(PODS, pod("train", "cpu-0"))
+        await fleet.clock.advance(1)
+        fleet.member.put(faultsets.CONFIGMAPS, fault_set(
+            entry("ns/plan/stuck/0", [], END), fleet.pod_target("train"),
+            "default/late/uid-late", kind="Pod"))
+        await fleet.clock.advance(GONE_AFTER - 10)
+        await fleet.recover("ns/plan/stuck/0")
+        await fleet.clock.advance(5)
+        assert fleet.set_state("ns/plan/stuck/0") == "recover", "seen 25 s: not gone yet"
+        await fleet.clock.advance(8)
+        assert fleet.set_state("ns/plan/stuck/0") == "done", "seen 33 s: gone"
