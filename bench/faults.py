@@ -1,13 +1,15 @@
 """How fast a FaultPlan's faults reach a member API, and how fast they are undone:
 
-    python -m bench.faults [--nodes 1000] [--pods 1000] [--tracing off,on]
+    python -m bench.faults [--nodes 1000] [--pods 1000] [--victims N] [--tracing off,on]
+                           [--no-ceiling]
 
 The whole product runs as a user runs it: ``fakefleet up`` (host control plane and operator),
 a FakeCluster with one pool of ``--nodes`` nodes and ``--pods`` pods bound to them, then two
 plans applied with the host API:
 
-- nodes: NotReady on every node (mode all) at t=5s for 20s;
-- pods: CrashLoop on every pod (mode all) at t=5s for 20s.
+- nodes: NotReady on every node (mode all; ``--victims N``: N of them, mode fixed) at t=5s
+  for 20s;
+- pods: CrashLoop on every pod (or N of them) at t=5s for 20s.
 
 A watch on the member API (started before the plan) timestamps when each victim first shows the
 fault (node Ready=False; pod container terminated with the fault's exit code) and when it shows
@@ -26,6 +28,17 @@ spans of every write the engine makes for the plan), so this is where tracing co
 Besides the latencies, each row gives the engine's CPU seconds from the plan's creation to the
 last victim's recovery, and with tracing on the spans the collector stored for the plan's trace.
 
+The write ceiling (unless ``--no-ceiling``): after each plan, the harness itself sends the
+status writes the engine makes for that fault, to the same victims (a node's Ready=False; a
+pod's crash, rendered by the engine's own ``render_status``), as many in flight as the engine
+sends them (CEILING_CONCURRENCY) on connections opened beforehand, as the engine's are, and the
+same watch timestamps when each is visible, from the moment the first write goes out. That is
+the floor the engine's own writes set: a fault can be no faster than its victims' status
+writes. The harness writes as the member's admin
+(``system:masters``), which API priority and fairness exempts; the engine writes as
+``fakefleet-engine`` in ``system:nodes`` (priority levels ``node-high`` and ``system``), so
+under load the ceiling is a little optimistic.
+
 Results also go to ``bench/results/faults-<time>.json`` (git-ignored).
 """
 
@@ -34,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import sqlite3
@@ -42,7 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +67,12 @@ from bench.engines import RESULTS, bounded, untraced_environment
 from bench.fleet import usage
 from federation.telemetry.files import CollectorFiles
 from operators.controlplane.state import StateDir, read_operator
+from operators.engine import pods as podlife
 from operators.k8s.client import Client
-from operators.k8s.config import load_kubeconfig, load_kubeconfig_file
+from operators.k8s.config import ClusterAccess, load_kubeconfig, load_kubeconfig_file
 from operators.k8s.errors import NotFound
-from operators.k8s.times import parse
+from operators.k8s.requests import STRATEGIC_PATCH
+from operators.k8s.times import micro_time, parse, rfc3339
 from operators.k8s.watching import list_and_watch
 
 NAMESPACE = "default"
@@ -66,6 +82,12 @@ AT, DURATION = 5.0, 20.0
 SPAN_SETTLE = 8.0
 TIMEOUT = 300.0
 FAKEFLEET = Path(sys.executable).parent / "fakefleet"
+#: Status writes the ceiling has in flight, as the engine does: node stages go out on its
+#: heartbeat connections (EngineSettings.heartbeat_connections), pod steps on its pod slots
+#: (EngineSettings.pod_concurrency).
+CEILING_CONCURRENCY = {"Node": 384, "Pod": 64}
+#: The exit code of the ceiling's crash (the plan's is 7: its last crash stays in lastState).
+CEILING_EXIT = 9
 
 
 class Stamps:
@@ -97,12 +119,17 @@ def node_ready(node: Any) -> bool:
                for c in (node.get("status") or {}).get("conditions") or ())
 
 
-def pod_crashed(pod: Any) -> bool:
-    for status in (pod.get("status") or {}).get("containerStatuses") or ():
-        for state in (status.get("state") or {}, status.get("lastState") or {}):
-            if (state.get("terminated") or {}).get("exitCode") == 7:
-                return True
-    return False
+def crashed_with(code: int) -> Callable[[Any], bool]:
+    def crashed(pod: Any) -> bool:
+        for status in (pod.get("status") or {}).get("containerStatuses") or ():
+            for state in (status.get("state") or {}, status.get("lastState") or {}):
+                if (state.get("terminated") or {}).get("exitCode") == code:
+                    return True
+        return False
+    return crashed
+
+
+pod_crashed = crashed_with(7)
 
 
 def pod_running(pod: Any) -> bool:
@@ -121,11 +148,14 @@ def fakefleet(*args: str, env: dict[str, str] | None = None) -> str:
                           text=True, timeout=600, env=env).stdout
 
 
-def plan_body(name: str, target: dict[str, Any], fault: dict[str, Any]) -> dict[str, Any]:
+def plan_body(name: str, target: dict[str, Any], fault: dict[str, Any],
+              victims: int = 0) -> dict[str, Any]:
+    """The plan: its fault on every object of the target, or on ``victims`` of them."""
+    mode = {"mode": "fixed", "count": victims} if victims else {"mode": "all"}
     return {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FaultPlan",
             "metadata": {"name": name},
             "spec": {"seed": 1, "steps": [{"name": "all", "target": {
-                "clusters": {"names": ["bench"]}, "mode": "all", **target}, "fault": fault,
+                "clusters": {"names": ["bench"]}, **mode, **target}, "fault": fault,
                 "at": f"{AT:g}s", "duration": f"{DURATION:g}s"}]}}
 
 
@@ -191,7 +221,8 @@ async def measure(state: Path, host: Client, member: Client, name: str, path: st
     latencies = [stamp - scheduled for stamp in stamps.hit.values()]
     recovered = [stamp - recover_at for stamp in stamps.back.values()]
     return {
-        "plan": name, "victims": len(injection["targets"]), "visible": len(latencies),
+        "plan": name, "victims": injection["targetCount"], "visible": len(latencies),
+        "victimNames": [text.rsplit("/", 1)[-1] for text in injection["targets"]],
         "p50": round(percentile(latencies, 0.5), 2), "p99": round(percentile(latencies, 0.99), 2),
         "max": round(max(latencies), 2), "mean": round(statistics.fmean(latencies), 2),
         "entriesWritten": round(parse(injection["injectedAt"]) - scheduled, 2),
@@ -202,7 +233,80 @@ async def measure(state: Path, host: Client, member: Client, name: str, path: st
     }
 
 
-async def run(state: Path, nodes: int, pods: int, console: Console) -> list[dict[str, Any]]:
+def node_not_ready_patch(now: str) -> dict[str, Any]:
+    """A NotReady fault's status write, as the engine's heartbeats make it (a strategic merge
+    of the Ready condition)."""
+    return {"status": {"conditions": [{
+        "type": "Ready", "status": "False", "reason": "KubeletNotReady",
+        "message": "the bench's ceiling", "lastHeartbeatTime": now,
+        "lastTransitionTime": now}]}}
+
+
+def pod_crash_patch(pod: Any, now: str) -> dict[str, Any]:
+    """A crash's status write, as the engine renders it: the pod's life as its status shows
+    it, then its containers exited with CEILING_EXIT and backing off."""
+    facts = podlife.PodFacts(pod)
+    status = pod.get("status") or {}
+    facts.host_ip = status.get("hostIP", "")
+    life = podlife.life_from_status(facts, status)
+    crashed = dataclasses.replace(
+        life, phase=podlife.BACKOFF, changed_at=now, restarts=life.restarts + 1,
+        last_exit=podlife.Exit(CEILING_EXIT, "Error", "", life.started_at or now, now))
+    return {"metadata": {"uid": facts.uid},
+            "status": podlife.render_status(facts, crashed, now)}
+
+
+async def ceiling(access: ClusterAccess, member: Client, kind: str, path: str,
+                  names: list[str], stamps: Stamps) -> dict[str, Any]:
+    """The victims' status writes sent by the harness itself, CEILING_CONCURRENCY in flight:
+    when each is visible in the watch, from the moment the first goes out."""
+    concurrency = CEILING_CONCURRENCY[kind]
+    writer = Client.connect(access, connections=concurrency, timeout=60)
+    listed = asyncio.Event()
+
+    def on_list(items: list[Any]) -> None:
+        for item in items:
+            stamps.see("ADDED", item)
+        listed.set()
+    watch = asyncio.create_task(list_and_watch(member, path, {}, on_list=on_list,
+                                               on_event=stamps.see))
+    try:
+        await listed.wait()
+        assert not set(names) & set(stamps.hit), "the victims show the fault already"
+        objects = {item["metadata"]["name"]: item
+                   for item in (await member.get(path)).get("items") or ()}
+        # The engine's connections are open long before a fault: so are the ceiling's (a TLS
+        # handshake per connection, on two busy cores, would be most of what it measures).
+        await bounded([lambda: writer.get("/version")] * min(concurrency, len(names)),
+                      concurrency)
+        started = time.time()
+        now = micro_time(started) if kind == "Node" else rfc3339(started)
+        calls: list[Callable[[], Awaitable[Any]]]
+        if kind == "Node":
+            calls = [lambda n=name: writer.patch(f"/api/v1/nodes/{n}/status",
+                                                 node_not_ready_patch(now),
+                                                 content_type=STRATEGIC_PATCH, decode=False)
+                     for name in names]
+        else:
+            calls = [lambda n=name: writer.patch(
+                f"/api/v1/namespaces/{NAMESPACE}/pods/{n}/status",
+                pod_crash_patch(objects[n], now), decode=False) for name in names]
+        await bounded(calls, concurrency)
+        sent = time.time() - started
+        await until(lambda: set(names) <= set(stamps.hit), 120, f"{kind}: every write visible")
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        await writer.close()
+    latencies = [stamps.hit[name] - started for name in names]
+    return {"ceilingP50": round(percentile(latencies, 0.5), 2),
+            "ceilingP99": round(percentile(latencies, 0.99), 2),
+            "ceilingMax": round(max(latencies), 2), "ceilingSent": round(sent, 2)}
+
+
+async def run(state: Path, nodes: int, pods: int, victims: int, with_ceiling: bool,
+              console: Console) -> list[dict[str, Any]]:
     host = Client.connect(load_kubeconfig_file(StateDir(state).host_kubeconfig), timeout=60)
     try:
         await host.create(f"{BASE}/fakeclusters", {
@@ -225,9 +329,8 @@ async def run(state: Path, nodes: int, pods: int, console: Console) -> list[dict
             raise SystemExit("the pool never became Ready")
         console.print(f"waiting for {nodes} nodes Ready ...")
         await pool_ready()
-        member = Client.connect(load_kubeconfig(fakefleet("kubeconfig", "--state-dir",
-                                                          str(state), "bench")),
-                                connections=32, timeout=60)
+        access = load_kubeconfig(fakefleet("kubeconfig", "--state-dir", str(state), "bench"))
+        member = Client.connect(access, connections=32, timeout=60)
         try:
             console.print(f"creating {pods} pods ...")
             names = sorted(n["metadata"]["name"]
@@ -256,13 +359,26 @@ async def run(state: Path, nodes: int, pods: int, console: Console) -> list[dict
             watch.cancel()
             console.print("node fault ...")
             results = [await measure(state, host, member, "nodes", "/api/v1/nodes", plan_body(
-                "nodes", {"nodes": {}}, {"type": "NotReady"}),
-                Stamps(node_not_ready, node_ready), nodes)]
+                "nodes", {"nodes": {}}, {"type": "NotReady"}, victims),
+                Stamps(node_not_ready, node_ready), min(victims or nodes, nodes))]
+            if with_ceiling:
+                console.print("node ceiling ...")
+                await until_healthy(member, "/api/v1/nodes", node_ready)
+                results[-1].update(await ceiling(
+                    access, member, "Node", "/api/v1/nodes", results[-1]["victimNames"],
+                    Stamps(node_not_ready, node_ready)))
             console.print("pod fault ...")
             results.append(await measure(state, host, member, "pods", "/api/v1/pods", plan_body(
                 "pods", {"pods": {"namespace": NAMESPACE}}, {"type": "CrashLoop",
-                                                               "exitCode": 7}),
-                Stamps(pod_crashed, pod_running), pods))
+                                                               "exitCode": 7}, victims),
+                Stamps(pod_crashed, pod_running), min(victims or pods, pods)))
+            if with_ceiling:
+                console.print("pod ceiling ...")
+                await until_healthy(member, f"/api/v1/namespaces/{NAMESPACE}/pods", pod_running)
+                crashed = crashed_with(CEILING_EXIT)
+                results[-1].update(await ceiling(
+                    access, member, "Pod", f"/api/v1/namespaces/{NAMESPACE}/pods",
+                    results[-1]["victimNames"], Stamps(crashed, pod_running)))
         finally:
             await member.close()
     finally:
@@ -275,17 +391,32 @@ async def run(state: Path, nodes: int, pods: int, console: Console) -> list[dict
     return results
 
 
+async def until_healthy(member: Client, path: str, healthy: Callable[[Any], bool]) -> None:
+    """Wait until every object at ``path`` is back to health (the plan's recovery done)."""
+    deadline = time.monotonic() + 120
+    while not all(healthy(item) for item in (await member.get(path)).get("items") or ()):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{path}: not every object healthy again")
+        await asyncio.sleep(1.0)
+
+
 def report(results: list[dict[str, Any]], console: Console, nodes: int, pods: int) -> None:
-    table = Table(title=f"FaultPlan: {nodes} nodes NotReady, {pods} pods CrashLoop "
-                        f"({os.cpu_count()} CPUs); seconds from the scheduled moment")
-    for column in ("tracing", "fault", "victims", "entries written", "visible", "p50", "p99",
-                   "max", "all recovered after recoverAt", "recovery p50", "engine CPU (s)",
+    table = Table(title=f"FaultPlan: NotReady on {nodes} nodes' victims, CrashLoop on {pods} "
+                        f"pods' ({os.cpu_count()} CPUs); seconds from the scheduled moment "
+                        f"(ceiling: from the first direct write)")
+    for column in ("tracing", "fault", "victims", "faults written", "visible", "p50", "p99",
+                   "max", "ceiling p50", "ceiling p99", "p99 / ceiling p99",
+                   "all recovered after recoverAt", "recovery p50", "engine CPU (s)",
                    "spans stored"):
         table.add_column(column, justify="right")
     for result in results:
+        bound = result.get("ceilingP99")
         table.add_row(result["tracing"], result["plan"], str(result["victims"]),
                       f"{result['entriesWritten']:.2f}", str(result["visible"]),
                       f"{result['p50']:.2f}", f"{result['p99']:.2f}", f"{result['max']:.2f}",
+                      f"{result['ceilingP50']:.2f}" if bound is not None else "-",
+                      f"{bound:.2f}" if bound is not None else "-",
+                      f"{result['p99'] / bound:.2f}" if bound else "-",
                       f"{result['recoverAll']:.2f}", f"{result['recoverP50']:.2f}",
                       f"{result['engineCpuSeconds']:.1f}", str(result["spans"]))
     console.print(table)
@@ -299,14 +430,15 @@ def environment(tracing: str) -> dict[str, str]:
     return environ
 
 
-def measure_once(tracing: str, nodes: int, pods: int, console: Console) -> list[dict[str, Any]]:
+def measure_once(tracing: str, nodes: int, pods: int, victims: int, with_ceiling: bool,
+                 console: Console) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="fakefleet-bench-faults-") as workdir:
         state = Path(workdir) / "state"
         console.print(f"tracing {tracing}: fakefleet up ...")
         fakefleet("up", "--state-dir", str(state), "--unsafe-no-fsync",
                   env=environment(tracing))
         try:
-            results = asyncio.run(run(state, nodes, pods, console))
+            results = asyncio.run(run(state, nodes, pods, victims, with_ceiling, console))
         finally:
             subprocess.run([str(FAKEFLEET), "down", "--state-dir", str(state)],
                            capture_output=True, timeout=300, check=False)
@@ -317,6 +449,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--victims", type=int, default=0,
+                        help="victims of each step, nodes and pods alike (default: all); "
+                             "e.g. 200 for the design's 200-victim goal")
+    parser.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=True,
+                        help="after each plan, send its victims' status writes directly and "
+                             "time them: the floor the engine's writes set (default: on)")
     parser.add_argument("--tracing", default="off,on",
                         help="comma-separated: off (no collector, no endpoint), on (embedded "
                              "collector); each a whole run on fresh state")
@@ -324,13 +462,20 @@ def main() -> None:
     settings = [setting.strip() for setting in args.tracing.split(",") if setting.strip()]
     if not settings or set(settings) - {"off", "on"}:
         parser.error(f"--tracing {args.tracing!r}: give off, on or off,on")
+    if args.victims < 0 or args.victims > min(args.nodes, args.pods):
+        parser.error(f"--victims {args.victims}: give 0 (all) to {min(args.nodes, args.pods)} "
+                     f"(at most --nodes and --pods)")
     console = Console() if sys.stdout.isatty() else Console(width=200)
     results = [result for setting in settings
-               for result in measure_once(setting, args.nodes, args.pods, console)]
+               for result in measure_once(setting, args.nodes, args.pods, args.victims,
+                                          args.ceiling, console)]
     report(results, console, args.nodes, args.pods)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"faults-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    for result in results:
+        del result["victimNames"]
     out.write_text(json.dumps({"nodes": args.nodes, "pods": args.pods,
+                               "victims": args.victims,
                                "cpus": os.cpu_count(), "results": results}, indent=2) + "\n")
     console.print(f"results: {out}")
 

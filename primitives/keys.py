@@ -17,9 +17,13 @@ FINALIZER = f"{GROUP}/finalizer"
 #: The W3C traceparent an object carries (a FaultPlan the hub link made, a FakeCluster, the
 #: objects a fault touched), so that what acts on it later joins its trace.
 TRACEPARENT = f"{GROUP}/traceparent"
-#: An object's fault entries: JSON, written by the FaultPlan runner, read by the engine (nodes,
-#: pods) and by the operator (FakeClusters: control-plane faults).
+#: A FakeCluster's fault entries (control-plane and hub-link faults): JSON, written by the
+#: FaultPlan runner, read by the operator, the cluster's engine and its hub link.
 FAULTS = f"{GROUP}/faults"
+#: The label of a fault set (a ConfigMap in a member's ``fakefleet-system``) that carries a
+#: node or pod fault to its targets: a digest of the occurrence's entry id, shared by its
+#: chunks. Written by the FaultPlan runner, read by the member's engine.
+FAULT_SET = f"{GROUP}/fault-set"
 #: A pool's node names a Delete fault holds (JSON ``{"<entry id>": ["<node>", ...]}``).
 HELD_NODES = f"{GROUP}/held-nodes"
 #: On a FaultPlan the hub link made: the fleet run it belongs to, and the command that made it.

@@ -37,8 +37,7 @@ async def test_a_plan_keeps_time_by_the_clock_it_is_given() -> None:
     assert injection.recoverAt == pytest.approx(40, abs=0.5)
     await world.clock.advance(10)
     assert runner.status.injections[0].state == "Recovering"
-    for text in injection.targets:
-        await world.engine_marks_done(text.rsplit("/", 1)[-1])
+    await world.engine_marks_done()
     await world.clock.advance(1.5)
     assert runner.status.injections[0].state == "Recovered"
     await world.clock.advance(1)  # the round's last sleep

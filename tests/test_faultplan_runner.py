@@ -1,8 +1,9 @@
 """The FaultPlan runner's I/O over in-memory API servers: victims recorded before anything is
-written, entries written once (a restart between the writes and the status injects nothing
-twice), conflicts retried, recovery confirmed only once the engine marked the entries done,
-victims that vanished counted as recovered; spec.startAt as time zero, spec.clusters keeping a
-plan to its clusters, and hub-link faults recovered by the plan alone."""
+written, one fault set per cluster written once (a restart between the record and the write,
+or between the write and the status, injects nothing twice and skips nothing), recovery
+confirmed only once the engine marked the set done, a plan deleted mid-step recovering what
+its sets hold; spec.startAt as time zero, spec.clusters keeping a plan to its clusters, and
+hub-link faults recovered by the plan alone."""
 
 from __future__ import annotations
 
@@ -14,14 +15,10 @@ from typing import Any, cast
 import kopf
 import pytest
 
+from operators.api import faultsets
 from operators.api.faultplans import FaultPlan
-from operators.api.injections import (
-    FaultEntry,
-    HubLinkFaults,
-    hub_link_faults,
-    read_entries,
-    render_entries,
-)
+from operators.api.faultsets import FaultSet
+from operators.api.injections import HubLinkFaults, hub_link_faults
 from operators.faults.deciding import MEMBER_WAIT
 from operators.faults.evaluating import CelWorkers
 from operators.handlers.faultplans import PlanRunner, delete
@@ -36,6 +33,7 @@ from tests.fakes.k8s import MemoryTransport
 CLUSTERS = "/apis/fakefleet.dev/v1alpha1/namespaces/default/fakeclusters"
 PLANS = "/apis/fakefleet.dev/v1alpha1/namespaces/default/faultplans"
 NODES = "/api/v1/nodes"
+SETS = faultsets.CONFIGMAPS
 
 
 class World:
@@ -79,17 +77,19 @@ class World:
         plan = FaultPlan.model_validate(await self.host.get(f"{PLANS}/p"))
         return PlanRunner(self.runtime, plan, connect=lambda _, name: self.members[name])
 
-    async def entries(self, node: str) -> list[FaultEntry]:
-        found = await self.member.get(f"{NODES}/{node}")
-        return read_entries(found["metadata"].get("annotations"))[0]
+    def sets(self) -> list[FaultSet]:
+        return [faultsets.read(item) for item in self.member_api.objects(SETS)]
 
-    async def engine_marks_done(self, node: str) -> None:
-        """What the engine does once a recovery (or a one-shot fault) was written."""
-        found = await self.member.get(f"{NODES}/{node}")
-        entries = [e.model_copy(update={"state": "done"}) if e.state == "recover" else e
-                   for e in read_entries(found["metadata"].get("annotations"))[0]]
-        await self.member.patch(f"{NODES}/{node}", {"metadata": {"annotations": {
-            keys.FAULTS: render_entries(entries)}}})
+    def targets(self) -> list[str]:
+        """The nodes the fault sets in west name."""
+        return sorted(t for found in self.sets() for group in found.groups
+                      for t in group.targets)
+
+    async def engine_marks_done(self) -> None:
+        """What the engine does once every target ran a set's recovery."""
+        for found in self.sets():
+            if found.state == "recover":
+                await self.member.patch(f"{SETS}/{found.name}", {"data": {"state": "done"}})
 
 
 CORDON = {"name": "cordon", "target": {"nodes": {}, "mode": "fixed", "count": 2},
@@ -106,7 +106,7 @@ async def started(world: World, seconds_ago: float) -> PlanRunner:
     return runner
 
 
-async def test_victims_are_recorded_before_their_entries_are_written() -> None:
+async def test_victims_are_recorded_before_their_fault_set_is_written() -> None:
     world = World()
     world.plan(CORDON)
     runner = await started(world, 1)
@@ -115,40 +115,42 @@ async def test_victims_are_recorded_before_their_entries_are_written() -> None:
     injection = runner.status.injections[0]
     assert injection.state == "Injected"
     assert len(injection.targets) == 2
-    victims = [t.rsplit("/", 1)[-1] for t in injection.targets]
-    for node in victims:
-        (entry,) = await world.entries(node)
-        assert entry.state == "inject"
-        assert entry.id.endswith("/cordon/0")
+    victims = sorted(t.rsplit("/", 1)[-1] for t in injection.targets)
+    (found,) = world.sets()
+    assert (found.state, found.id) == ("inject", runner._id(injection))
+    assert found.id.endswith("/cordon/0")
+    assert world.targets() == victims
     status_writes = [r.json()["status"] for r in world.host_api.sent("PATCH", f"{PLANS}/p/status")]
     first_with_targets = next(s for s in status_writes if s["injections"][0]["targets"])
     assert first_with_targets["injections"][0]["state"] == "Scheduled", \
         "the victims were recorded before anything was written to them"
-    node_writes = world.member_api.sent("PATCH", f"{NODES}/.*")
-    assert len(node_writes) == 2, "no read before each write: the list gave resourceVersions"
+    assert len(world.member_api.sent("POST", SETS)) == 1
+    assert world.member_api.sent("PATCH", f"{NODES}/.*") == [], "nothing written to a victim"
 
 
-async def test_a_conflict_reads_the_node_again_and_keeps_what_others_wrote() -> None:
-    world = World(nodes=1)
-    world.plan({**CORDON, "target": {"nodes": {}}})
-    runner = await started(world, 1)
-    # Someone else's entry lands between the list and our write: ours is refused (409).
-    other = FaultEntry(id="other/plan/x/0")
-    original = runner.fleet
+async def test_a_restart_between_the_record_and_the_write_writes_the_set_once() -> None:
+    """The victims are in the status; the runner's create of the set never arrived, or arrived
+    and its answer was lost, and the runner stopped there: the successor writes the set once,
+    for exactly those victims."""
+    for applied in (False, True):
+        world = World()
+        world.plan(CORDON)
+        runner = await started(world, 1)
+        world.member_api.fail("POST", SETS, reset=True, applied=applied)
+        await runner.advance()
+        assert runner.status.injections[0].state == "Scheduled"
+        recorded = (await world.runner()).status.injections[0]
+        assert recorded.state == "Scheduled"
+        assert len(recorded.targets) == 2
+        successor = await world.runner()
+        await successor.advance()
+        assert successor.status.injections[0].state == "Injected"
+        assert successor.status.injections[0].targets == recorded.targets, "none chosen twice"
+        assert world.targets() == sorted(t.rsplit("/", 1)[-1] for t in recorded.targets)
+        assert len(world.sets()) == 1
 
-    async def fleet_then_change(step: Any, **options: Any) -> Any:
-        found = await original(step, **options)
-        await world.member.patch(f"{NODES}/n-0", {"metadata": {"annotations": {
-            keys.FAULTS: render_entries([other])}}})
-        return found
-    runner.fleet = fleet_then_change  # type: ignore[method-assign]
-    await runner.advance()
-    assert [e.id for e in await world.entries("n-0")] == ["other/plan/x/0",
-                                                          runner._id(runner.status.injections[0])]
-    assert world.member_api.sent("GET", f"{NODES}/n-0"), "read again after the conflict"
 
-
-async def test_a_restart_between_the_writes_and_the_status_injects_nothing_twice() -> None:
+async def test_a_restart_between_the_write_and_the_status_injects_nothing_twice() -> None:
     world = World()
     world.plan(CORDON)
     runner = await started(world, 1)
@@ -159,50 +161,48 @@ async def test_a_restart_between_the_writes_and_the_status_injects_nothing_twice
         mode="json"), "injections": [{**injection.model_dump(mode="json"),
                                       "state": "Scheduled", "injectedAt": "",
                                       "expectations": []}]}})
+    written = world.member_api.objects(SETS)
     successor = await world.runner()
     assert successor.status.injections[0].targets == injection.targets
     await successor.advance()
     assert successor.status.injections[0].state == "Injected"
-    for text in injection.targets:
-        assert len(await world.entries(text.rsplit("/", 1)[-1])) == 1
+    assert world.member_api.objects(SETS) == written, "the set as it was"
 
 
-async def test_recovery_waits_for_the_engine_then_removes_the_entries() -> None:
+async def test_recovery_waits_for_the_engine_then_deletes_the_set() -> None:
     world = World()
     world.plan(CORDON)
     runner = await started(world, 1)
     await runner.advance()
-    victims = [t.rsplit("/", 1)[-1] for t in runner.status.injections[0].targets]
     runner.status = runner.status.model_copy(
         update={"startedAt": micro_time(time.time() - 20)})  # the duration is over
     await runner.advance()
     assert runner.status.injections[0].state == "Recovering"
-    assert {e.state for node in victims for e in await world.entries(node)} == {"recover"}
+    assert [found.state for found in world.sets()] == ["recover"]
+    assert len(world.member_api.sent("PATCH", f"{SETS}/.*")) == 1, "one write"
     await runner.advance()
     assert runner.status.injections[0].state == "Recovering", "the engine has not written yet"
-    for node in victims:
-        await world.engine_marks_done(node)
+    await world.engine_marks_done()
     await runner.advance()
     assert runner.status.injections[0].state == "Recovered"
     assert runner.status.injections[0].recoveredAt
-    for node in victims:
-        assert await world.entries(node) == []
+    assert world.sets() == []
     assert runner.status.phase == "Succeeded"
 
 
-async def test_a_victim_deleted_meanwhile_counts_as_recovered() -> None:
+async def test_a_plan_deleted_mid_step_recovers_what_its_sets_hold() -> None:
     world = World()
-    world.plan(CORDON)
+    world.plan({**CORDON, "duration": "1h"})
     runner = await started(world, 1)
     await runner.advance()
-    victims = [t.rsplit("/", 1)[-1] for t in runner.status.injections[0].targets]
-    await world.member.delete(f"{NODES}/{victims[0]}")
-    runner.status = runner.status.model_copy(
-        update={"startedAt": micro_time(time.time() - 20)})
-    await runner.advance()
-    await world.engine_marks_done(victims[1])
-    await runner.advance()
-    assert runner.status.injections[0].state == "Recovered"
+    assert runner.status.injections[0].state == "Injected"
+    # The finalizer's rounds (handlers.faultplans.delete), each from the plan as it is then.
+    left = await (await world.runner()).abort()
+    assert [i.step for i in left] == ["cordon"], "the finalizer waits for it"
+    assert [found.state for found in world.sets()] == ["recover"]
+    await world.engine_marks_done()
+    assert await (await world.runner()).abort() == []
+    assert world.sets() == [], "recovered, then deleted: nothing left in the member"
 
 
 async def test_a_step_with_nothing_to_hit_is_skipped_and_says_so() -> None:
@@ -242,19 +242,18 @@ async def test_a_plan_the_planner_refuses_fails_without_a_verdict() -> None:
     assert written["status"]["phase"] == "Failed", "written, so kubectl and plan run see it"
 
 
-async def test_an_entry_not_written_is_tried_again_before_the_step_counts_as_injected() -> None:
+async def test_a_set_not_written_is_tried_again_before_the_step_counts_as_injected() -> None:
     world = World(nodes=2)
     world.plan({**CORDON, "target": {"nodes": {}}})
     runner = await started(world, 1)
-    world.member_api.fail("PATCH", f"{NODES}/n-1", status=500, reason="InternalError")
+    world.member_api.fail("POST", SETS, status=500, reason="InternalError")
     await runner.advance()
     injection = runner.status.injections[0]
-    assert injection.state == "Scheduled", "not Injected while a victim lacks its entry"
-    assert "1 of 2 entries not written yet" in injection.message
+    assert injection.state == "Scheduled", "not Injected while its victims lack their fault"
+    assert "2 of 2 entries not written yet" in injection.message
     await runner.advance()
     assert runner.status.injections[0].state == "Injected"
-    for node in ("n-0", "n-1"):
-        assert len(await world.entries(node)) == 1
+    assert world.targets() == ["n-0", "n-1"]
 
 
 async def test_a_cluster_deleted_meanwhile_leaves_nothing_to_recover() -> None:
@@ -305,7 +304,7 @@ async def test_a_start_in_the_future_waits_for_it() -> None:
     await runner.advance()
     assert runner.status.injections[0].state == "Scheduled"
     assert runner.status.phase == "Running"
-    assert not world.member_api.sent("PATCH", f"{NODES}/.*")
+    assert not world.member_api.sent("POST", SETS)
 
 
 async def test_a_start_at_that_is_no_time_fails_the_plan_naming_the_field() -> None:

@@ -7,12 +7,10 @@ import pytest
 from pydantic import ValidationError
 
 from operators.api.faultplans import Fault
-from operators.api.injections import render_entries
 from operators.api.stages import GPUEffect, NodeEffect
 from operators.engine import nodes
 from operators.engine.nodes import GPUState
 from operators.faults import catalogue
-from primitives import keys
 
 
 def gpu_effects(entry_stages: list[object]) -> list[dict[str, object]]:
@@ -80,9 +78,7 @@ def test_a_restarted_engine_reads_the_gpu_states_from_the_entries_in_force() -> 
     signal = signal.model_copy(update={"state": "done"})
     recovering = catalogue.node_entry("c", Fault(type="GPUXid", xid=48, gpus=2), gpus=8)
     recovering = recovering.model_copy(update={"state": "recover"})
-    text = render_entries([fatal, signal, recovering])
-    assert text is not None
-    states = dict(nodes.gpus_from_entries({keys.FAULTS: text}))
+    states = dict(nodes.gpus_from_entries([fatal, signal, recovering]))
     assert states == {0: GPUState(xid=48, healthy=False), 1: GPUState(xid=48, healthy=False)}, \
         "a done signal is forgotten; one still recovering is in force until its reset"
-    assert nodes.gpus_from_entries({keys.FAULTS: "not json"}) == ()
+    assert nodes.gpus_from_entries([]) == ()

@@ -26,7 +26,7 @@ from operators.handlers.faultplans import PlanRunner, delete
 from operators.handlers.provisioning import PROVISION, Provisioning
 from operators.k8s.times import micro_time
 from primitives import keys, propagation
-from tests.test_faultplan_runner import CORDON, NODES, PLANS, World
+from tests.test_faultplan_runner import CORDON, PLANS, SETS, World
 
 #: Passes at the first look: the plan's verdict is reached without an engine.
 SEEN = {"name": "seen", "within": "30s", "count": {"atLeast": 1},
@@ -77,16 +77,14 @@ async def recorded_status(world: World) -> dict[str, Any]:
 
 
 async def run_to_the_end(world: World, runner: PlanRunner) -> None:
-    """Inject, let the duration pass, recover, as the engine would mark the entries done."""
+    """Inject, let the duration pass, recover, as the engine would mark the fault set done."""
     await runner.advance()
     await runner.write()
-    victims = [t.rsplit("/", 1)[-1] for t in runner.status.injections[0].targets]
     await runner.write(runner.status.model_copy(
         update={"startedAt": micro_time(time.time() - 20)}))
     await runner.advance()
     await runner.write()
-    for node in victims:
-        await world.engine_marks_done(node)
+    await world.engine_marks_done()
     await runner.advance()
     await runner.write()
 
@@ -152,31 +150,26 @@ async def test_a_restarted_operator_carries_on_in_the_same_trace() -> None:
     assert (await recorded_status(world))["traceparent"] == context_of(start)
 
 
-async def test_fault_entries_and_their_objects_carry_the_span_that_wrote_them() -> None:
+async def test_a_fault_set_carries_the_span_that_wrote_it_and_then_the_recovery_s() -> None:
     world, spans = World(), Spans()
     world.plan(CORDON)
     runner = await started(world, spans, 1)
     await runner.advance()
     await runner.write()
     (inject,) = spans.named(tracing.INJECT)
-    victims = [t.rsplit("/", 1)[-1] for t in runner.status.injections[0].targets]
-    for node in victims:
-        (entry,) = await world.entries(node)
-        assert entry.traceparent == context_of(inject)
-        found = await world.member.get(f"{NODES}/{node}")
-        assert found["metadata"]["annotations"][keys.TRACEPARENT] == context_of(inject)
-    # The patch that wrote the entry set the annotation too: one write per victim.
-    assert len(world.member_api.sent("PATCH", f"{NODES}/.*")) == len(victims)
+    (found,) = world.sets()
+    assert found.traceparent == context_of(inject)
+    assert {group.entry.traceparent for group in found.groups} == {context_of(inject)}
+    (create,) = world.member_api.sent("POST", SETS)
+    assert dict(create.headers)["traceparent"][:-2] == context_of(inject)[:-2], \
+        "the create is made in the span: the API server's span of it is its child"
 
     await runner.write(runner.status.model_copy(
         update={"startedAt": micro_time(time.time() - 20)}))
     await runner.advance()
     (recover,) = spans.named(tracing.RECOVER)
-    for node in victims:
-        (entry,) = await world.entries(node)
-        assert (entry.state, entry.traceparent) == ("recover", context_of(recover))
-        found = await world.member.get(f"{NODES}/{node}")
-        assert found["metadata"]["annotations"][keys.TRACEPARENT] == context_of(recover)
+    (found,) = world.sets()
+    assert (found.state, found.traceparent) == ("recover", context_of(recover))
 
 
 async def test_a_cluster_fault_entry_carries_the_injection_span() -> None:
@@ -232,11 +225,9 @@ async def test_the_end_is_traced_once_also_when_the_plan_is_deleted(monkeypatch:
                         lambda _, __, name: world.members[name])
     body = kopf.Body(kopf.RawBody(await world.host.get(f"{PLANS}/p")))
     memo = kopf.Memo(runtime=world.runtime)
-    victims = [t.rsplit("/", 1)[-1] for t in runner.status.injections[0].targets]
     with pytest.raises(kopf.TemporaryError, match="to be recovered"):
         await delete(body=body, memo=memo)  # kopf calls it again until all is recovered
-    for node in victims:
-        await world.engine_marks_done(node)
+    await world.engine_marks_done()
     await delete(body=body, memo=memo)
     (recover,) = spans.named(tracing.RECOVER)
     assert recover.attributes is not None
@@ -260,12 +251,9 @@ async def test_no_tracing_configured_records_no_trace_and_changes_nothing() -> N
     await runner.advance()
     status = await recorded_status(world)
     assert (status["traceId"], status["traceparent"]) == ("", "")
-    victims = [t.rsplit("/", 1)[-1] for t in runner.status.injections[0].targets]
-    for node in victims:
-        (entry,) = await world.entries(node)
-        assert entry.traceparent is None
-        found = await world.member.get(f"{NODES}/{node}")
-        assert keys.TRACEPARENT not in found["metadata"]["annotations"]
+    (found,) = world.sets()
+    assert found.traceparent == ""
+    assert {group.entry.traceparent for group in found.groups} == {None}
 
 
 # -- FakeCluster reconciles --------------------------------------------------------------------

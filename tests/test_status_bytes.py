@@ -93,8 +93,8 @@ async def test_victims_listed_apart_are_written_first_and_a_successor_recovers_t
     assert configmap["metadata"]["annotations"][keys.OWNED_BY] == "FaultPlan/p"
     texts = gzip.decompress(base64.b64decode(configmap["binaryData"][TARGETS_KEY])).decode()
     victims = [text.rsplit("/", 1)[-1] for text in texts.split("\n")]
-    for node in victims:
-        assert [e.state for e in await world.entries(node)] == ["inject"]
+    assert world.targets() == sorted(victims)
+    assert [found.state for found in world.sets()] == ["inject"]
     status_writes = [r.json()["status"] for r in world.host_api.sent("PATCH", f"{PLANS}/p/status")]
     first_naming = next(s for s in status_writes if s["injections"][0]["targetsRef"])
     assert first_naming["injections"][0]["state"] == "Scheduled", \
@@ -105,5 +105,4 @@ async def test_victims_listed_apart_are_written_first_and_a_successor_recovers_t
         executing.parse(successor.status.startedAt) - 20)})
     await successor.advance()
     assert successor.status.injections[0].state == "Recovering"
-    for node in victims:
-        assert [e.state for e in await world.entries(node)] == ["recover"]
+    assert [found.state for found in world.sets()] == ["recover"]

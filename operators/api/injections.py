@@ -1,54 +1,45 @@
-"""How a fault reaches the engine: as stages, carried by the object it acts on.
+"""How a fault reaches what it acts on: as a fault *entry*, carried by an object the plan
+writes.
 
-A FaultPlan never changes a node's or pod's status itself. It writes an *entry* into the
-object's ``fakefleet.dev/faults`` annotation: the stages the fault adds (``stages``) and the
-stages that undo it (``recovery``). The engine runs an object's fault stages before its default
-ones, so a fault overrides the lifecycle for as long as it lasts, through the same interpreter
-and the same writes as every other stage::
-
-    metadata:
-      annotations:
-        fakefleet.dev/faults: '[{"id": "default/xid-a1b2c3/xid/0", "state": "inject",
-          "stages": [...], "recovery": [...]}]'
-
-An entry's ``state`` says which of its stages are live:
+A FaultPlan never changes a node's or pod's status itself. An entry holds the stages the fault
+adds (``stages``) and the stages that undo it (``recovery``); the engine runs the live ones
+ahead of the object's default lifecycle, so a fault overrides the lifecycle for as long as it
+lasts, through the same interpreter and the same writes as every other stage. An entry's
+``state`` says which are live:
 
 - ``inject``: its ``stages`` (written by the plan when it injects);
 - ``recover``: its ``recovery`` (the plan flips the state when the fault's duration ends, or
   the plan is deleted);
-- ``done``: none; the engine sets it when a stage with ``endFault`` was written (a recovery
-  finished, or a one-shot fault such as a container exit happened). The plan removes done
-  entries.
+- ``done``: none; the engine sets it when a stage with ``endFault`` was written on every
+  target (a recovery finished, or a one-shot fault such as a container exit happened).
 
-Every change of state is one function here, called by the plan and the engine alike (neither
-spells a state itself): :func:`inject_entry`, :func:`recover_entry`, :func:`mark_done`
-(:func:`done_annotations`) and :func:`remove_entry`; :func:`recovery` says which the plan owes
-an entry while it recovers. Every write is conditional on the object's resourceVersion, so
-the plan and the engine never overwrite each other's changes to the list. An entry's id is
-the plan's namespace, name and uid-derived suffix, the step and the occurrence: writing an
-entry that is already there (a plan operator restarted between its write and its status
-update) changes nothing, so no fault is injected twice.
+An entry's id is the plan's namespace, name and uid-derived suffix, the step and the
+occurrence: writing an entry that is already there (a plan operator restarted between its
+write and its status update) changes nothing, so no fault is injected twice.
 
-Some faults cannot be carried by the object they act on, and are carried by the object that
-owns its existence instead:
+Entries travel in three kinds of object:
 
+- node and pod faults: a *fault set* in the member (:mod:`operators.api.faultsets`), one per
+  step occurrence and cluster, that names its targets; the engine runs the entry on each;
 - ``Delete`` of a node: the FakeNodePool in the host cluster lists the node in its
   ``fakefleet.dev/held-nodes`` annotation (``{"<entry id>": ["<node>", ...]}``); its engine
-  deletes held nodes and does not make them again until the entry is gone.
-- control-plane faults: the FakeCluster lists the components to stop in its
-  ``fakefleet.dev/faults`` annotation (entries with ``stop``); the operator stops them and
+  deletes held nodes and does not make them again until the entry is gone;
+- cluster faults, on the FakeCluster. Control-plane faults: it lists the components to stop
+  in its ``fakefleet.dev/faults`` annotation (entries with ``stop``); the operator stops them and
   starts them again once no entry in state ``inject`` names them. An entry with ``latency``
   slows the cluster's engine's writes instead (its engine watches its FakeCluster).
-- hub-link faults (HubPartition, HubLatency): the FakeCluster carries an entry with ``hub``
+  Hub-link faults (HubPartition, HubLatency): the FakeCluster carries an entry with ``hub``
   (``partition``: which way the link loses messages; ``latency``: added to each message, each
   way); the hub link, which runs in the operator for each FakeCluster, obeys
   :func:`hub_link_faults` of the FakeCluster's annotations whenever they change.
 
 FakeCluster entries never reach ``recover`` or ``done``: nothing there is undone stage by
-stage, so the plan writes them in state ``inject`` and removes them when the fault ends (its
-duration is over, or the plan is deleted). Their readers obey the entries in state ``inject``
-and nothing else; the plan counts such a fault recovered once its entry is gone (and, for a
-stopped component, once the component runs again).
+stage, so the plan writes them in state ``inject`` (:func:`inject_entry`) and removes them
+(:func:`remove_entry`) when the fault ends (its duration is over, or the plan is deleted).
+Their readers obey the entries in state ``inject`` and nothing else; the plan counts such a
+fault recovered once its entry is gone (and, for a stopped component, once the component runs
+again). Every write of the annotation is conditional on the object's resourceVersion, so
+writers never overwrite each other's changes to the list.
 """
 
 from __future__ import annotations
@@ -86,7 +77,7 @@ class HubLink(Model):
 
 
 class FaultEntry(Model):
-    """One fault on one object."""
+    """One fault: for each target of a fault set, or on a FakeCluster."""
 
     id: str = Field(min_length=1)
     state: EntryState = "inject"
@@ -141,7 +132,7 @@ def render_entries(entries: list[FaultEntry]) -> str | None:
                       separators=(",", ":"))
 
 
-# -- an entry's life: every change of state, for the plan and the engine alike ----------------
+# -- a FakeCluster entry's life ------------------------------------------------------------------
 
 def inject_entry(entries: list[FaultEntry], entry: FaultEntry) -> list[FaultEntry]:
     """``entries`` with ``entry`` added, unless one with its id is there already: written before
@@ -151,64 +142,9 @@ def inject_entry(entries: list[FaultEntry], entry: FaultEntry) -> list[FaultEntr
     return [*entries, entry]
 
 
-def recover_entry(entries: list[FaultEntry], entry_id: str,
-                  traceparent: str = "") -> list[FaultEntry]:
-    """``entries`` with entry ``entry_id`` turned from inject to its recovery stages, carrying
-    ``traceparent`` (none: the one it has); an entry in another state is left alone."""
-    return [e.model_copy(update={"state": "recover", "traceparent": traceparent or e.traceparent})
-            if e.id == entry_id and e.state == "inject" else e for e in entries]
-
-
 def remove_entry(entries: list[FaultEntry], entry_id: str) -> list[FaultEntry]:
-    """``entries`` without entry ``entry_id``: a done entry, or a FakeCluster's whose fault
-    ended."""
+    """``entries`` without entry ``entry_id``: a FakeCluster's whose fault ended."""
     return [e for e in entries if e.id != entry_id]
-
-
-Recovery = Literal["gone", "again", "waiting", "over"]
-
-
-def recovery(entries: list[FaultEntry], entry_id: str) -> Recovery:
-    """Where the recovery of entry ``entry_id`` stands on an object: ``gone`` (nothing of it
-    left to undo), ``again`` (still inject: its turn to recover was lost, to be written again),
-    ``waiting`` (the engine has not written the recovery yet), ``over`` (done: to be removed).
-    """
-    mine = next((e for e in entries if e.id == entry_id), None)
-    if mine is None:
-        return "gone"
-    if mine.state == "inject":
-        return "again"
-    return "over" if mine.state == "done" else "waiting"
-
-
-def done_annotations(annotations: Mapping[str, str] | None,
-                     entry_id: str) -> dict[str, str] | None:
-    """The annotations a merge patch sets to mark entry ``entry_id`` done (:func:`mark_done`);
-    None when there is nothing to change."""
-    ended = mark_done(annotations, entry_id)
-    return None if ended is None else {keys.FAULTS: ended}
-
-
-def mark_done(annotations: Mapping[str, str] | None, entry_id: str) -> str | None:
-    """The annotation's value with entry ``entry_id`` done, every other entry exactly as it was
-    (the JSON of each is kept, not re-rendered); None when there is nothing to change: the
-    entry is gone, already done, or the annotation cannot be read."""
-    text = (annotations or {}).get(keys.FAULTS)
-    if not text:
-        return None
-    try:
-        raw = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(raw, list):
-        return None
-    for item in raw:
-        if isinstance(item, dict) and item.get("id") == entry_id:
-            if item.get("state") == "done":
-                return None
-            item["state"] = "done"
-            return json.dumps(raw, separators=(",", ":"))
-    return None
 
 
 def write_latency(annotations: Mapping[str, str] | None) -> float:

@@ -19,8 +19,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from operators.api import faultsets
 from operators.controlplane.pki import ENGINE_USER
 from operators.engine.heartbeating import LEASE_NAMESPACE
+from operators.k8s import owning
 from operators.k8s.applying import apply
 from operators.k8s.client import Client
 from operators.k8s.errors import Conflict
@@ -47,11 +49,10 @@ class Rule:
 CLUSTER = (
     Rule("", ("nodes",), ("get", "list", "watch", "create", "patch", "delete"),
          "the node watch; the pools' nodes made, reshaped (read again on a conflict), their "
-         "taints and fault entries written, scaled away"),
+         "taints and cordons written, scaled away"),
     Rule("", ("nodes/status",), ("patch",), "node stages (conditions, allocatable), reshapes"),
-    Rule("", ("pods",), ("get", "list", "watch", "patch", "delete"),
-         "the watch of bound pods; a pod's fault entry marked done (read again on a "
-         "conflict); a deleted pod finalised after its grace period"),
+    Rule("", ("pods",), ("list", "watch", "delete"),
+         "the watch of bound pods; a deleted pod finalised after its grace period"),
     Rule("", ("pods/status",), ("patch",), "every stage of a pod's life, and its status "
                                            "written back when another writer changed it"),
     Rule("", ("events",), ("create",), "Events of pods and nodes (InvalidAnnotation, stages', "
@@ -72,12 +73,21 @@ LEASES = (
 )
 
 
+#: In fakefleet-system (a Role there): the fault sets, and nothing else of the namespace.
+FAULT_SETS = (
+    Rule("", ("configmaps",), ("get", "list", "watch", "patch"),
+         "the fault sets watched; one marked done once its targets ran its stages (read "
+         "again on a conflict)"),
+)
+
+
 def manifests() -> list[tuple[dict[str, Any], str]]:
     """The RBAC objects (with their plurals) that give the engine's identity its rules."""
     subjects = [{"kind": "User", "apiGroup": RBAC, "name": ENGINE_USER}]
     role_ref = {"apiGroup": RBAC, "name": NAME}
     version = f"{RBAC}/v1"
     in_leases = {"name": NAME, "namespace": LEASE_NAMESPACE}
+    in_sets = {"name": NAME, "namespace": faultsets.NAMESPACE}
     return [
         ({"apiVersion": version, "kind": "ClusterRole", "metadata": {"name": NAME},
           "rules": [rule.render() for rule in CLUSTER]}, "clusterroles"),
@@ -88,12 +98,17 @@ def manifests() -> list[tuple[dict[str, Any], str]]:
           "rules": [rule.render() for rule in LEASES]}, "roles"),
         ({"apiVersion": version, "kind": "RoleBinding", "metadata": in_leases,
           "roleRef": {**role_ref, "kind": "Role"}, "subjects": subjects}, "rolebindings"),
+        ({"apiVersion": version, "kind": "Role", "metadata": in_sets,
+          "rules": [rule.render() for rule in FAULT_SETS]}, "roles"),
+        ({"apiVersion": version, "kind": "RoleBinding", "metadata": in_sets,
+          "roleRef": {**role_ref, "kind": "Role"}, "subjects": subjects}, "rolebindings"),
     ]
 
 
 async def grant(admin: Client) -> None:
     """Apply the engine's RBAC in a member (``admin``: its admin client). Idempotent; the
-    Lease namespace, which the API server makes once it runs, is made here if it is not yet."""
+    Lease namespace, which the API server makes once it runs, is made here if it is not yet,
+    and so is fakefleet's own (NotOwned if one fakefleet did not make stands there)."""
     try:
         await admin.create("/api/v1/namespaces", {
             "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": LEASE_NAMESPACE}},
@@ -101,5 +116,7 @@ async def grant(admin: Client) -> None:
     except Conflict as error:
         if not error.already_exists:
             raise
+    await owning.ensure_namespace(admin, faultsets.NAMESPACE,
+                                  owner=owning.Owner(faultsets.NAMESPACE_WRITER))
     for obj, plural in manifests():
         await apply(admin, obj, plural)

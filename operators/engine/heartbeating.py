@@ -17,14 +17,15 @@ says when a pool's heartbeats are at risk).
 Every write is committed after it succeeded: a node's life changes only once its status says
 so; a failed write is retried with back-off, from the life as it was.
 
-A node's stages are those of the fault entries it carries, then the defaults
+A node's stages are those of the fault entries its fault sets carry for it
+(:mod:`~operators.engine.faultsets`), then the defaults
 (:class:`~operators.engine.stages.Rulebook`). A stage first takes GPUs out of service or
 back (``gpus``: their DRA devices, :mod:`~operators.engine.publishing`), then writes the
-status (conditions, allocatable), then, if it has any, the Node itself: taints,
-spec.unschedulable and, for ``endFault``, its entry marked done, conditional on the
-resourceVersion the status write returned and computed again after a 409
-(:mod:`~operators.k8s.patching`). So an entry is done only once everything it asked for is
-written; the life and facts are committed after.
+status (conditions, allocatable), then, if it has any, the Node itself: taints and
+spec.unschedulable, conditional on the resourceVersion the status write returned and computed
+again after a 409 (:mod:`~operators.k8s.patching`). The life and facts are committed after;
+an ``endFault`` stage's entry is done for the node only once everything it asked for is
+written.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any, Protocol
 from operators.engine import nodes, stages
 from operators.engine.alerting import GapAlarm
 from operators.engine.dispatching import Dispatcher
+from operators.engine.faultsets import FaultSets
 from operators.engine.inventory import NodeBook, NodeRecord
 from operators.engine.nodes import NodeFacts
 from operators.engine.queues import DelayQueue
@@ -84,6 +86,7 @@ class Heartbeats:
         rules: Rulebook,
         recorder: EventRecorder,
         *,
+        faults: FaultSets,
         clock: Clock,
         rng: random.Random,
         connections: int,
@@ -101,6 +104,7 @@ class Heartbeats:
         self._traces = traces
         self._book = book
         self._rules = rules
+        self._faults = faults
         self._recorder = recorder
         self._clock = clock
         self._rng = rng
@@ -111,7 +115,6 @@ class Heartbeats:
         self._dispatcher = Dispatcher(self._timers, self._due, clock=clock, limit=connections,
                                       batch=batch, name=f"engine {cluster}: heartbeats")
         self._pending: dict[str, NodeRule] = {}
-        self._warned: dict[str, str] = {}  # node → the unreadable fault annotation warned of
         self._resumed = False
         self.lag = 0.0  # how late the latest renewal went out
 
@@ -150,7 +153,6 @@ class Heartbeats:
         self._timers.cancel(("lease", name))
         self._timers.cancel(("stage", name))
         self._pending.pop(name, None)
-        self._warned.pop(name, None)
 
     def evaluate(self, name: str) -> None:
         """Choose the node's next stage (its facts or life changed); a hold chooses none."""
@@ -158,12 +160,8 @@ class Heartbeats:
         facts = self._book.facts.get(name)
         if record is None or facts is None:
             return
-        rules = self._rules(facts.faults)
-        if rules.problem and self._warned.get(name) != facts.faults:
-            self._warned[name] = facts.faults
-            self._recorder.emit(kind="Node", name=name, uid=record.uid, event_type="Warning",
-                                reason="InvalidAnnotation", message=rules.problem, host=name)
-        rule = stages.match_node(rules.nodes, facts, record.life)
+        rule = stages.match_node(self._rules(self._faults.node(name)).nodes, facts,
+                                 record.life)
         if rule is None or rule.is_hold:
             self._pending.pop(name, None)
             self._timers.cancel(("stage", name))
@@ -333,6 +331,8 @@ class Heartbeats:
             return
         record.failures = 0
         self._book.wrote(name, after, seen)
+        if effect.endFault and rule.entry:
+            self._faults.finished(rule.entry, rule.state, "Node", name)
         logger.debug("engine %s: %s on %s", self.cluster, rule.name, name)
         for event in rule.stage.effect.events:
             self._recorder.emit(kind="Node", name=name, uid=record.uid, event_type=event.type,

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from operators.api.injections import FaultEntry
 from operators.engine import nodes
 from operators.engine.nodes import NodeFacts, NodeLife
 
@@ -61,6 +62,10 @@ class Listener(Protocol):
 
     def foreign(self, facts: NodeFacts) -> None:
         """A node the engine cannot use appeared (it carries the pool label)."""
+
+    def carried(self, name: str) -> Iterable[FaultEntry]:
+        """The fault entries in force on the node (what they did to its GPUs is part of the
+        life of a node adopted after a restart)."""
 
 
 class NodeBook:
@@ -128,8 +133,9 @@ class NodeBook:
                                  or self._reserved.get(facts.name) == facts.slot):
             self._reserved.pop(facts.name, None)
             lease = self.lease_seconds.get(facts.pool, DEFAULT_LEASE_SECONDS)
-            self._remember(facts.name, NodeRecord(facts.pool, facts.slot, facts.uid, lease,
-                                                  nodes.life_from_node(node)))
+            self._remember(facts.name, NodeRecord(
+                facts.pool, facts.slot, facts.uid, lease,
+                nodes.life_from_node(node, self._listener.carried(facts.name))))
             self._listener.adopted(facts.name)
         elif record is None:  # two nodes with one pod CIDR: this one is replaced
             self.facts[facts.name] = dataclasses.replace(

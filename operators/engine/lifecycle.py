@@ -15,15 +15,14 @@ Job pod that started 40 s before the restart with a run time of 60 s exits 20 s 
 The pod status is the engine's as a kubelet's is its own: what another writer changes there is
 written back within one sync, from what the watch shows (:mod:`~operators.engine.owning`).
 
-A pod's stages are those of the fault entries it carries, then the defaults
-(:class:`~operators.engine.stages.Rulebook`); a change of its ``fakefleet.dev/faults``
-annotation plans it again. A fault stage with ``endFault`` is followed by a second write, to the
-pod itself: its entry marked done, conditional on the resourceVersion the status write
-returned (on a 409 the pod is read again, and only that entry, if still there and not done, is
-flipped). Its life is committed once both succeeded; a failure retries the whole step, whose
-status write is the same again. An engine stopping between the two writes leaves the entry
-live; a one-shot fault's stages therefore select what its write changes (the restart count it
-was written for, or a phase it leaves), so a restarted engine does not apply it again.
+A pod's stages are those of the fault entries its fault sets carry for it
+(:mod:`~operators.engine.faultsets`), then the defaults
+(:class:`~operators.engine.stages.Rulebook`); a set that comes, turns or goes plans it again.
+A fault stage with ``endFault`` makes the entry done for the pod once its status write
+succeeded (a failure retries the whole step, whose status write is the same again); the set is
+marked done when all its targets are. An engine stopping before that leaves the entry live; a
+one-shot fault's stages therefore select what its write changes (the restart count it was
+written for, or a phase it leaves), so a restarted engine does not apply it again.
 """
 
 from __future__ import annotations
@@ -35,11 +34,11 @@ import random
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol
 
-from operators.api.injections import done_annotations
 from operators.engine import owning, stages
 from operators.engine import pods as podlife
 from operators.engine.addresses import PodAddresses
 from operators.engine.dispatching import Dispatcher
+from operators.engine.faultsets import FaultSets
 from operators.engine.pods import PodFacts, PodLife, life_from_status, render_status
 from operators.engine.preparing import Preparations
 from operators.engine.queues import DelayQueue
@@ -50,7 +49,6 @@ from operators.engine.usage import UsageBook
 from operators.k8s import requests
 from operators.k8s.client import Client
 from operators.k8s.errors import Conflict, Invalid, K8sError, NotFound
-from operators.k8s.patching import patch_until_current
 from operators.k8s.times import rfc3339
 from operators.k8s.watching import list_and_watch
 from primitives.clocks import Clock
@@ -81,7 +79,7 @@ class _Pod:
     """A pod the engine runs: its facts, its committed life, its pending stage, and how the
     status the watch shows compares with its own (:class:`~operators.engine.owning.Ownership`)."""
 
-    __slots__ = ("due", "facts", "failures", "life", "own", "stage", "warned")
+    __slots__ = ("due", "facts", "failures", "life", "own", "stage")
 
     def __init__(self, facts: PodFacts, life: PodLife, *, reported: bool) -> None:
         self.facts = facts
@@ -89,7 +87,6 @@ class _Pod:
         self.stage: PodRule | None = None  # the stage its timer is for
         self.due = 0.0  # when that stage fires
         self.failures = 0
-        self.warned = ""  # the unreadable fault annotation it was warned of
         self.own = owning.Ownership(reported=reported)
 
 
@@ -105,6 +102,7 @@ class PodLifecycle:
         *,
         clock: Clock,
         rules: Rulebook,
+        faults: FaultSets,
         concurrency: int = 64,
         batch: int = 512,
         throttle: Callable[[], bool] | None = None,
@@ -120,7 +118,9 @@ class PodLifecycle:
         self._recorder = recorder
         self._clock = clock
         self._rules = rules
+        self._faults = faults
         self._pods: dict[str, _Pod] = {}
+        self._listed = False
         self._timers: DelayQueue[str] = DelayQueue(clock)
         self._refresh: set[str] = set()  # pods whose Ready must be re-reported (gates flipped)
         self._preparations = Preparations(cluster, client, recorder, clock=clock)
@@ -149,6 +149,16 @@ class PodLifecycle:
         pod = self._pods.get(uid)
         return pod.life if pod is not None else None
 
+    def runs(self, uid: str) -> bool | None:
+        """Whether the engine runs pod ``uid`` (None: its pods are not listed yet)."""
+        return uid in self._pods if self._listed else None
+
+    def faults_changed(self, uid: str) -> None:
+        """The pod's fault entries changed (a set came, turned or went): plan it again."""
+        pod = self._pods.get(uid)
+        if pod is not None:
+            self._plan(pod)
+
     # -- events in ------------------------------------------------------------------------------
 
     def _relisted(self, items: list[Any]) -> None:
@@ -157,6 +167,7 @@ class PodLifecycle:
             self._forget(uid)
         for item in items:
             self._changed("ADDED", item)
+        self._listed = True
 
     def _changed(self, kind: str, obj: Any) -> None:
         uid = obj["metadata"]["uid"]
@@ -263,19 +274,12 @@ class PodLifecycle:
 
     # -- planning -------------------------------------------------------------------------------
 
-    def _stages(self, pod: _Pod) -> Sequence[PodRule]:
-        """The pod's rules; an unreadable fault annotation is ignored, with a warning once."""
-        facts = pod.facts
-        rules = self._rules(facts.faults)
-        if rules.problem and pod.warned != facts.faults:
-            pod.warned = facts.faults
-            self._recorder.emit(kind="Pod", namespace=facts.namespace, name=facts.name,
-                                uid=facts.uid, event_type="Warning", reason="InvalidAnnotation",
-                                message=rules.problem, host=facts.node)
-        return rules.pods
+    def _stages(self, uid: str) -> Sequence[PodRule]:
+        """The pod's rules: its fault entries', then the defaults."""
+        return self._rules(self._faults.pod(uid)).pods
 
     def _plan(self, pod: _Pod) -> None:
-        rule = stages.match_pod(self._stages(pod), pod.facts, pod.life)
+        rule = stages.match_pod(self._stages(pod.facts.uid), pod.facts, pod.life)
         if rule is not None and rule.is_hold:
             rule = None  # a fault keeps the pod as it is until something changes
         pod.stage = rule
@@ -344,7 +348,6 @@ class PodLifecycle:
         before = pod.life
         after = before
         applied: list[PodRule] = []
-        written: Any = None
         healing: float | None = None
         reported = False
         try:
@@ -356,22 +359,19 @@ class PodLifecycle:
             if rule is not None and pod.due <= self._clock.now():
                 timing, seed = self._nodes.pod_timing(facts.node)
                 after, applied = stages.advance_pod(
-                    rule, facts, before, self._rules(facts.faults).pods, timing,
+                    rule, facts, before, self._stages(facts.uid), timing,
                     lambda: _draws(facts, seed), now=self._clock.now(), stamp=now,
                     allocate=self._allocate)
-            ending = next((done for done in applied if done.stage.effect.endFault
-                           and done.entry), None)
-            if after is not before or refresh or ending is None:
+            ending = [done for done in applied if done.stage.effect.endFault and done.entry]
+            if after is not before or refresh or not ending:
                 # The uid makes the write conditional, as the kubelet's: a pod deleted and
                 # made again under the same name (a StatefulSet's) never gets the old one's
                 # status.
-                written = await self.client.send(requests.patch(
+                await self.client.send(requests.patch(
                     f"{path}/status", {"metadata": {"uid": facts.uid},
                                        "status": render_status(facts, after, now)},
-                    decode=ending is not None))
+                    decode=False))
                 reported = True
-            if ending is not None:
-                written = await self._end_fault(path, facts, ending, written)
         except NotFound:
             self._release_unwritten(before, after)
             self._forget(facts.uid)
@@ -398,8 +398,8 @@ class PodLifecycle:
             pod.own.stopped()  # a defect (the dispatcher tries again) or a stop
             raise
         pod.failures = 0
-        if written is not None:
-            facts.recorded(written["metadata"])  # its fault entry done, with what else changed
+        for done in ending:
+            self._faults.finished(done.entry, done.state, "Pod", facts.uid)
         if after is not before:
             pod.life = after  # committed: the status says so now
             pod.own.expected = None
@@ -422,29 +422,6 @@ class PodLifecycle:
         self._keep(pod, pod.own.written(reported=reported, healing=healing,
                                         expected=lambda: self._expected(pod),
                                         **self._judging(pod)))
-
-    async def _end_fault(self, path: str, facts: PodFacts, rule: PodRule,
-                         written: Any) -> Any:
-        """Mark the entry that carried ``rule`` done on the pod; the pod as the last write (or
-        read) showed it. ``written``: the pod as the status write returned it (None: not
-        written, the facts are the latest)."""
-        observed = written["metadata"] if written is not None else {
-            "uid": facts.uid, "resourceVersion": facts.resource_version,
-            "annotations": facts.annotations}
-
-        def change(metadata: Any) -> dict[str, Any] | None:
-            ended = done_annotations(metadata.get("annotations"), rule.entry)
-            if ended is None:
-                return None  # gone, or done already: nothing of ours to write
-            return {"metadata": {"resourceVersion": metadata.get("resourceVersion"),
-                                 "annotations": ended}}
-
-        def reread(pod: Any) -> Any:
-            metadata = pod["metadata"]
-            return metadata if metadata.get("uid") == facts.uid else None
-
-        final, metadata = await patch_until_current(self.client, path, observed, change, reread)
-        return final if final is not None else {"metadata": metadata}
 
     # -- ResourceClaims (DRA) ----------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from operators.api import stages as stage_api
 from operators.api.gpus import gfd_labels
-from operators.api.injections import read_entries
+from operators.api.injections import FaultEntry
 from operators.api.nodepools import INSTANCE_TYPE_PREFIX, FakeNodePoolSpec
 
 # The API defines these (its limits come from them); the engine speaks of nodes through here.
@@ -195,12 +195,11 @@ def apply_gpus(current: tuple[tuple[int, GPUState], ...],
     return tuple(sorted(states.items()))
 
 
-def gpus_from_entries(annotations: Mapping[str, str] | None) -> tuple[tuple[int, GPUState], ...]:
+def gpus_from_entries(entries: Iterable[FaultEntry]) -> tuple[tuple[int, GPUState], ...]:
     """What the fault entries a node carries did to its GPUs, for an engine that starts again:
     the GPU effects of the stages of every entry still in force (inject, or recover with its
     reset not written yet), in order. A signal-only Xid whose entry is done is forgotten, as a
     restarted DCGM forgets the last Xid it saw."""
-    entries, _ = read_entries(annotations)
     gpus: tuple[tuple[int, GPUState], ...] = ()
     for entry in entries:
         if entry.state == "done":
@@ -258,9 +257,10 @@ def posted_again(conditions: tuple[NodeCondition, ...], observed: Mapping[str, s
                  if observed.get(c.type, c.status) != c.status else c for c in conditions)
 
 
-def life_from_node(node: Mapping[str, Any]) -> NodeLife:
+def life_from_node(node: Mapping[str, Any], entries: Iterable[FaultEntry] = ()) -> NodeLife:
     """The life a Node object shows (after an engine restart): its conditions as they are,
-    its last report when the newest heartbeat was, its GPUs as its fault entries left them."""
+    its last report when the newest heartbeat was, its GPUs as the fault ``entries`` it
+    carries left them."""
     conditions = tuple(
         NodeCondition(c["type"], c.get("status", "Unknown"), c.get("reason", ""),
                       c.get("message", ""), c.get("lastHeartbeatTime", ""),
@@ -268,7 +268,7 @@ def life_from_node(node: Mapping[str, Any]) -> NodeLife:
         for c in (node.get("status") or {}).get("conditions") or ())
     return NodeLife(conditions=conditions,
                     changed_at=max((c.heartbeat for c in conditions), default=""),
-                    gpus=gpus_from_entries((node.get("metadata") or {}).get("annotations")))
+                    gpus=gpus_from_entries(entries))
 
 
 def render_conditions(life: NodeLife) -> list[dict[str, str]]:
@@ -379,11 +379,6 @@ class NodeFacts:
     created: str = ""  # metadata.creationTimestamp
     #: Where its kubelet is reached, as its status says: InternalIP and daemon endpoint port.
     kubelet: tuple[str, int] = ("", 0)
-
-    @property
-    def faults(self) -> str:
-        """The node's fault entries, as the annotation's text ("" when it has none)."""
-        return self.annotations.get(keys.FAULTS, "")
 
     def taint_effect(self, key: str) -> str | None:
         return next((taint.get("effect") for taint in self.taints if taint.get("key") == key),

@@ -107,9 +107,9 @@ class PodFacts:
 
     __slots__ = (
         "annotations", "claim_status", "claims", "claims_prepared", "containers", "created",
-        "deleting", "deletion_asked", "exit_code", "faults", "finalizers", "gates", "grace",
+        "deleting", "deletion_asked", "exit_code", "finalizers", "gates", "grace",
         "host_ip", "init_containers", "job", "labels", "name", "namespace", "node",
-        "owner_kind", "problems", "readiness_gates", "resource_version", "resources",
+        "owner_kind", "problems", "readiness_gates", "resources",
         "restart_policy", "run_time", "scheduled_at", "seed", "start_delay", "uid",
     )
 
@@ -150,8 +150,6 @@ class PodFacts:
         self.grace: float | None = None
         self.finalizers = False
         self.gates: dict[str, str] = {}
-        self.faults: str = annotations.get(keys.FAULTS, "")  # its fault entries, as text
-        self.resource_version = ""
         self.claims = claim_refs(spec)  # its ResourceClaims (DRA), as the spec names them
         self.claim_status: tuple[tuple[str, str | None], ...] = ()
         #: Whether its claims are reserved for it (:mod:`~operators.engine.claims`): True when
@@ -164,9 +162,8 @@ class PodFacts:
         return self.run_time is not None or self.job
 
     def observe(self, pod: Mapping[str, Any]) -> bool:
-        """Take in what others changed (deletion, finalizers, readiness gates, fault entries,
-        the claims made for it); True if any of it matters for the pod's next step or its
-        Ready condition."""
+        """Take in what others changed (deletion, finalizers, readiness gates, the claims made
+        for it); True if any of it matters for the pod's next step or its Ready condition."""
         metadata = pod["metadata"]
         deleting = metadata.get("deletionTimestamp") is not None
         grace = metadata.get("deletionGracePeriodSeconds")
@@ -176,10 +173,8 @@ class PodFacts:
             for condition in (pod.get("status") or {}).get("conditions") or ():
                 if condition.get("type") in self.readiness_gates:
                     gates[condition["type"]] = condition.get("status", "False")
-        faults = self.faults
         self.recorded(metadata)
-        changed = (deleting, finalizers, gates, self.faults) != (
-            self.deleting, self.finalizers, self.gates, faults)
+        changed = (deleting, finalizers, gates) != (self.deleting, self.finalizers, self.gates)
         if self.claims:
             statuses = claim_statuses(pod.get("status") or {})
             if statuses != self.claim_status:
@@ -195,11 +190,8 @@ class PodFacts:
         return changed
 
     def recorded(self, metadata: Mapping[str, Any]) -> None:
-        """Take in the annotations and resourceVersion of a newer version of the pod (one the
-        engine wrote itself, or the watch shows)."""
+        """Take in the annotations of a newer version of the pod (as the watch shows it)."""
         self.annotations = metadata.get("annotations") or {}
-        self.faults = self.annotations.get(keys.FAULTS, "")
-        self.resource_version = metadata.get("resourceVersion", "")
 
     def gates_ready(self) -> bool:
         return all(self.gates.get(gate) == "True" for gate in self.readiness_gates)

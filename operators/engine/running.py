@@ -11,6 +11,10 @@ What it runs, and in which order (observe, then act):
    their GPUs (:mod:`~operators.engine.publishing`), and the pods bound to the nodes live
    through their stages (:mod:`~operators.engine.lifecycle`).
 
+All along, the member's fault sets are watched (:mod:`~operators.engine.faultsets`): the fault
+entries they carry for a node or pod come before its default stages, so nothing of 2. and 3.
+starts before they are listed.
+
 Design for scale: node state is a small slotted record per node, all timers live in delay
 queues, requests go through bounded connection pools (heartbeats on their own), a node's status
 is rewritten rarely. Only fault stages whose entry carries a trace context are traced, a span per
@@ -23,16 +27,19 @@ import asyncio
 import dataclasses
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry import trace
 
 from operators.api.durations import parse_duration
+from operators.api.faultsets import Kind
+from operators.api.injections import FaultEntry
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.engine import nodes
 from operators.engine.alerting import NODE_GRACE, GapAlarm
 from operators.engine.caching import Bodies
+from operators.engine.faultsets import FaultSets
 from operators.engine.heartbeating import NODES, Heartbeats
 from operators.engine.inventory import NodeBook
 from operators.engine.lifecycle import PodLifecycle
@@ -122,6 +129,7 @@ class ClusterEngine:
         # Spans name the FakeCluster (as the plan's spans do), not the engine's own name.
         self.traces = FaultBatches(serves.name if serves else cluster, clock=clock,
                                    tracer=tracer)
+        self.faults = FaultSets(cluster, client, self, self.recorder, clock=clock)
         self.book = NodeBook(cluster, self)
         self.publisher = Publisher(cluster, client, self.book, clock=clock,
                                    concurrency=settings.concurrency, on_change=self._changed,
@@ -129,7 +137,7 @@ class ClusterEngine:
         self.alarm = GapAlarm(cluster, grace=settings.node_grace,
                               on_change=lambda: self.pools.touch())
         self.heartbeats = Heartbeats(cluster, self.heartbeat_client, self.book, rulebook,
-                                     self.recorder, clock=clock, rng=rng,
+                                     self.recorder, faults=self.faults, clock=clock, rng=rng,
                                      connections=settings.heartbeat_connections,
                                      batch=settings.heartbeat_batch,
                                      slack=settings.heartbeat_slack, loaded=self._loaded,
@@ -147,7 +155,8 @@ class ClusterEngine:
         self.bodies = Bodies(self._render_node, clock=clock)
         self.server = KubeletServer(self, port=settings.kubelet_port or 0) if serving else None
         self.pods = PodLifecycle(cluster, client, self, self.recorder, clock=clock,
-                                 rules=rulebook, concurrency=settings.pod_concurrency,
+                                 rules=rulebook, faults=self.faults,
+                                 concurrency=settings.pod_concurrency,
                                  throttle=self.heartbeats.behind, traces=self.traces,
                                  usage=self.usage)
         self._timings: dict[str, tuple[FakeNodePoolSpec, Timing]] = {}
@@ -182,11 +191,15 @@ class ClusterEngine:
             group.create_task(self.traces.run(), name=f"engine:{self.cluster}:traces")
             group.create_task(self.pools.run(), name=f"engine:{self.cluster}:pools")
             group.create_task(self.publisher.run(), name=f"engine:{self.cluster}:slices")
+            group.create_task(self.faults.run(), name=f"engine:{self.cluster}:faults")
             group.create_task(list_and_watch(
                 self.client, NODES, {"labelSelector": nodes.MANAGED_SELECTOR},
                 on_list=self._nodes_listed, on_event=self.book.changed, clock=self._clock),
                 name=f"engine:{self.cluster}:nodes")
             await self._listed.wait()
+            # Not one stage before the faults are known: the defaults would undo them.
+            await self.faults.listed.wait()
+            self._restore_gpus()
             await self.heartbeats.resume()
             group.create_task(self.heartbeats.run(), name=f"engine:{self.cluster}:heartbeats")
             await self.pools.known.wait()
@@ -271,6 +284,30 @@ class ClusterEngine:
         self.recorder.emit(kind="Node", name=facts.name, uid=facts.uid, event_type="Warning",
                            reason="NodeNotManaged", message=facts.problem, host=facts.name)
         self._dirty.set()
+
+    def carried(self, name: str) -> Iterable[FaultEntry]:
+        return [carried.entry for carried in self.faults.node(name)]
+
+    # -- what the fault sets tell, and ask (faultsets.Listener) ------------------------------
+
+    def faults_changed(self, kind: Kind, targets: Iterable[str]) -> None:
+        for target in targets:
+            if kind == "Node":
+                self.heartbeats.evaluate(target)
+            else:
+                self.pods.faults_changed(target)
+
+    def present(self, kind: Kind, target: str) -> bool | None:
+        if kind == "Pod":
+            return self.pods.runs(target)
+        return target in self.book.records if self._listed.is_set() else None
+
+    def _restore_gpus(self) -> None:
+        """Nodes adopted before the sets were known get their GPUs as the entries in force
+        left them (after a restart)."""
+        for name, record in self.book.records.items():
+            record.life = dataclasses.replace(
+                record.life, gpus=nodes.gpus_from_entries(self.carried(name)))
 
     # -- what the pod half asks of the nodes (lifecycle.NodeDirectory) ----------------------
 

@@ -7,10 +7,11 @@ new, immutable life (:class:`~operators.engine.pods.PodLife`,
 :class:`~operators.engine.nodes.NodeLife`) and, for nodes, the patches that write it; the
 caller writes them and commits the life only after the writes succeeded.
 
-An object's rules are the live stages of the fault entries it carries (annotation
-``fakefleet.dev/faults``, :mod:`operators.api.injections`), in their order, then the defaults:
-:class:`Rulebook` compiles them once per distinct annotation text. A stage whose effect is
-``hold`` stops the search: nothing happens to the object while it matches.
+An object's rules are the live stages of the fault entries the member's fault sets carry for
+it (:mod:`operators.engine.faultsets`, :mod:`operators.api.injections`), in the order the sets
+were made, then the defaults: :class:`Rulebook` compiles them once per distinct combination
+(the thousands of targets of one set share it). A stage whose effect is ``hold`` stops the
+search: nothing happens to the object while it matches.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ import functools
 import random
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from operators.api.durations import parse_duration
-from operators.api.injections import done_annotations, read_entries
+from operators.api.injections import EntryState, FaultEntry
 from operators.api.stages import (
     Condition,
     Lifecycle,
@@ -48,10 +49,10 @@ from operators.engine.nodes import (
 )
 from operators.engine.pods import ExtraCondition, PodFacts, PodLife
 from operators.k8s.times import parse
-from primitives import keys, selectors
+from primitives import selectors
 
-#: Distinct fault annotation texts whose rules are kept compiled (a plan's thousands of victims
-#: share a handful: one per step and state).
+#: Distinct combinations of fault entries whose rules are kept compiled (a plan's thousands of
+#: victims share a handful: one per step and state).
 RULEBOOK_SIZE = 512
 #: Most stages one pod write applies (init containers and a start without delays).
 MAX_STAGES_PER_WRITE = 16
@@ -149,6 +150,8 @@ class Rule(Generic[StageT, FactsT, LifeT]):
     fixed: float  # the delay's fixed part and jitter, parsed once
     jitter: float
     entry: str = ""  # the id of the fault entry that carried the stage ("": a default stage)
+    #: The state of the entry whose live stages it is (inject or recover; "": a default stage).
+    state: EntryState | Literal[""] = ""
     #: The entry's trace context ("": untraced, as every default stage is): the engine's
     #: writes for the stage join the plan's trace (:mod:`~operators.engine.tracing`).
     traceparent: str = ""
@@ -174,20 +177,25 @@ class Rules:
 
     pods: tuple[PodRule, ...]
     nodes: tuple[NodeRule, ...]
-    #: Why the object's fault annotation was ignored ("": it was not), for a Warning Event.
-    problem: str = ""
 
 
-def _pod_rule(stage: PodStage, entry: str = "", traceparent: str = "") -> PodRule:
+def _pod_rule(stage: PodStage, entry: FaultEntry | None = None) -> PodRule:
     return PodRule(stage, _compile(stage.selector, POD_VIEWS, POD_MAPS),
                    parse_duration(stage.delay.duration), parse_duration(stage.delay.jitter),
-                   entry, traceparent, frozenset(stage.selector.phases))
+                   *_carrier(entry), frozenset(stage.selector.phases))
 
 
-def _node_rule(stage: NodeStage, entry: str = "", traceparent: str = "") -> NodeRule:
+def _node_rule(stage: NodeStage, entry: FaultEntry | None = None) -> NodeRule:
     return NodeRule(stage, _compile(stage.selector, NODE_VIEWS, NODE_MAPS),
                     parse_duration(stage.delay.duration), parse_duration(stage.delay.jitter),
-                    entry, traceparent)
+                    *_carrier(entry))
+
+
+def _carrier(entry: FaultEntry | None) -> tuple[str, EntryState | Literal[""], str]:
+    """What a rule keeps of the entry that carried its stage: id, state, trace context."""
+    if entry is None:
+        return "", "", ""
+    return entry.id, entry.state, entry.traceparent or ""
 
 
 def compile_lifecycle(lifecycle: Lifecycle) -> Rules:
@@ -202,16 +210,30 @@ def default_rules() -> Rules:
     return compile_lifecycle(load_lifecycle(text, source="the default stages"))
 
 
+@dataclasses.dataclass(frozen=True)
+class Carried:
+    """A fault entry as a fault set carries it for one target, and what tells it apart from
+    every other: the set's uid, the entry's place in it, and its state for the target (equal
+    keys have equal stages, so their rules are compiled once)."""
+
+    key: tuple[str, int, EntryState]
+    entry: FaultEntry = dataclasses.field(compare=False)
+
+
+#: The entries an object carries, in the order their sets were made.
+Faults = tuple[Carried, ...]
+
+
 class Rulebook:
     """The rules of each object: the live stages of its fault entries, then the defaults."""
 
     def __init__(self, defaults: Rules, *, size: int = RULEBOOK_SIZE) -> None:
         self.defaults = defaults
         self._size = size
-        self._compiled: collections.OrderedDict[str, Rules] = collections.OrderedDict()
+        self._compiled: collections.OrderedDict[Faults, Rules] = collections.OrderedDict()
 
-    def __call__(self, faults: str) -> Rules:
-        """The rules of an object whose fault annotation reads ``faults`` ("": none)."""
+    def __call__(self, faults: Faults) -> Rules:
+        """The rules of an object that carries ``faults`` (none: the defaults)."""
         if not faults:
             return self.defaults
         found = self._compiled.get(faults)
@@ -224,21 +246,22 @@ class Rulebook:
             self._compiled.move_to_end(faults)
         return found
 
-    def _compile(self, faults: str) -> Rules:
+    def _compile(self, faults: Faults) -> Rules:
         """Recoveries first, then the faults' own stages, then their holds, then the defaults:
         one fault's hold must not keep another fault from acting or recovering."""
-        entries, problem = read_entries({keys.FAULTS: faults})
-        ordered = sorted(((entry.state != "recover", stage.effect.hold, index, entry, stage)
-                          for index, entry in enumerate(entries) for stage in entry.live),
+        ordered = sorted(((carried.entry.state != "recover", stage.effect.hold, index,
+                           carried.entry, stage)
+                          for index, carried in enumerate(faults)
+                          for stage in carried.entry.live),
                          key=lambda item: item[:3])
         pods: list[PodRule] = []
         nodes: list[NodeRule] = []
         for *_, entry, stage in ordered:
             if isinstance(stage, PodStage):
-                pods.append(_pod_rule(stage, entry.id, entry.traceparent or ""))
+                pods.append(_pod_rule(stage, entry))
             else:
-                nodes.append(_node_rule(stage, entry.id, entry.traceparent or ""))
-        return Rules((*pods, *self.defaults.pods), (*nodes, *self.defaults.nodes), problem)
+                nodes.append(_node_rule(stage, entry))
+        return Rules((*pods, *self.defaults.pods), (*nodes, *self.defaults.nodes))
 
 
 # -- pods -------------------------------------------------------------------------------------
@@ -402,17 +425,15 @@ def node_status(effect: NodeEffect, node: NodeFacts, before: NodeLife,
 
 
 def writes_node(effect: NodeEffect) -> bool:
-    """Whether a node stage writes the Node itself (spec, or its fault entry), not only its
-    status."""
-    return bool(effect.taints or effect.removeTaints or effect.unschedulable is not None
-                or effect.endFault)
+    """Whether a node stage writes the Node itself (its spec), not only its status."""
+    return bool(effect.taints or effect.removeTaints or effect.unschedulable is not None)
 
 
 def node_object(rule: NodeRule, node: NodeFacts, now: str) -> dict[str, Any] | None:
     """The merge patch of the Node a stage writes, computed from the node as observed (its
-    taints, spec.unschedulable, fault annotation) and conditional on its resourceVersion: a
-    list of taints is replaced whole, so a change someone made meanwhile must fail it (409)
-    rather than be undone. None when nothing changes."""
+    taints, spec.unschedulable) and conditional on its resourceVersion: a list of taints is
+    replaced whole, so a change someone made meanwhile must fail it (409) rather than be
+    undone. None when nothing changes."""
     effect = rule.stage.effect
     spec: dict[str, Any] = {}
     if effect.taints or effect.removeTaints:
@@ -421,14 +442,9 @@ def node_object(rule: NodeRule, node: NodeFacts, now: str) -> dict[str, Any] | N
             spec["taints"] = taints
     if effect.unschedulable is not None and effect.unschedulable != node.unschedulable:
         spec["unschedulable"] = True if effect.unschedulable else None  # as kubectl uncordon
-    metadata: dict[str, Any] = {"resourceVersion": node.resource_version}
-    ended = done_annotations(node.annotations, rule.entry) \
-        if rule.entry and effect.endFault else None
-    if ended is not None:
-        metadata["annotations"] = ended
-    if not spec and ended is None:
+    if not spec:
         return None
-    return {"metadata": metadata, **({"spec": spec} if spec else {})}
+    return {"metadata": {"resourceVersion": node.resource_version}, "spec": spec}
 
 
 def _taints(current: Sequence[Mapping[str, Any]], add: Sequence[NodeTaint],

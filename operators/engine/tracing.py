@@ -41,8 +41,8 @@ ENTRIES = "fakefleet.entries"
 STEPS = "fakefleet.steps"
 FAILED = "fakefleet.failed_steps"
 
-#: Seconds a batch waits after its last step for another of the same trace context: a plan
-#: writes its victims' entries one request at a time, so their stages come due spread out.
+#: Seconds a batch waits after its last step for another of the same trace context: the steps
+#: of one fault's targets go out as connections free up, not all at once.
 LINGER = 0.25
 #: Seconds after which a batch takes no more steps (a crash loop's restarts, minutes apart or
 #: back to back, are a span per burst, not one span for the whole fault).

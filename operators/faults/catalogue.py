@@ -1,5 +1,5 @@
-"""What each fault does to a node or pod, as stages: the fault entry a plan writes into the
-object's ``fakefleet.dev/faults`` annotation (:mod:`operators.api.injections`). Pure.
+"""What each fault does to a node or pod, as stages: the fault entry a plan's fault set carries
+to the object (:mod:`operators.api.faultsets`, :mod:`operators.api.injections`). Pure.
 
 A fault's ``stages`` run ahead of the object's default lifecycle while it is injected; each
 ends in a ``hold`` where the defaults would otherwise undo it (a NotReady node would be made

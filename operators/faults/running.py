@@ -4,13 +4,13 @@ The runner starts from the plan's status (a restarted operator carries on where 
 and, every round, asks :func:`operators.faults.deciding.decide` what is due and carries it out:
 it chooses an occurrence's victims from the fleet as it is when the occurrence is due, records
 them in the status (or, when the status could not hold their list, in a ConfigMap of the plan
-that the status names, written first), has them written (:mod:`operators.faults.delivering`:
-idempotent by id), and only then records the occurrence as Injected. Recovery turns the
-entries to their recovery stages; the occurrence is Recovered once every victim is back.
-Expectations are judged on the objects the member (or host) API lists
-(:mod:`operators.k8s.discovery`). The status is written when it changed (progress that must
-survive a restart), its messages cut so that it stays bounded in bytes, each action in a span
-of the plan's trace (:mod:`operators.faults.tracing`).
+that the status names, written first), has the fault written
+(:mod:`operators.faults.delivering`: a fault set per member, idempotent by id), and only then
+records the occurrence as Injected. Recovery turns the sets to their recovery stages; the
+occurrence is Recovered once every victim is back. Expectations are judged on the objects the
+member (or host) API lists (:mod:`operators.k8s.discovery`). The status is written when it
+changed (progress that must survive a restart), its messages cut so that it stays bounded in
+bytes, each action in a span of the plan's trace (:mod:`operators.faults.tracing`).
 
 ``spec.startAt`` is the plan's time zero when given; ``spec.clusters`` narrows every step to
 those FakeClusters (their names are the only ones looked at).
@@ -232,9 +232,9 @@ class Runner:
             self._written = body
         self.status = status
 
-    async def _record(self, outcome: Outcome) -> bool:
+    async def _record(self, outcome: Outcome, injection: InjectionStatus) -> bool:
         """Take ``outcome``'s status; unless it is unfinished (its span says why), write it and
-        send its Events. Whether it was finished."""
+        send its Events (about ``injection``'s victims). Whether it was finished."""
         self.status = outcome.status
         if outcome.unfinished:
             trace.get_current_span().set_status(Status(StatusCode.ERROR, outcome.unfinished))
@@ -244,8 +244,9 @@ class Runner:
             if isinstance(event, deciding.PlanEvent):
                 self._plan_event(event)
             else:
-                await self.delivery.events(event.victims, event.type, event.reason,
-                                           event.message, self.clock.now())
+                await self.delivery.events(self.steps[injection.step].fault,
+                                           self._id(injection), event.victims, event.type,
+                                           event.reason, event.message, self.clock.now())
         return True
 
     def _plan_event(self, event: deciding.PlanEvent) -> None:
@@ -368,12 +369,12 @@ class Runner:
             chosen = self.clock.now()
             delivered = await self.delivery.inject(step.fault, self._id(injection), victims,
                                                    propagation.traceparent(span))
-            logger.info("plan %s/%s: %s#%d: %d victims chosen in %.2fs, entries written in "
-                        "%.2fs", self.namespace, self.name, step.name, injection.occurrence,
+            logger.info("plan %s/%s: %s#%d: %d victims chosen in %.2fs, their faults written "
+                        "in %.2fs", self.namespace, self.name, step.name, injection.occurrence,
                         len(victims), chosen - began, self.clock.now() - chosen)
             await self._record(deciding.injected(
                 self.plan, self.status, index, victims, problems=delivered.problems,
-                failed=delivered.failed, now=self.clock.now()))
+                failed=delivered.failed, now=self.clock.now()), injection)
 
     async def victims(self, injection: InjectionStatus) -> list[Victim]:
         """The occurrence's recorded victims: from the status, or from the ConfigMap that
@@ -420,9 +421,9 @@ class Runner:
 
     async def recover(self, index: int, injection: InjectionStatus, *,
                       cause: str = "duration") -> None:
-        """Turn the entries to their recovery stages (or release holds); Recovering until the
-        engines wrote everything back (:meth:`settle`). ``cause``: why now (the fault's
-        duration is over, or the plan was deleted)."""
+        """Turn the fault sets to their recovery stages (or release holds, remove cluster
+        entries); Recovering until the engines wrote everything back (:meth:`settle`).
+        ``cause``: why now (the fault's duration is over, or the plan was deleted)."""
         step = self.steps[injection.step]
         victims = await self.victims(injection)
         with self._span(tracing.RECOVER, {**tracing.step_attributes(
@@ -433,16 +434,16 @@ class Runner:
                 logger.warning("plan %s/%s: recovery of %s: %s", self.namespace, self.name,
                                injection.step, deciding.listed("", delivered.problems))
             await self._record(deciding.recovering(self.status, index, victims,
-                                                   failed=delivered.failed))
+                                                   failed=delivered.failed), injection)
 
     async def settle(self, index: int, injection: InjectionStatus) -> None:
-        """Recovered once every victim is back: entries done (then removed), held nodes made
-        again, stopped components running."""
+        """Recovered once every victim is back: fault sets done (then deleted), held nodes
+        made again, stopped components running."""
         step = self.steps[injection.step]
         victims = await self.victims(injection)
         if await self.delivery.recovered(step.fault, self._id(injection), victims):
             await self._record(deciding.recovered(self.plan, self.status, index, victims,
-                                                  self.clock.now()))
+                                                  self.clock.now()), injection)
 
     # -- expectations ---------------------------------------------------------------------------
 

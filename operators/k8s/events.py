@@ -2,8 +2,9 @@
 
 Rendering only: whoever sends an Event decides when, through which client, and what a refusal
 means (the engine queues them so a flood never holds up its writes; the FaultPlan runner sends
-one per victim it injected or recovered). An Event's name is derived from what it says, so a
-repeat is refused by the API as AlreadyExists instead of piling up.
+one per fault set it wrote or recovered, and one per node it deleted). An Event's name is
+derived from what it says, so a repeat is refused by the API as AlreadyExists instead of piling
+up.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Objects fakefleet writes by name, and the rule that it never takes over one it did not make.
 
-A FakeCluster's kubeconfig Secret, a FaultPlan's list of victims, an add-on's Services,
+A FakeCluster's kubeconfig Secret, a FaultPlan's list of victims and its fault sets in a member
+(and the member namespace ``fakefleet-system`` that holds them), an add-on's Services,
 APIService, webhooks, CRDs, RBAC and MultiKueue objects in a member: each has a name fixed in
 advance, so a user's object may already stand there. fakefleet marks what it makes with the
 annotation ``fakefleet.dev/owned-by: <Kind>/<name>`` of its writer (an :class:`Owner`), and
@@ -151,6 +152,25 @@ async def server_side_apply(client: Client, path: str, obj: Mapping[str, Any], *
         except Conflict:
             continue  # changed since it was judged: judge it again
     raise K8sError(f"could not apply {path}: it kept changing")
+
+
+async def ensure_namespace(client: Client, name: str, *, owner: Owner) -> None:
+    """Make namespace ``name``, marked as ``owner``'s, unless it is there and ``owner``'s
+    already; NotOwned when one of another stands there (then nothing of ours goes into it)."""
+    path = f"/api/v1/namespaces/{name}"
+    current = await _current(client, path)
+    if current is None:
+        try:
+            await client.create("/api/v1/namespaces", owner.mark({
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+                decode=False)
+            return
+        except Conflict as error:
+            if not error.already_exists:
+                raise
+        current = await client.get(path)
+    if not owner.owns(current):
+        raise refusal({**current, "kind": "Namespace"}, owner)
 
 
 async def delete(client: Client, path: str, *, owner: Owner) -> bool:

@@ -2,12 +2,13 @@
 observed, carrying its resourceVersion, computed again from a fresh read after a 409.
 
 Two writers share objects this way. The engine writes the Node's taints (a list replaced whole:
-the node-lifecycle controller's taints must survive it) and flips a fault entry to done; the
-FaultPlan runner adds, recovers and removes fault entries (``fakefleet.dev/faults``) and holds
-deleted nodes in their pools (``fakefleet.dev/held-nodes``). Neither may undo a change it did
-not see, so each write is conditional on the version it was computed from; on a conflict the
-object is read again and the change computed anew, from what is there now (the entry may be
-gone: then there is nothing left to write).
+the node-lifecycle controller's taints must survive it) and marks a fault set done; the
+FaultPlan runner turns fault sets to their recovery, adds and removes a FakeCluster's fault
+entries (``fakefleet.dev/faults``) and holds deleted nodes in their pools
+(``fakefleet.dev/held-nodes``). Neither may undo a change it did not see, so each write is
+conditional on the version it was computed from; on a conflict the object is read again and
+the change computed anew, from what is there now (the set may have turned meanwhile: then
+there is nothing left to write).
 
 This module sends the requests and nothing else: what to change is the caller's ``change``,
 and what a failure means (retry later, give up, tell the user) is the caller's to decide.

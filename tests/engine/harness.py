@@ -12,6 +12,8 @@ from typing import Any
 
 from opentelemetry import trace
 
+from operators.api import faultsets
+from operators.api.injections import FaultEntry
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.engine import authorizing
 from operators.engine.heartbeating import LEASE_NAMESPACE
@@ -155,6 +157,32 @@ class Fleet:
         assert found is not None, f"pod {name} is gone"
         return found
 
+    def inject(self, written: dict[str, Any], *targets: str, kind: str = "Node") -> None:
+        """A plan's fault set, written (nodes by name, pods by name: their uids are looked
+        up)."""
+        if kind == "Pod":
+            targets = tuple(self.pod_target(name) for name in targets)
+        self.member.put(faultsets.CONFIGMAPS, fault_set(written, *targets, kind=kind))
+
+    def pod_target(self, name: str) -> str:
+        return faultsets.pod_target("default", name, self.pod(name)["metadata"]["uid"])
+
+    async def recover(self, entry_id: str, traceparent: str = "") -> None:
+        """The plan turns every set of entry ``entry_id`` to its recovery (in the span of
+        ``traceparent``)."""
+        data = {"state": "recover", **({"traceparent": traceparent} if traceparent else {})}
+        for found in self.member.objects(faultsets.CONFIGMAPS):
+            if found["data"]["id"] == entry_id:
+                await self.member_client_patch(
+                    f"{faultsets.CONFIGMAPS}/{found['metadata']['name']}", {"data": data},
+                    bypass_faults=True)
+
+    def set_state(self, entry_id: str) -> str:
+        """The state of entry ``entry_id``'s fault set ("": there is none)."""
+        found = [s["data"]["state"] for s in self.member.objects(faultsets.CONFIGMAPS)
+                 if s["data"]["id"] == entry_id]
+        return found[0] if found else ""
+
     def pool_status(self, name: str) -> dict[str, Any]:
         found = self.host.object(f"{POOLS}/{name}")
         assert found is not None
@@ -165,8 +193,8 @@ class Fleet:
 def entry(entry_id: str, stages: list[dict[str, Any]],
           recovery: list[dict[str, Any]] | None = None, *,
           state: str = "inject", traceparent: str = "") -> dict[str, Any]:
-    """A fault entry as a FaultPlan writes it into ``fakefleet.dev/faults`` (with the trace
-    context of the step that wrote it, if given)."""
+    """A fault entry as a FaultPlan writes it into a fault set (with the trace context of the
+    step that wrote it, if given)."""
     written: dict[str, Any] = {"id": entry_id, "state": state, "stages": stages,
                                "recovery": recovery or []}
     if traceparent:
@@ -174,17 +202,28 @@ def entry(entry_id: str, stages: list[dict[str, Any]],
     return written
 
 
-def faults(*entries: dict[str, Any]) -> str:
-    return json.dumps(list(entries), separators=(",", ":"))
+def as_written(made: FaultEntry) -> dict[str, Any]:
+    """An entry the fault catalogue made, as :func:`entry` gives one."""
+    dumped = made.model_dump(mode="json", exclude_none=True)
+    return entry(made.id, dumped["stages"], dumped["recovery"], state=made.state,
+                 traceparent=made.traceparent or "")
 
 
-def entries_of(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = json.loads(obj["metadata"]["annotations"][keys.FAULTS])
-    return found
-
-
-def states(obj: dict[str, Any]) -> dict[str, str]:
-    return {item["id"]: item["state"] for item in entries_of(obj)}
+def fault_set(written: dict[str, Any], *targets: str, kind: str = "Node",
+              chunk: int = 0) -> dict[str, Any]:
+    """The fault set (a ConfigMap) that carries entry ``written`` to ``targets`` (nodes by
+    name, pods as namespace/name/uid), as a FaultPlan writes it."""
+    data = {"id": written["id"], "kind": kind, "state": written["state"],
+            "entries": json.dumps([{"stages": written["stages"],
+                                    "recovery": written["recovery"],
+                                    "targets": list(targets)}])}
+    if written.get("traceparent"):
+        data["traceparent"] = written["traceparent"]
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": faultsets.set_name(written["id"], chunk),
+                         "namespace": faultsets.NAMESPACE,
+                         "labels": {keys.FAULT_SET: faultsets.digest(written["id"])}},
+            "data": data}
 
 
 def ready(node: dict[str, Any]) -> str:
@@ -211,6 +250,7 @@ def granted(request: Request) -> bool:
         ("delete" if named else "deletecollection") if request.method == "DELETE" else
         "get" if named else
         "watch" if request.query.get("watch") in ("1", "true") else "list")
-    rules = authorizing.CLUSTER + (authorizing.LEASES if namespace == LEASE_NAMESPACE else ())
+    rules = authorizing.CLUSTER + {LEASE_NAMESPACE: authorizing.LEASES,
+                                   faultsets.NAMESPACE: authorizing.FAULT_SETS}.get(namespace, ())
     return any(rule.group == group and resource in rule.resources and verb in rule.verbs
                for rule in rules)

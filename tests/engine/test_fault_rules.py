@@ -1,23 +1,28 @@
-"""Fault entries as rules, pure: which stages an object gets from its annotation, what an
-eviction looks like and reads back as, and the node patches a fault stage makes."""
+"""Fault entries as rules, pure: which stages an object gets from the entries its fault sets
+carry, what an eviction looks like and reads back as, and the node patches a fault stage
+makes."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from operators.api.injections import mark_done
+from operators.api.injections import FaultEntry
 from operators.api.stages import NodeStage, StageError, load_lifecycle
 from operators.engine import stages
 from operators.engine.nodes import NodeFacts, NodeLife
 from operators.engine.pods import PodFacts, PodLife, life_from_status, render_status
-from operators.engine.stages import Rulebook
-from primitives import keys
-from tests.engine.harness import entry, faults
+from operators.engine.stages import Carried, Faults, Rulebook
+from tests.engine.harness import entry
 
 NOW = "2026-01-01T00:10:00Z"
+
+
+def faults(*entries: dict[str, Any] | FaultEntry, uid: str = "set") -> Faults:
+    """The entries as fault sets carry them for one object (each its own set, in order)."""
+    made = [e if isinstance(e, FaultEntry) else FaultEntry.model_validate(e) for e in entries]
+    return tuple(Carried((f"{uid}-{e.id}", 0, e.state), e) for e in made)
 
 
 def manifest(**annotations: str) -> dict[str, Any]:
@@ -52,19 +57,23 @@ def test_an_object_s_rules_are_its_live_fault_stages_then_the_defaults() -> None
         ("b-recover", "b"), ("a-inject", "a")]
     assert [rule.name for rule in rules.pods[2:]] == defaults
     assert [rule.name for rule in rules.nodes][:1] == [stages.default_rules().nodes[0].name]
-    assert rules.problem == ""
-    assert book(text) is rules, "compiled once per text"
-    assert book("") is stages.default_rules()
+    assert (rules.pods[0].state, rules.pods[1].state) == ("recover", "inject")
+    assert book(text) is rules, "compiled once per combination of entries"
+    assert book(()) is stages.default_rules()
 
 
-def test_an_unreadable_annotation_gives_the_defaults_and_says_why() -> None:
-    rules = Rulebook(stages.default_rules())('[{"id": "x", "state": "later"}]')
-    assert rules.pods == stages.default_rules().pods
-    assert keys.FAULTS in rules.problem
-    assert "ignored" in rules.problem
+def test_targets_of_one_set_share_their_rules_and_a_new_state_compiles_anew() -> None:
+    book = Rulebook(stages.default_rules())
+    one = faults(entry("a", [pod_stage("a-inject", hold=True)]))
+    # The same set's entry as another target carries it: a copy, with the same key.
+    again = faults(FaultEntry.model_validate(entry("a", [pod_stage("a-inject", hold=True)])))
+    assert book(again) is book(one)
+    turned = faults(entry("a", [pod_stage("a-inject", hold=True)],
+                          [pod_stage("a-recover", endFault=True)], state="recover"))
+    assert book(turned).pods[0].name == "a-recover"
 
 
-def test_the_rulebook_keeps_a_bounded_number_of_texts() -> None:
+def test_the_rulebook_keeps_a_bounded_number_of_combinations() -> None:
     book = Rulebook(stages.default_rules(), size=2)
     texts = [faults(entry(str(n), [pod_stage("s", hold=True)])) for n in range(3)]
     first = book(texts[0])
@@ -94,19 +103,6 @@ def test_end_fault_belongs_to_fault_entries_not_to_a_lifecycle() -> None:
     with pytest.raises(StageError, match="only a fault entry's stages may set"):
         load_lifecycle("apiVersion: fakefleet.dev/v1alpha1\nkind: Lifecycle\nstages:\n"
                        "- {name: a, resource: Pod, effect: {exit: {}, endFault: true}}")
-
-
-def test_marking_done_flips_one_entry_and_leaves_the_others_as_written() -> None:
-    other = '{"id":"b","state":"inject","stages":[],"recovery":[],"extra":{"z":1,"a":2}}'
-    text = f'[{{"id":"a","state":"recover"}}, {other}]'
-    ended = mark_done({keys.FAULTS: text}, "a")
-    assert ended is not None
-    assert json.loads(ended)[0] == {"id": "a", "state": "done"}
-    assert json.dumps(json.loads(ended)[1], separators=(",", ":")) == other
-    assert mark_done({keys.FAULTS: ended}, "a") is None, "done already"
-    assert mark_done({keys.FAULTS: text}, "gone") is None
-    assert mark_done({keys.FAULTS: "{"}, "a") is None
-    assert mark_done({}, "a") is None
 
 
 # -- eviction ---------------------------------------------------------------------------------
@@ -189,19 +185,15 @@ def test_a_node_stage_adds_and_removes_its_taints_and_keeps_everyone_else_s() ->
     assert patch["spec"]["taints"] == [controller]
 
 
-def test_a_node_stage_cordons_and_ends_its_fault_in_one_conditional_patch() -> None:
-    text = faults(entry("e", [], [node_stage("s", unschedulable=False, endFault=True)],
-                        state="recover"), entry("f", []))
+def test_a_node_stage_uncordons_in_one_conditional_patch_and_writes_no_end_of_fault() -> None:
     rule = node_rule(unschedulable=False, endFault=True)
-    patch = stages.node_object(rule, node_facts(unschedulable=True,
-                                                annotations={keys.FAULTS: text}), NOW)
-    assert patch is not None
-    assert patch["spec"] == {"unschedulable": None}
-    assert patch["metadata"]["resourceVersion"] == "7"
-    assert [e["state"] for e in json.loads(patch["metadata"]["annotations"][keys.FAULTS])] == [
-        "done", "inject"]
+    patch = stages.node_object(rule, node_facts(unschedulable=True), NOW)
+    assert patch == {"metadata": {"resourceVersion": "7"}, "spec": {"unschedulable": None}}
     assert stages.node_object(node_rule(unschedulable=True),
                               node_facts(unschedulable=True), NOW) is None
+    assert stages.node_object(node_rule(endFault=True), node_facts(), NOW) is None, \
+        "an entry done is the fault set's, not the node's"
+    assert not stages.writes_node(node_rule(endFault=True).stage.effect)
 
 
 def test_allocatable_goes_back_to_the_capacity_observed() -> None:
@@ -233,10 +225,8 @@ def test_a_one_shot_exit_fires_only_at_the_restart_count_it_was_written_for() ->
 
     book = Rulebook(stages.default_rules())
     written = pod_entry("ns/plan/exit/0", Fault(type="ContainerExit", exitCode=3), restarts=2)
-    text = json.dumps([written.model_dump(mode="json", exclude_defaults=True)
-                       | {"id": written.id, "state": "inject"}])
-    facts = PodFacts(manifest(**{keys.FAULTS: text}))
-    rules = book(text).pods
+    facts = PodFacts(manifest())
+    rules = book(faults(written)).pods
     before = stages.match_pod(rules, facts, PodLife(phase="Running", restarts=2))
     after = stages.match_pod(rules, facts, PodLife(phase="Running", restarts=3))
     assert before is not None
@@ -249,7 +239,6 @@ def test_two_one_shot_exits_waiting_on_one_pod_make_two_restarts() -> None:
     the pod was in back-off): it is written for the count after the first's, so the pod exits
     twice, not once for both."""
     from operators.api.faultplans import Fault
-    from operators.api.injections import FaultEntry
     from operators.faults.catalogue import one_shot_restarts, pod_entry
 
     exit_fault = Fault(type="ContainerExit", exitCode=3)
@@ -259,9 +248,7 @@ def test_two_one_shot_exits_waiting_on_one_pod_make_two_restarts() -> None:
     book = Rulebook(stages.default_rules())
 
     def firing(entries: list[FaultEntry], restarts: int) -> str | None:
-        text = json.dumps([e.model_dump(mode="json", exclude_defaults=True)
-                           | {"id": e.id, "state": e.state} for e in entries])
-        rule = stages.match_pod(book(text).pods, PodFacts(manifest(**{keys.FAULTS: text})),
+        rule = stages.match_pod(book(faults(*entries)).pods, PodFacts(manifest()),
                                 PodLife(phase="Running", restarts=restarts))
         return rule.entry if rule is not None and rule.name == "fault-exit" else None
 

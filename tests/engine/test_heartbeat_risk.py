@@ -11,7 +11,7 @@ import pytest
 
 from operators.engine.alerting import GapAlarm
 from tests.engine.harness import LEASES, POOLS, Fleet, entry, pool
-from tests.engine.test_node_faults import RECOVER, UNREACHABLE, inject, recover
+from tests.engine.test_node_faults import RECOVER, UNREACHABLE
 
 
 def at_risk(status: dict[str, Any]) -> dict[str, Any] | None:
@@ -82,9 +82,9 @@ async def test_a_node_silent_on_purpose_is_not_at_risk() -> None:
     fleet.host.put(POOLS, pool("cpu", replicas=1))
     async with fleet.running(fleet.engine()):
         await fleet.clock.advance(2)
-        await inject(fleet, "cpu-0", entry("ns/plan/gone/0", UNREACHABLE, RECOVER))
+        fleet.inject(entry("ns/plan/gone/0", UNREACHABLE, RECOVER), "cpu-0")
         await fleet.clock.advance(120)
-        await recover(fleet, "cpu-0")
+        await fleet.recover("ns/plan/gone/0")
         await fleet.clock.advance(60)
         assert at_risk(fleet.pool_status("cpu")) is None
 

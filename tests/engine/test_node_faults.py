@@ -1,5 +1,6 @@
 """Node faults over in-memory API servers: conditions, heartbeat, taints, cordon, allocatable
-and held (deleted) nodes, written around others' changes and kept across a restart."""
+and held (deleted) nodes, written around others' changes and kept across a restart; a fault
+set on many nodes marked done once."""
 
 from __future__ import annotations
 
@@ -12,12 +13,9 @@ from tests.engine.harness import (
     NODES,
     POOLS,
     Fleet,
-    entries_of,
     entry,
-    faults,
     pool,
     ready,
-    states,
 )
 
 READY = {"type": "Ready", "status": "True", "reason": "KubeletReady",
@@ -73,26 +71,13 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(c for c in obj["status"]["conditions"] if c["type"] == kind)
 
 
-async def inject(fleet: Fleet, name: str, *entries: dict[str, Any]) -> None:
-    await fleet.member_client_patch(f"{NODES}/{name}", {"metadata": {"annotations": {
-        keys.FAULTS: faults(*entries)}}}, bypass_faults=True)
-
-
-async def recover(fleet: Fleet, name: str) -> None:
-    entries = entries_of(node(fleet, name))
-    for item in entries:
-        item["state"] = "recover"
-    await fleet.member_client_patch(f"{NODES}/{name}", {"metadata": {"annotations": {
-        keys.FAULTS: json.dumps(entries)}}}, bypass_faults=True)
-
-
 async def test_a_held_not_ready_node_stays_not_ready_across_a_restart_until_it_recovers(
 ) -> None:
     fleet = Fleet()
     fleet.host.put(POOLS, pool("cpu", replicas=2))
     async with fleet.running(fleet.engine()):
         await fleet.clock.advance(2)
-        await inject(fleet, "cpu-0", entry("ns/plan/nr/0", NOT_READY, RECOVER))
+        fleet.inject(entry("ns/plan/nr/0", NOT_READY, RECOVER), "cpu-0")
         await fleet.clock.advance(1)
         assert condition(node(fleet, "cpu-0"), "Ready")["reason"] == "KubeletNotReady"
         # Someone else says Unknown: the fault says NotReady again, where the defaults would
@@ -110,10 +95,10 @@ async def test_a_held_not_ready_node_stays_not_ready_across_a_restart_until_it_r
         assert ready(node(fleet, "cpu-0")) == "False", "still NotReady after the restart"
         assert len(fleet.member.sent("PATCH", f"{NODES}/cpu-0/status")) == writes
         assert ready(node(fleet, "cpu-1")) == "True"
-        await recover(fleet, "cpu-0")
+        await fleet.recover("ns/plan/nr/0")
         await fleet.clock.advance(1)
         assert ready(node(fleet, "cpu-0")) == "True"
-        assert states(node(fleet, "cpu-0")) == {"ns/plan/nr/0": "done"}
+        assert fleet.set_state("ns/plan/nr/0") == "done"
         await fleet.clock.advance(600)
         assert ready(node(fleet, "cpu-0")) == "True"
 
@@ -123,7 +108,7 @@ async def test_an_unreachable_node_stays_silent_across_a_restart() -> None:
     fleet.host.put(POOLS, pool("cpu", replicas=1))
     async with fleet.running(fleet.engine()):
         await fleet.clock.advance(2)
-        await inject(fleet, "cpu-0", entry("ns/plan/u/0", UNREACHABLE, RECOVER))
+        fleet.inject(entry("ns/plan/u/0", UNREACHABLE, RECOVER), "cpu-0")
         await fleet.clock.advance(1)
         fleet.member.requests.clear()
         await fleet.clock.advance(60)
@@ -131,10 +116,10 @@ async def test_an_unreachable_node_stays_silent_across_a_restart() -> None:
     async with fleet.running(fleet.engine(seed=3)):
         await fleet.clock.advance(120)
         assert fleet.member.sent("PATCH", f"{LEASES}/cpu-0") == [], "silent after the restart"
-        await recover(fleet, "cpu-0")
+        await fleet.recover("ns/plan/u/0")
         await fleet.clock.advance(1)
         assert len(fleet.member.sent("PATCH", f"{LEASES}/cpu-0")) == 1
-        assert states(node(fleet, "cpu-0")) == {"ns/plan/u/0": "done"}
+        assert fleet.set_state("ns/plan/u/0") == "done"
 
 
 async def test_a_gpu_xid_taints_and_takes_a_gpu_away_keeping_others_taints() -> None:
@@ -146,7 +131,7 @@ async def test_a_gpu_xid_taints_and_takes_a_gpu_away_keeping_others_taints() -> 
         await fleet.member_client_patch(f"{NODES}/gpu-0", {"spec": {
             "taints": [*before, CONTROLLER_TAINT]}})
         fleet.member.fail("PATCH", f"{NODES}/gpu-0", status=409, reason="Conflict")
-        await inject(fleet, "gpu-0", entry("ns/plan/xid/0", XID, XID_RECOVER))
+        fleet.inject(entry("ns/plan/xid/0", XID, XID_RECOVER), "gpu-0")
         await fleet.clock.advance(1)
         gpu = node(fleet, "gpu-0")
         assert condition(gpu, "GPUHealthy")["reason"] == "Xid79"
@@ -156,20 +141,20 @@ async def test_a_gpu_xid_taints_and_takes_a_gpu_away_keeping_others_taints() -> 
         assert taints[:-1] == [*before, CONTROLLER_TAINT]
         assert {k: v for k, v in taints[-1].items() if k != "timeAdded"} == {
             "key": "fakefleet.dev/gpu-xid", "value": "79", "effect": "NoExecute"}
-        assert states(gpu) == {"ns/plan/xid/0": "inject"}
+        assert fleet.set_state("ns/plan/xid/0") == "inject"
         events = fleet.member.objects("/api/v1/namespaces/default/events")
         assert [e["reason"] for e in events] == ["GPUXid"]
         status_writes = len(fleet.member.sent("PATCH", f"{NODES}/gpu-0/status"))
         await fleet.clock.advance(60)
         assert len(fleet.member.sent("PATCH", f"{NODES}/gpu-0/status")) == status_writes, \
             "once"
-        await recover(fleet, "gpu-0")
+        await fleet.recover("ns/plan/xid/0")
         await fleet.clock.advance(1)
         gpu = node(fleet, "gpu-0")
     assert condition(gpu, "GPUHealthy")["status"] == "True"
     assert gpu["status"]["allocatable"]["nvidia.com/gpu"] == "8"
     assert gpu["spec"]["taints"] == [*before, CONTROLLER_TAINT]
-    assert states(gpu) == {"ns/plan/xid/0": "done"}
+    assert fleet.set_state("ns/plan/xid/0") == "done"
 
 
 async def test_a_taint_added_while_the_node_is_read_again_survives() -> None:
@@ -182,7 +167,7 @@ async def test_a_taint_added_while_the_node_is_read_again_survives() -> None:
         before = node(fleet, "gpu-0")["spec"]["taints"]
         fleet.member.fail("PATCH", f"{NODES}/gpu-0", status=409, reason="Conflict")
         fleet.member.fail("GET", f"{NODES}/gpu-0", delay=1)
-        await inject(fleet, "gpu-0", entry("ns/plan/xid/0", XID, XID_RECOVER))
+        fleet.inject(entry("ns/plan/xid/0", XID, XID_RECOVER), "gpu-0")
         await fleet.clock.advance(0.5)
         await fleet.member_client_patch(f"{NODES}/gpu-0", {"spec": {
             "taints": [*before, CONTROLLER_TAINT]}}, bypass_faults=True)
@@ -197,18 +182,18 @@ async def test_a_cordon_sets_unschedulable_once_and_the_recovery_removes_it() ->
     fleet.host.put(POOLS, pool("cpu", replicas=1))
     async with fleet.running(fleet.engine()):
         await fleet.clock.advance(2)
-        await inject(fleet, "cpu-0", entry("ns/plan/c/0", CORDON, UNCORDON))
+        fleet.inject(entry("ns/plan/c/0", CORDON, UNCORDON), "cpu-0")
         await fleet.clock.advance(1)
         assert node(fleet, "cpu-0")["spec"]["unschedulable"] is True
         await fleet.clock.advance(60)
         ours = [r for r in fleet.member.sent("PATCH", f"{NODES}/cpu-0")
                 if "spec" in r.json() and "unschedulable" in r.json()["spec"]]
         assert len(ours) == 1
-        await recover(fleet, "cpu-0")
+        await fleet.recover("ns/plan/c/0")
         await fleet.clock.advance(1)
         cpu = node(fleet, "cpu-0")
     assert "unschedulable" not in cpu["spec"]
-    assert states(cpu) == {"ns/plan/c/0": "done"}
+    assert fleet.set_state("ns/plan/c/0") == "done"
 
 
 async def test_held_nodes_are_deleted_and_made_again_once_released() -> None:

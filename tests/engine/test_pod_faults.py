@@ -1,22 +1,20 @@
-"""Pod faults over in-memory API servers: the stages of a pod's fault entries come before its
-defaults; a hold keeps it as it is; an entry ending its fault is marked done once written."""
+"""Pod faults over in-memory API servers: the stages of the fault entries a pod's fault sets
+carry come before its defaults; a hold keeps it as it is; a set is marked done once its
+targets ran the stage that ends it, with one conditional write."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from primitives import keys
+from operators.api import faultsets
 from tests.engine.harness import (
     PODS,
     POOLS,
     Fleet,
-    entries_of,
     entry,
-    faults,
+    fault_set,
     pod,
     pool,
-    states,
 )
 
 NOT_DELETING = {"key": "deleting", "operator": "In", "values": ["false"]}
@@ -67,56 +65,61 @@ async def started(fleet: Fleet) -> None:
     await fleet.clock.advance(1)
 
 
-async def test_a_one_shot_exit_happens_once_and_its_entry_alone_is_marked_done() -> None:
+async def test_a_one_shot_exit_happens_once_and_its_set_alone_is_marked_done() -> None:
     fleet = Fleet()
     async with fleet.running(fleet.engine()):
         await started(fleet)
         fleet.member.put(PODS, pod("train", "cpu-0"))
         await fleet.clock.advance(1)
         assert fleet.pod("train")["status"]["phase"] == "Running"
-        fleet.member.fail("PATCH", f"{PODS}/train", status=409, reason="Conflict")
-        await fleet.member_client_patch(f"{PODS}/train", {"metadata": {"annotations": {
-            keys.FAULTS: faults(OTHER, entry("ns/plan/exit/0", [EXIT], END))}}}, bypass_faults=True)
+        fleet.inject(OTHER, "train", kind="Pod")
+        fleet.inject(entry("ns/plan/exit/0", [EXIT], END), "train", kind="Pod")
         await fleet.clock.advance(1)
         train = fleet.pod("train")
         assert container(train)["lastState"]["terminated"]["exitCode"] == 3
         assert container(train)["lastState"]["terminated"]["message"] == \
             "NCCL communicator aborted"
-        assert states(train) == {"other/plan/step/0": "inject", "ns/plan/exit/0": "done"}
-        assert entries_of(train)[0] == OTHER, "the other plan's entry is as it was"
-        patches = [r.json() for r in fleet.member.sent("PATCH", f"{PODS}/train")]
-        assert len(patches) == 3, "ours after the 409, read again, and the user's"
-        assert all("resourceVersion" in p["metadata"] for p in patches[1:])
-        assert fleet.member.sent("GET", f"{PODS}/train"), "read again after the 409"
+        assert fleet.set_state("ns/plan/exit/0") == "done"
+        assert fleet.set_state("other/plan/step/0") == "inject", "the other plan's is as it was"
+        assert fleet.engine_sent("PATCH", f"{PODS}/train") == [], "nothing written to the pod"
+        (marked,) = fleet.engine_sent("PATCH", f"{faultsets.CONFIGMAPS}/.*")
+        assert marked.json()["data"] == {"state": "done"}, "once"
+        assert marked.json()["metadata"]["resourceVersion"], "conditionally"
         await fleet.clock.advance(60)  # restarted by the defaults after the back-off
         assert fleet.pod("train")["status"]["phase"] == "Running"
         assert container(fleet.pod("train"))["restartCount"] == 1
     assert exits(fleet, "train", 3) == 1
 
 
-async def test_a_conflict_finding_the_entry_gone_writes_nothing_more() -> None:
-    """On a 409 the pod is read again; the plan removed the entry meanwhile: nothing to flip,
-    and the entry is not written back."""
+async def test_marking_a_set_done_reads_it_again_after_a_conflict_and_minds_its_state(
+) -> None:
+    """A 409 on the write that marks a set done: the set is read again, and marked done if it
+    is still in the state its targets finished; the plan turned it meanwhile: not marked."""
     fleet = Fleet()
     async with fleet.running(fleet.engine()):
         await started(fleet)
-        fleet.member.put(PODS, pod("train", "cpu-0"))
+        fleet.member.put(PODS, pod("a", "cpu-0"))
+        fleet.member.put(PODS, pod("b", "cpu-0"))
         await fleet.clock.advance(1)
-        fleet.member.fail("PATCH", f"{PODS}/train", status=409, reason="Conflict")
-        fleet.member.fail("GET", f"{PODS}/train", delay=1)  # the read again is slow
-        await fleet.member_client_patch(f"{PODS}/train", {"metadata": {"annotations": {
-            keys.FAULTS: faults(OTHER, entry("ns/plan/exit/0", [EXIT], END))}}}, bypass_faults=True)
+        path = f"{faultsets.CONFIGMAPS}/{faultsets.set_name('ns/plan/exit/0', 0)}"
+        fleet.member.fail("PATCH", path, status=409, reason="Conflict")
+        fleet.inject(entry("ns/plan/exit/0", [EXIT], END), "a", kind="Pod")
+        await fleet.clock.advance(1)
+        assert fleet.set_state("ns/plan/exit/0") == "done"
+        assert len(fleet.engine_sent("GET", path)) == 1, "read again after the 409"
+        assert len(fleet.engine_sent("PATCH", path)) == 2
+        # Another set: the plan turns it to its recovery while the engine marks it done.
+        fleet.member.fail("PATCH", ".*/configmaps/.*", delay=1)
+        fleet.inject(entry("ns/plan/exit/1", [EXIT], END), "b", kind="Pod")
         await fleet.clock.advance(0.5)
-        await fleet.member_client_patch(f"{PODS}/train", {"metadata": {"annotations": {
-            keys.FAULTS: faults(OTHER)}}}, bypass_faults=True)
+        await fleet.recover("ns/plan/exit/1")
         await fleet.clock.advance(2)
-        train = fleet.pod("train")
-        assert entries_of(train) == [OTHER]
-        assert len(fleet.member.sent("GET", f"{PODS}/train")) == 1
-        assert len(fleet.member.sent("PATCH", f"{PODS}/train")) == 3, "the 409, and the user's"
-        assert container(train)["lastState"]["terminated"]["exitCode"] == 3
-        await fleet.clock.advance(60)
-    assert exits(fleet, "train", 3) == 1
+        assert fleet.set_state("ns/plan/exit/1") == "done", \
+            "done after its recovery ran, not because its exit did"
+        turned = f"{faultsets.CONFIGMAPS}/{faultsets.set_name('ns/plan/exit/1', 0)}"
+        assert len(fleet.engine_sent("GET", turned)) == 1, "the 409: read, in recover now"
+        assert len(fleet.engine_sent("PATCH", turned)) == 2, "refused, then after recovery"
+        assert exits(fleet, "b", 3) == 1
 
 
 async def test_an_evicted_pod_fails_as_the_kubelet_reports_it_whatever_its_restart_policy(
@@ -124,8 +127,8 @@ async def test_an_evicted_pod_fails_as_the_kubelet_reports_it_whatever_its_resta
     fleet = Fleet()
     async with fleet.running(fleet.engine()):
         await started(fleet)
-        fleet.member.put(PODS, pod("web", "cpu-0", annotations={
-            keys.FAULTS: faults(entry("ns/plan/evict/0", [EVICT], END))}))
+        fleet.member.put(PODS, pod("web", "cpu-0"))
+        fleet.inject(entry("ns/plan/evict/0", [EVICT], END), "web", kind="Pod")
         await fleet.clock.advance(1)
         web = fleet.pod("web")
     status = web["status"]
@@ -137,7 +140,7 @@ async def test_an_evicted_pod_fails_as_the_kubelet_reports_it_whatever_its_resta
     assert "containerID" not in container(web)
     disruption = next(c for c in status["conditions"] if c["type"] == "DisruptionTarget")
     assert (disruption["status"], disruption["reason"]) == ("True", "TerminationByKubelet")
-    assert states(web) == {"ns/plan/evict/0": "done"}
+    assert fleet.set_state("ns/plan/evict/0") == "done"
     writes = len(fleet.member.sent("PATCH", f"{PODS}/web/status"))
     async with fleet.running(fleet.engine(seed=7)):  # a restart keeps it as it is
         await fleet.clock.advance(30)
@@ -149,19 +152,17 @@ async def test_a_stuck_pod_is_held_until_the_fault_recovers_then_starts() -> Non
     fleet = Fleet()
     async with fleet.running(fleet.engine()):
         await started(fleet)
-        fleet.member.put(PODS, pod("stuck", "cpu-0", annotations={
-            keys.FAULTS: faults(entry("ns/plan/stuck/0", STUCK, END))}))
+        fleet.member.put(PODS, pod("stuck", "cpu-0"))
+        fleet.inject(entry("ns/plan/stuck/0", STUCK, END), "stuck", kind="Pod")
         await fleet.clock.advance(120)
         stuck = fleet.pod("stuck")
         assert stuck["status"]["phase"] == "Pending"
         assert container(stuck)["state"]["waiting"]["reason"] == "ImagePullBackOff"
         assert len(fleet.member.sent("PATCH", f"{PODS}/stuck/status")) == 1, "then held"
-        recovering = entries_of(stuck)
-        recovering[0]["state"] = "recover"
-        await fleet.member_client_patch(f"{PODS}/stuck", {"metadata": {"annotations": {
-            keys.FAULTS: json.dumps(recovering)}}})
+        assert fleet.set_state("ns/plan/stuck/0") == "inject"
+        await fleet.recover("ns/plan/stuck/0")
         await fleet.clock.advance(1)
-        assert states(fleet.pod("stuck")) == {"ns/plan/stuck/0": "done"}
+        assert fleet.set_state("ns/plan/stuck/0") == "done"
         assert fleet.pod("stuck")["status"]["phase"] == "Running"
 
 
@@ -170,15 +171,14 @@ async def test_a_restart_neither_repeats_a_one_shot_exit_nor_loses_a_held_fault(
     async with fleet.running(fleet.engine()):
         await started(fleet)
         fleet.member.put(PODS, pod("train", "cpu-0"))
-        fleet.member.put(PODS, pod("stuck", "cpu-0", annotations={
-            keys.FAULTS: faults(entry("ns/plan/stuck/0", STUCK, END))}))
+        fleet.member.put(PODS, pod("stuck", "cpu-0"))
+        fleet.inject(entry("ns/plan/stuck/0", STUCK, END), "stuck", kind="Pod")
         await fleet.clock.advance(1)
     # Injected while the engine is away: it happens when the engine is back, once.
-    await fleet.member_client_patch(f"{PODS}/train", {"metadata": {"annotations": {
-        keys.FAULTS: faults(entry("ns/plan/exit/0", [EXIT], END))}}})
+    fleet.inject(entry("ns/plan/exit/0", [EXIT], END), "train", kind="Pod")
     async with fleet.running(fleet.engine(seed=2)):
         await fleet.clock.advance(60)
-        assert states(fleet.pod("train")) == {"ns/plan/exit/0": "done"}
+        assert fleet.set_state("ns/plan/exit/0") == "done"
     async with fleet.running(fleet.engine(seed=3)):
         await fleet.clock.advance(60)
     assert exits(fleet, "train", 3) == 1
@@ -187,44 +187,44 @@ async def test_a_restart_neither_repeats_a_one_shot_exit_nor_loses_a_held_fault(
     assert container(fleet.pod("stuck"))["state"]["waiting"]["reason"] == "ImagePullBackOff"
 
 
-async def test_an_unreadable_fault_annotation_is_ignored_with_one_warning() -> None:
+async def test_an_unreadable_fault_set_is_ignored_with_one_warning() -> None:
     fleet = Fleet()
     async with fleet.running(fleet.engine()):
         await started(fleet)
-        fleet.member.put(PODS, pod("odd", "cpu-0", annotations={keys.FAULTS: "[{\"id\": 3}]"}))
+        fleet.member.put(PODS, pod("odd", "cpu-0"))
+        odd = fault_set(entry("ns/plan/exit/0", [EXIT], END), fleet.pod_target("odd"),
+                        kind="Pod")
+        odd["data"]["state"] = "later"
+        fleet.member.put(faultsets.CONFIGMAPS, odd)
         await fleet.clock.advance(1)
-        await fleet.member_client_patch(f"{PODS}/odd", {"metadata": {"labels": {"a": "b"}}})
+        await fleet.member_client_patch(f"{faultsets.CONFIGMAPS}/{odd['metadata']['name']}",
+                                        {"metadata": {"labels": {"a": "b"}}})
         await fleet.clock.advance(1)
     assert fleet.pod("odd")["status"]["phase"] == "Running", "by the defaults"
-    events = fleet.member.objects("/api/v1/namespaces/default/events")
-    assert [(e["reason"], e["involvedObject"]["name"]) for e in events] == [
-        ("InvalidAnnotation", "odd")]
-    assert keys.FAULTS in events[0]["message"]
+    assert exits(fleet, "odd", 3) == 0
+    events = fleet.member.objects(f"/api/v1/namespaces/{faultsets.NAMESPACE}/events")
+    assert [(e["reason"], e["involvedObject"]["kind"], e["involvedObject"]["name"])
+            for e in events] == [("InvalidFaultSet", "ConfigMap", odd["metadata"]["name"])]
+    assert "data.state is 'later'" in events[0]["message"]
 
 
 async def test_an_exit_written_during_the_back_off_of_another_happens_once_it_runs() -> None:
     """Two plans' steps hit one pod: the second exit arrives while the first one's crash-loop
-    back-off runs; it happens once the pod runs again, and its entry alone is marked done."""
+    back-off runs; it happens once the pod runs again, and its set alone is marked done."""
     fleet = Fleet()
     async with fleet.running(fleet.engine()):
         await started(fleet)
         fleet.member.put(PODS, pod("train", "cpu-0"))
         await fleet.clock.advance(1)
-        first = entry("ns/plan/exit/0", [EXIT], END)
-        await fleet.member_client_patch(f"{PODS}/train", {"metadata": {"annotations": {
-            keys.FAULTS: faults(first)}}}, bypass_faults=True)
+        fleet.inject(entry("ns/plan/exit/0", [EXIT], END), "train", kind="Pod")
         await fleet.clock.advance(1)
-        assert states(fleet.pod("train")) == {"ns/plan/exit/0": "done"}
+        assert fleet.set_state("ns/plan/exit/0") == "done"
         assert fleet.pod("train")["status"]["phase"] == "Running"  # BackOff shows as Running
-        current = entries_of(fleet.pod("train"))
-        await fleet.member_client_patch(f"{PODS}/train", {"metadata": {"annotations": {
-            keys.FAULTS: json.dumps([*current, entry("ns/plan/exit-again/0", [EXIT], END)])}}},
-            bypass_faults=True)
+        fleet.inject(entry("ns/plan/exit-again/0", [EXIT], END), "train", kind="Pod")
         await fleet.clock.advance(5)
         assert container(fleet.pod("train"))["restartCount"] == 1  # still backing off
         await fleet.clock.advance(10)  # the back-off (10 s) passed: it runs, and exits again
-        assert states(fleet.pod("train")) == {"ns/plan/exit/0": "done",
-                                              "ns/plan/exit-again/0": "done"}
+        assert fleet.set_state("ns/plan/exit-again/0") == "done"
         await fleet.clock.advance(30)
         assert container(fleet.pod("train"))["restartCount"] == 2
     assert exits(fleet, "train", 3) == 2

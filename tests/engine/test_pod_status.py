@@ -11,7 +11,7 @@ from operators.engine import owning
 from operators.k8s import requests
 from operators.k8s.client import Client
 from tests.engine.harness import NODES, PODS, POOLS, Fleet, entry, pod, pool, ready
-from tests.engine.test_node_faults import NOT_READY, RECOVER, UNREACHABLE, inject, recover
+from tests.engine.test_node_faults import NOT_READY, RECOVER, UNREACHABLE
 
 #: The kubelet's status manager syncs every 10 s: a change is written back within that.
 SYNC = 10.0
@@ -164,7 +164,7 @@ async def test_pods_of_a_faulty_node_stay_not_ready_until_it_recovers() -> None:
     fleet = Fleet()
     async with fleet.running(fleet.engine()):
         await running(fleet)
-        await inject(fleet, "cpu-0", entry("ns/plan/nr/0", NOT_READY, RECOVER))
+        fleet.inject(entry("ns/plan/nr/0", NOT_READY, RECOVER), "cpu-0")
         await fleet.clock.advance(1)
         assert ready(fleet.nodes()["cpu-0"]) == "False"
         await mark_not_ready(fleet, "web")
@@ -172,7 +172,7 @@ async def test_pods_of_a_faulty_node_stay_not_ready_until_it_recovers() -> None:
         await fleet.clock.advance(120)
         assert condition(fleet.pod("web"), "Ready")["status"] == "False", "the fault's"
         assert len(status_writes(fleet, "web")) == writes
-        await recover(fleet, "cpu-0")
+        await fleet.recover("ns/plan/nr/0")
         await fleet.clock.advance(1)
         assert ready(fleet.nodes()["cpu-0"]) == "True"
         await fleet.clock.advance(SYNC)
@@ -187,7 +187,7 @@ async def test_an_unreachable_node_comes_back_with_a_new_transition_and_its_pods
     async with fleet.running(fleet.engine()):
         await running(fleet)
         before = condition(fleet.nodes()["cpu-0"], "Ready")["lastTransitionTime"]
-        await inject(fleet, "cpu-0", entry("ns/plan/gone/0", UNREACHABLE, RECOVER))
+        fleet.inject(entry("ns/plan/gone/0", UNREACHABLE, RECOVER), "cpu-0")
         await fleet.clock.advance(60)
         # The node-lifecycle controller: the node Unknown, its pods NotReady.
         await fleet.member_client_patch(f"{NODES}/cpu-0/status", {"status": {"conditions": [
@@ -198,7 +198,7 @@ async def test_an_unreachable_node_comes_back_with_a_new_transition_and_its_pods
         await mark_not_ready(fleet, "web")
         await fleet.clock.advance(60)
         assert condition(fleet.pod("web"), "Ready")["status"] == "False"
-        await recover(fleet, "cpu-0")
+        await fleet.recover("ns/plan/gone/0")
         await fleet.clock.advance(1)
         node = fleet.nodes()["cpu-0"]
         back = condition(node, "Ready")

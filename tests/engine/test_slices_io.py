@@ -16,7 +16,7 @@ from operators.k8s.client import Client
 from operators.k8s.requests import Request, encode
 from operators.k8s.transport import Response, StreamResponse
 from primitives import keys
-from tests.engine.harness import NODES, POOLS, Fleet, faults, pool
+from tests.engine.harness import NODES, POOLS, Fleet, as_written, pool
 from tests.fakes.k8s import MemoryTransport
 
 H100 = {"preset": "H100-SXM5-80GB", "allocation": "dra", "count": 4}
@@ -301,19 +301,16 @@ async def test_a_fatal_xid_on_a_dra_node_takes_its_first_gpus_out_until_it_recov
         node = fleet.nodes()["h100-0"]
         gpus, extended = catalogue.node_gpus(node)
         assert (gpus, extended) == (4, False)
-        entry = catalogue.node_entry("plan/xid/0", Fault(type="GPUXid", xid=79, gpus=2),
-                                     gpus=gpus, extended=extended).model_dump(
-            mode="json", exclude_none=True)
+        entry = as_written(catalogue.node_entry(
+            "plan/xid/0", Fault(type="GPUXid", xid=79, gpus=2), gpus=gpus, extended=extended))
         fleet.member.fail("PATCH", f"{SLICES}/.*", status=503)  # the stage is retried
-        await fleet.member_client_patch(f"{NODES}/h100-0", {"metadata": {"annotations": {
-            keys.FAULTS: faults(entry)}}}, bypass_faults=True)
+        fleet.inject(entry, "h100-0")
         await fleet.clock.advance(5)
         assert sorted(taints(slices(fleet)["h100-0"])) == ["gpu-0", "gpu-1"]
         status = fleet.nodes()["h100-0"]["status"]
         assert "nvidia.com/gpu" not in status["allocatable"], "no extended resource to lower"
         assert {c["type"]: c["status"] for c in status["conditions"]}["GPUHealthy"] == "False"
-        await fleet.member_client_patch(f"{NODES}/h100-0", {"metadata": {"annotations": {
-            keys.FAULTS: faults({**entry, "state": "recover"})}}}, bypass_faults=True)
+        await fleet.recover("plan/xid/0")
         await fleet.clock.advance(3)
         assert taints(slices(fleet)["h100-0"]) == {}
         assert slices(fleet)["h100-0"]["metadata"]["annotations"][keys.SLICE_DIGEST]

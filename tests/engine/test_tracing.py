@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from operators.engine import tracing
 from operators.k8s.client import Client
 from operators.k8s.requests import Request
-from primitives import keys, propagation
-from tests.engine.harness import LEASES, NODES, PODS, POOLS, Fleet, entry, faults, pod, pool
+from primitives import propagation
+from tests.engine.harness import LEASES, NODES, PODS, POOLS, Fleet, entry, pod, pool
 from tests.fakes.clocks import FakeClock
 from tests.fakes.k8s import MemoryTransport
 
@@ -84,11 +84,6 @@ def gpu_fleet(replicas: int) -> Fleet:
     return fleet
 
 
-async def inject(fleet: Fleet, path: str, *entries: dict[str, Any]) -> None:
-    await fleet.member_client_patch(path, {"metadata": {"annotations": {
-        keys.FAULTS: faults(*entries)}}}, bypass_faults=True)
-
-
 # -- the HTTP client --------------------------------------------------------------------------
 
 async def test_requests_in_a_sampled_span_carry_its_traceparent_and_no_others_do() -> None:
@@ -126,10 +121,9 @@ async def test_a_fault_on_two_nodes_of_one_trace_is_one_span_whose_writes_carry_
         await fleet.clock.advance(2)
         traced, step = spans.step()
         fleet.member.requests.clear()
-        for name in ("gpu-0", "gpu-1"):
-            await inject(fleet, f"{NODES}/{name}",
-                         entry("ns/plan/xid/0", XID, XID_RECOVER, traceparent=traced))
-        await inject(fleet, f"{NODES}/gpu-2", entry("ns/untraced/xid/0", XID, XID_RECOVER))
+        fleet.inject(entry("ns/plan/xid/0", XID, XID_RECOVER, traceparent=traced),
+                     "gpu-0", "gpu-1")
+        fleet.inject(entry("ns/untraced/xid/0", XID, XID_RECOVER), "gpu-2")
         await fleet.clock.advance(1)
         assert fleet.member.object(f"{NODES}/gpu-2")["spec"]["taints"], "injected untraced"
         [batch] = spans.batches()
@@ -156,14 +150,11 @@ async def test_the_recovery_of_another_step_is_a_batch_of_its_own_under_that_ste
     async with fleet.running(fleet.engine(tracer=spans.tracer)):
         await fleet.clock.advance(2)
         injected, _ = spans.step()
-        for name in ("gpu-0", "gpu-1"):
-            await inject(fleet, f"{NODES}/{name}",
-                         entry("ns/plan/xid/0", XID, XID_RECOVER, traceparent=injected))
+        fleet.inject(entry("ns/plan/xid/0", XID, XID_RECOVER, traceparent=injected),
+                     "gpu-0", "gpu-1")
         await fleet.clock.advance(1)
         recovered, recovery = spans.step("faultplan.recover")
-        for name in ("gpu-0", "gpu-1"):
-            await inject(fleet, f"{NODES}/{name}", entry(
-                "ns/plan/xid/0", XID, XID_RECOVER, state="recover", traceparent=recovered))
+        await fleet.recover("ns/plan/xid/0", recovered)
         await fleet.clock.advance(1)
     first, second = spans.batches()
     assert parent_id(second) == recovery.span_id
@@ -185,9 +176,8 @@ async def test_pods_of_one_trace_are_one_batch_and_their_default_lifecycle_is_un
         assert fleet.pod("a")["status"]["phase"] == "Running"
         assert spans.batches() == [], "the default lifecycle makes no span"
         traced, step = spans.step()
-        for name in ("a", "b"):
-            await inject(fleet, f"{PODS}/{name}",
-                         entry("ns/plan/exit/0", EXIT, END, traceparent=traced))
+        fleet.inject(entry("ns/plan/exit/0", EXIT, END, traceparent=traced), "a", "b",
+                     kind="Pod")
         await fleet.clock.advance(1)
         [batch] = spans.batches()
         sent = list(fleet.member.requests)
@@ -199,8 +189,7 @@ async def test_pods_of_one_trace_are_one_batch_and_their_default_lifecycle_is_un
     exits = [request for request in sent if request.method == "PATCH"
              and request.path.startswith(PODS) and header(request) == ours]
     assert {request.path for request in exits} == {
-        f"{PODS}/{name}{sub}" for name in ("a", "b") for sub in ("", "/status")}, \
-        "the exit's status write and its entry marked done, per pod"
+        f"{PODS}/{name}/status" for name in ("a", "b")}, "the exit's status write, per pod"
     assert all(header(request) is None for request in sent if request not in exits)
 
 
@@ -209,7 +198,7 @@ async def test_untraced_entries_and_heartbeats_make_no_span_and_send_no_tracepar
     fleet = gpu_fleet(2)
     async with fleet.running(fleet.engine(tracer=spans.tracer)):
         await fleet.clock.advance(2)
-        await inject(fleet, f"{NODES}/gpu-0", entry("ns/plan/xid/0", XID, XID_RECOVER))
+        fleet.inject(entry("ns/plan/xid/0", XID, XID_RECOVER), "gpu-0")
         await fleet.clock.advance(120)
         assert fleet.member.sent("PATCH", f"{LEASES}/gpu-0"), "renewed meanwhile"
     assert spans.exporter.get_finished_spans() == ()
@@ -223,8 +212,7 @@ async def test_a_failed_write_marks_its_batch_and_the_retry_is_another_batch() -
         await fleet.clock.advance(2)
         traced, _ = spans.step()
         fleet.member.fail("PATCH", f"{NODES}/gpu-0/status", status=500, reason="InternalError")
-        await inject(fleet, f"{NODES}/gpu-0",
-                     entry("ns/plan/xid/0", XID, XID_RECOVER, traceparent=traced))
+        fleet.inject(entry("ns/plan/xid/0", XID, XID_RECOVER, traceparent=traced), "gpu-0")
         await fleet.clock.advance(5)
         assert fleet.member.object(f"{NODES}/gpu-0")["spec"]["taints"]
     failed, retried = spans.batches()
@@ -241,8 +229,7 @@ async def test_a_batch_still_open_when_the_engine_stops_is_ended() -> None:
     async with fleet.running(fleet.engine(tracer=spans.tracer)):
         await fleet.clock.advance(2)
         traced, _ = spans.step()
-        await inject(fleet, f"{NODES}/gpu-0",
-                     entry("ns/plan/xid/0", XID, XID_RECOVER, traceparent=traced))
+        fleet.inject(entry("ns/plan/xid/0", XID, XID_RECOVER, traceparent=traced), "gpu-0")
         await fleet.clock.advance(tracing.LINGER / 10)
         assert spans.batches() == [], "still lingering"
     assert len(spans.batches()) == 1

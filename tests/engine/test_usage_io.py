@@ -4,7 +4,6 @@ GPUs that follow their pods and their faults, and what an engine restart keeps."
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,12 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from operators.api.faultplans import Fault
 from operators.api.gpus import gpu_uuid
-from operators.api.injections import render_entries
 from operators.engine.running import ClusterEngine
 from operators.faults import catalogue
 from operators.k8s.times import parse
-from primitives import keys
-from tests.engine.harness import ENGINE_NAME, NODES, PODS, POOLS, Fleet, pod, pool
+from tests.engine.harness import ENGINE_NAME, NODES, PODS, POOLS, Fleet, as_written, pod, pool
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -170,12 +167,9 @@ async def test_a_bad_usage_annotation_is_warned_of_and_the_pool_default_used(
     assert pod_cpu(samples(text), "web") == pytest.approx(2 * 10, rel=0.1)
 
 
-def xid(code: int, gpus: int = 1) -> str:
-    entry = catalogue.node_entry("ns/plan-1/xid/0", Fault(type="GPUXid", xid=code, gpus=gpus),
-                                 gpus=8)
-    rendered = render_entries([entry])
-    assert rendered is not None
-    return rendered
+def xid(code: int, gpus: int = 1) -> dict[str, Any]:
+    return as_written(catalogue.node_entry("ns/plan-1/xid/0",
+                                           Fault(type="GPUXid", xid=code, gpus=gpus), gpus=8))
 
 
 def by_gpu(text: str, metric: str) -> dict[str, tuple[float, dict[str, str]]]:
@@ -202,8 +196,7 @@ async def test_gpus_follow_their_pods_and_an_xid_shows_on_the_gpu_it_hit(
         assert util["0"][1]["container"] == "main"
         assert util["0"][1]["UUID"] == gpu_uuid(ENGINE_NAME, "h100-0", 0)
         assert "pod" not in util["2"][1]
-        await fleet.member_client_patch(f"{NODES}/h100-0", {"metadata": {"annotations": {
-            keys.FAULTS: xid(79, gpus=3)}}})
+        fleet.inject(xid(79, gpus=3), "h100-0")
         await fleet.clock.advance(1)
         _, text = await scrape(http, "127.0.0.1", port, "/metrics")
         xids = by_gpu(text, "DCGM_FI_DEV_XID_ERRORS")
@@ -222,11 +215,7 @@ async def test_gpus_follow_their_pods_and_an_xid_shows_on_the_gpu_it_hit(
         await fleet.clock.advance(1)
         _, text = await scrape(http, "127.0.0.1", engine.registrar.kubelet_port, "/metrics")
         assert by_gpu(text, "DCGM_FI_DEV_XID_ERRORS")["2"][0] == 79
-        entries = json.loads(fleet.nodes()["h100-0"]["metadata"]["annotations"][keys.FAULTS])
-        for item in entries:
-            item["state"] = "recover"
-        await fleet.member_client_patch(f"{NODES}/h100-0", {"metadata": {"annotations": {
-            keys.FAULTS: json.dumps(entries)}}})
+        await fleet.recover("ns/plan-1/xid/0")
         await fleet.clock.advance(1)
         _, text = await scrape(http, "127.0.0.1", engine.registrar.kubelet_port, "/metrics")
     assert {value for value, _ in by_gpu(text, "DCGM_FI_DEV_XID_ERRORS").values()} == {0}, \
@@ -241,11 +230,10 @@ async def test_a_condition_fault_heats_and_throttles_the_node_s_gpus(
     fault = Fault.model_validate({"type": "Condition", "condition": {
         "type": "GPUThermalSlowdown", "reason": "HWSlowdown"},
         "gpu": {"temperature": 93, "smClock": 1005}})
-    entries = render_entries([catalogue.node_entry("ns/hot/heat/0", fault, gpus=4)])
+    heat = as_written(catalogue.node_entry("ns/hot/heat/0", fault, gpus=4))
     async with fleet.running(served(fleet)) as engine:
         await fleet.clock.advance(1)
-        await fleet.member_client_patch(f"{NODES}/h100-0", {"metadata": {"annotations": {
-            keys.FAULTS: entries or ""}}})
+        fleet.inject(heat, "h100-0")
         await fleet.clock.advance(1)
         _, text = await scrape(http, "127.0.0.1", engine.registrar.kubelet_port, "/metrics")
     assert {v for v, _ in by_gpu(text, "DCGM_FI_DEV_GPU_TEMP").values()} == {93}
