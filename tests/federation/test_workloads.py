@@ -350,6 +350,22 @@ async def test_a_restarted_hub_carries_on_and_creates_nothing_twice(tmp_path: Pa
     ({"target": {"placement": "spread", "weights": {"east": 1}}}, "spec.target.weights"),
     ({"labels": {"fakefleet.dev/workload": "x"}}, "set by the hub"),
     ({"namespace": "Not_A_Namespace"}, "spec.namespace"),
+    # Past what Duration, Timestamp and the dispatcher's arithmetic hold (a run time of 1e300
+    # once wedged the dispatcher for every workload).
+    ({"run_time": {"distribution": "fixed", "seconds": 1e300}},
+     "spec.run_time.seconds: 1e+300; give seconds from 0 to 2592000 (30 days)"),
+    ({"run_time": {"distribution": "fixed", "seconds": float("nan")}}, "spec.run_time.seconds"),
+    ({"run_time": {"distribution": "uniform", "low": 1, "high": float("inf")}},
+     "spec.run_time.high: inf"),
+    ({"run_time": {"distribution": "lognormal", "seconds": 60, "sigma": 1, "cap": 1e300}},
+     "spec.run_time.cap"),
+    ({"jobs": 2, "arrivals": {"process": "times", "times": [0, float("inf")]}},
+     "spec.arrivals.times[1]: inf"),
+    ({"arrivals": {"process": "rate", "rate": 5000}},
+     "spec.arrivals.rate: 5000.0; give Jobs per second from 1.16e-05 (one a day) to 1000"),
+    ({"arrivals": {"process": "poisson", "rate": 1e-300}}, "spec.arrivals.rate: 1e-300"),
+    ({"jobs": 100_000, "arrivals": {"process": "rate", "rate": 0.01}},
+     "spec.arrivals.rate: 0.01 Jobs/s brings the last of 100000 Jobs"),
 ])
 async def test_bad_workloads_are_refused_naming_the_field(
         tmp_path: Path, change: dict[str, object], expected: str) -> None:
@@ -375,3 +391,4 @@ async def test_workloads_that_could_never_run_are_refused(
             await fleet.submit_workload(spec())
     assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert expected in (raised.value.details() or "")
+
