@@ -28,7 +28,7 @@ from federation.hub.workloads import (
     parse_command_id,
 )
 from primitives.stamps import Stamps
-from tests.federation.hubs import RunningHub, running_hub
+from tests.federation.hubs import RawMember, RunningHub, running_hub
 
 # -- pure --------------------------------------------------------------------------------------
 
@@ -392,3 +392,27 @@ async def test_workloads_that_could_never_run_are_refused(
     assert raised.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert expected in (raised.value.details() or "")
 
+
+async def test_a_member_reporting_a_time_past_the_year_9999_is_refused_naming_the_field(
+        tmp_path: Path) -> None:
+    """Times a member reports become Timestamps in every answer about the workload: one past
+    what a Timestamp holds is refused where it comes in, and the workload is not touched."""
+    async with running_hub(tmp_path) as hub, hub.fleet() as fleet:
+        member = RawMember(hub, "west")
+        await member.register()
+        await member.hello()
+        spec = _spec(jobs=1, resources={"nvidia.com/gpu": "0"})
+        submitted = await fleet.submit_workload(spec, start_delay=0)
+        command = await member.next_command()
+        report = member_pb2.CommandResult(command_id=command.id,
+                                          phase=member_pb2.COMMAND_PHASE_SUCCEEDED)
+        report.job.finished_at.seconds = 2**62
+        await member.send(member_pb2.MemberMessage(result=report))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await member.next_command()
+        await member.close()
+        workload = await fleet.get_workload(submitted.id, jobs=True)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (refused.value.details() or "").startswith(
+        f"result.job.finished_at: {2**62}s 0ns; give a time from 1970")
+    assert [job.state for job in workload.jobs] == ["Sent"]
