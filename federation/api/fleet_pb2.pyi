@@ -822,6 +822,7 @@ class JobCounts(_message.Message):
     SUCCEEDED_FIELD_NUMBER: _builtins.int
     FAILED_FIELD_NUMBER: _builtins.int
     ADMITTED_TOTAL_FIELD_NUMBER: _builtins.int
+    CANCELLED_FIELD_NUMBER: _builtins.int
     jobs: _builtins.int
     waiting: _builtins.int
     """Not arrived yet, or arrived and waiting for room in the fleet."""
@@ -834,6 +835,8 @@ class JobCounts(_message.Message):
     failed: _builtins.int
     admitted_total: _builtins.int
     """Admitted at some time (admitted + running + succeeded, and failed ones that got there)."""
+    cancelled: _builtins.int
+    """Never created, because the hub stopped the workload first (see Workload.reason)."""
     def __init__(
         self,
         *,
@@ -845,10 +848,11 @@ class JobCounts(_message.Message):
         succeeded: _builtins.int = ...,
         failed: _builtins.int = ...,
         admitted_total: _builtins.int = ...,
+        cancelled: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "admitted_total", b"admitted_total", "failed", b"failed", "jobs", b"jobs", "pending", b"pending", "running", b"running", "succeeded", b"succeeded", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "admitted_total", b"admitted_total", "cancelled", b"cancelled", "failed", b"failed", "jobs", b"jobs", "pending", b"pending", "running", b"running", "succeeded", b"succeeded", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1036,7 +1040,7 @@ class WorkloadJob(_message.Message):
     placed_on: _builtins.str
     attempt: _builtins.int
     state: _builtins.str
-    """Waiting, Pending, Admitted, Running, Succeeded, Failed, Refused."""
+    """Waiting, Pending, Admitted, Running, Succeeded, Failed, Refused, Cancelled."""
     message: _builtins.str
     run_seconds: _builtins.float
     @_builtins.property
@@ -1091,9 +1095,16 @@ class Workload(_message.Message):
     SPEC_FIELD_NUMBER: _builtins.int
     REPORT_FIELD_NUMBER: _builtins.int
     JOBS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     phase: Global___WorkloadPhase.ValueType
+    reason: _builtins.str
+    """Why the hub stopped it before its Jobs finished: DispatchFailed (dispatching it failed;
+    the other workloads go on), else empty. Its Jobs not yet created never are.
+    """
+    message: _builtins.str
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -1120,10 +1131,12 @@ class Workload(_message.Message):
         spec: Global___WorkloadSpec | None = ...,
         report: Global___WorkloadReport | None = ...,
         jobs: _abc.Iterable[Global___WorkloadJob] | None = ...,
+        reason: _builtins.str = ...,
+        message: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "report", b"report", "spec", b"spec", "start_at", b"start_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "jobs", b"jobs", "name", b"name", "phase", b"phase", "report", b"report", "spec", b"spec", "start_at", b"start_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "jobs", b"jobs", "message", b"message", "name", b"name", "phase", b"phase", "reason", b"reason", "report", b"report", "spec", b"spec", "start_at", b"start_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

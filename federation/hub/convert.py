@@ -247,7 +247,8 @@ def workload_message(workload: wl.Workload, now: float, *,
         id=workload.id, name=workload.name, phase=_WORKLOAD_PHASES[workload.phase],
         created_at=timestamp(workload.created_at), start_at=timestamp(workload.start_at),
         finished_at=timestamp(workload.finished_at),
-        report=report_message(workload, now))
+        report=report_message(workload, now), reason=workload.reason,
+        message=workload.message)
     json_format.ParseDict(workload.spec, message.spec)
     if jobs:
         message.jobs.extend(fleet_pb2.WorkloadJob(

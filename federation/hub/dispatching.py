@@ -10,8 +10,11 @@ Rules it keeps:
   acknowledged it; one the member acknowledged and no longer reports failed there, and is
   dispatched again while attempts remain (:mod:`federation.hub.workloads`);
 - the loop wakes at the next arrival, at a change of any workload, and every
-  :data:`DISPATCH_EVERY` at least, on the hub's clock; a failure of one round is logged and
-  the loop goes on;
+  :data:`DISPATCH_EVERY` at least, on the hub's clock;
+- one workload whose dispatching raises is stopped, Failed with the error as its message
+  (:meth:`~federation.hub.workloads.Workload.stop`), logged once with its traceback, and the
+  others are dispatched on; a failure outside any one workload is logged and the loop goes
+  on;
 - the newest :data:`KEEP_WORKLOADS` finished workloads are kept.
 
 Tracing: a workload gets a ``fleet.workload`` span, whose context is stored with it; every
@@ -41,7 +44,14 @@ from federation.hub.placement import Job as Gang
 from federation.hub.placement import Policy, place
 from federation.hub.sending import Session, send_command
 from federation.hub.shared import Shared
-from federation.hub.workloads import JobRecord, JobState, Settings, Workload, gpu_count
+from federation.hub.workloads import (
+    DISPATCH_FAILED,
+    JobRecord,
+    JobState,
+    Settings,
+    Workload,
+    gpu_count,
+)
 from federation.hub.workloads import parse_command_id as parse_job_command_id
 from primitives import propagation
 
@@ -163,34 +173,52 @@ class Dispatching:
         until there may be more to do."""
         wait = DISPATCH_EVERY
         for workload in self.running_workloads():
-            changed = False
-            due = workload.due(now)
-            if due:
-                if workload.settings.placement == "manager":
-                    for job in due:
-                        workload.place(job, workload.settings.manager)
-                    changed = True
-                else:
-                    changed |= self._place(workload, due)
-            for job in workload.jobs:
-                if job.state is JobState.PLACED:
-                    session = self.shared.connected.get(job.cluster)
-                    if session is not None and \
-                            (sent := self._send_job(session, workload, job)) is not None:
-                        changed |= workload.sent(job, now)
-                        changed |= workload.traced(job, sent)
-            changed |= workload.sample(now, self._total_gpus(workload.settings))
-            if changed:
-                self.touched(workload)
+            try:
+                self._dispatch(workload, now)
+            except Exception as error:
+                self._failed(workload, error)
+                continue
             upcoming = workload.next_arrival()
             if upcoming is not None and upcoming > now:
                 wait = min(wait, upcoming - now)
         return max(wait, 0.01)
 
+    def _dispatch(self, workload: Workload, now: float) -> None:
+        changed = False
+        due = workload.due(now)
+        if due:
+            if workload.settings.placement == "manager":
+                for job in due:
+                    workload.place(job, workload.settings.manager)
+                changed = True
+            else:
+                changed |= self._place(workload, due)
+        for job in workload.jobs:
+            if job.state is JobState.PLACED:
+                session = self.shared.connected.get(job.cluster)
+                if session is not None and \
+                        (sent := self._send_job(session, workload, job)) is not None:
+                    changed |= workload.sent(job, now)
+                    changed |= workload.traced(job, sent)
+        changed |= workload.sample(now, self._total_gpus(workload.settings))
+        if changed:
+            self.touched(workload)
+
+    def _failed(self, workload: Workload, error: Exception) -> None:
+        """Stop ``workload``, whose dispatching raised ``error``: called where it was caught,
+        so the log has its traceback, once (a stopped workload is dispatched no more)."""
+        logger.exception("workload %s: dispatching it failed; it is stopped, Failed, and the "
+                         "other workloads go on", workload.id)
+        workload.stop(self.shared.clock.now(), DISPATCH_FAILED,
+                      f"the hub could not dispatch it: {error!r}")
+        self.touched(workload)
+
     def _place(self, workload: Workload, due: list[JobRecord]) -> bool:
         settings = workload.settings
         held: dict[str, int] = {}
-        for other in self.running_workloads():
+        for other in self.workloads.values():
+            if other.finished_at and not other.reason:
+                continue  # all its Jobs finished (a stopped one's may still run)
             for cluster, gpus in other.gpus_held().items():
                 held[cluster] = held.get(cluster, 0) + gpus
         members = self.shared.membership.members
@@ -241,15 +269,19 @@ class Dispatching:
         a workload changed (the caller stores it)."""
         changed = False
         for workload in self.running_workloads():
-            for job in workload.jobs:
-                if job.cluster == session.cluster and job.state in (JobState.PLACED,
-                                                                    JobState.SENT):
-                    sent = self._send_job(session, workload, job)
-                    if sent is None:
-                        return changed
-                    workload.sent(job, now)
-                    workload.traced(job, sent)
-                    changed = True
+            try:
+                for job in workload.jobs:
+                    if job.cluster == session.cluster and job.state in (JobState.PLACED,
+                                                                        JobState.SENT):
+                        sent = self._send_job(session, workload, job)
+                        if sent is None:
+                            return changed
+                        workload.sent(job, now)
+                        workload.traced(job, sent)
+                        changed = True
+            except Exception as error:
+                self._failed(workload, error)
+                changed = True
         return changed
 
     def _send_job(self, session: Session, workload: Workload, job: JobRecord) -> str | None:

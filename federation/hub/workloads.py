@@ -8,6 +8,8 @@ Each Job moves
        ↑                                                   ↘ Failed | Refused
        └──── (a failed attempt, while attempts remain: dispatched again) ┘
 
+    Waiting | Placed → Cancelled (the hub stopped the workload: see below)
+
 Waiting until it arrives (its arrival time is drawn at submission) and until a member has room
 for the whole gang (hub placement) or at once (a manager target). Placed: it has a cluster and
 waits for that member's session. Sent: the ``CreateJob`` command is on the wire (its id is
@@ -15,6 +17,10 @@ waits for that member's session. Sent: the ``CreateJob`` command is on the wire 
 the member's reports move it on, with the member's own times. A command sent but never
 acknowledged is sent again when the member reconnects; one the member acknowledged and no
 longer reports was lost there (its Job deleted), which fails that attempt.
+
+The hub stops a workload whose dispatching fails (:meth:`Workload.stop`, reason
+:data:`DISPATCH_FAILED`): it is Failed at once, with the error in its message, and its Jobs not
+yet sent are never created; one bad workload fails alone.
 
 Trace context is kept with the workload (its ``fleet.workload`` span) and with each Job (the
 first sending of its current attempt), so that a command sent again stays in the trace.
@@ -38,6 +44,8 @@ from primitives.stamps import Stamps
 Placement = Literal["spread", "binpack", "weighted", "clusters", "manager"]
 PLACEMENTS: tuple[str, ...] = ("spread", "binpack", "weighted", "clusters", "manager")
 GPU = "nvidia.com/gpu"
+#: Why the hub stopped a workload (Workload.reason): dispatching it failed.
+DISPATCH_FAILED = "DispatchFailed"
 #: Utilisation samples kept per workload: beyond it, every other is dropped and the interval
 #: doubles, so a long workload keeps its whole span at a coarser grain.
 MAX_SAMPLES = 1200
@@ -53,10 +61,12 @@ class JobState(enum.Enum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     REFUSED = "Refused"
+    CANCELLED = "Cancelled"
 
     @property
     def finished(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.REFUSED)
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.REFUSED,
+                        JobState.CANCELLED)
 
     @property
     def holds_capacity(self) -> bool:
@@ -219,6 +229,7 @@ class Counts:
     succeeded: int = 0
     failed: int = 0
     admitted_total: int = 0
+    cancelled: int = 0
 
     def add(self, job: JobRecord) -> None:
         self.jobs += 1
@@ -233,6 +244,8 @@ class Counts:
             self.running += 1
         elif state is JobState.SUCCEEDED:
             self.succeeded += 1
+        elif state is JobState.CANCELLED:
+            self.cancelled += 1
         else:
             self.failed += 1
         self.admitted_total += job.ever_admitted
@@ -291,11 +304,16 @@ class Workload:
     last_turn: str = ""
     #: The W3C traceparent of the workload's span ("": untraced).
     traceparent: str = ""
+    #: Why the hub stopped it ("": it was not), and what happened.
+    reason: str = ""
+    message: str = ""
 
     # -- what to do --------------------------------------------------------------------------
 
     @property
     def phase(self) -> Phase:
+        if self.reason:
+            return Phase.FAILED
         if not all(job.state.finished for job in self.jobs):
             return Phase.RUNNING
         if all(job.state is JobState.SUCCEEDED for job in self.jobs):
@@ -435,6 +453,15 @@ class Workload:
             job.message = f"attempt {job.attempt - 1} failed: {message}"
             return
         job.state, job.finished_at, job.message = state, now, message
+
+    def stop(self, now: float, reason: str, message: str) -> None:
+        """The hub stops the workload (``reason``, e.g. :data:`DISPATCH_FAILED`): its Jobs
+        not sent yet are never created; those already sent are the members' to finish."""
+        self.reason, self.message = reason, message
+        for job in self.jobs:
+            if job.state in (JobState.WAITING, JobState.PLACED):
+                job.state, job.finished_at = JobState.CANCELLED, now
+                job.message = f"never created: the workload stopped ({reason})"
 
     def sample(self, now: float, total_gpus: int) -> bool:
         """Record utilisation now, if a sample is due."""

@@ -67,18 +67,19 @@ def _latency(value: fleet_pb2.Latency) -> str:
 
 def report_table(workload: fleet_pb2.Workload) -> Table:
     report = workload.report
-    table = Table(title=f"workload {workload.id} {workload.name}: {PHASES[workload.phase]}",
-                  caption=summary(workload))
+    stopped = f" ({workload.reason}: {workload.message})" if workload.reason else ""
+    table = Table(title=f"workload {workload.id} {workload.name}: {PHASES[workload.phase]}"
+                        f"{stopped}", caption=summary(workload))
     for column in ("cluster", "jobs", "waiting", "pending", "admitted", "running",
-                   "succeeded", "failed", "to admission p50/p99 s", "to running p50/p99 s",
-                   "to completion p50/p99 s"):
+                   "succeeded", "failed", "cancelled", "to admission p50/p99 s",
+                   "to running p50/p99 s", "to completion p50/p99 s"):
         table.add_column(column)
     rows = [(c.cluster, c.counts, c) for c in report.clusters]
     rows.append(("all", report.counts, report))  # type: ignore[arg-type]
     for name, counts, timings in rows:
         table.add_row(name, str(counts.jobs), str(counts.waiting), str(counts.pending),
                       str(counts.admitted), str(counts.running), str(counts.succeeded),
-                      str(counts.failed), _latency(timings.to_admission),
+                      str(counts.failed), str(counts.cancelled), _latency(timings.to_admission),
                       _latency(timings.to_running), _latency(timings.to_completion))
     return table
 
@@ -97,9 +98,12 @@ def _line(workload: fleet_pb2.Workload) -> str:
     counts = workload.report.counts
     samples = workload.report.utilisation
     gpus = f"  GPUs {samples[-1].allocated}/{samples[-1].total}" if samples else ""
+    cancelled = f" cancelled {counts.cancelled}" if counts.cancelled else ""
+    stopped = f"  ({workload.reason}: {workload.message})" if workload.reason else ""
     return (f"{datetime.datetime.now():%H:%M:%S}  {PHASES[workload.phase]:<9} waiting "
             f"{counts.waiting} pending {counts.pending} admitted {counts.admitted} running "
-            f"{counts.running} succeeded {counts.succeeded} failed {counts.failed}{gpus}")
+            f"{counts.running} succeeded {counts.succeeded} failed {counts.failed}"
+            f"{cancelled}{gpus}{stopped}")
 
 
 async def _follow(client: FleetClient, workload_id: str, timeout: float) -> fleet_pb2.Workload:

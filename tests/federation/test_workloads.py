@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -16,8 +17,11 @@ from federation.api import fleet_pb2, member_pb2
 from federation.client.fleet import FleetClient
 from federation.client.member import MemberLink
 from federation.client.simulated import SimulatedMember
+from federation.hub import convert
 from federation.hub.outcomes import Outcome
+from federation.hub.store import Snapshot, decode, encode
 from federation.hub.workloads import (
+    DISPATCH_FAILED,
     JobRecord,
     JobState,
     Progress,
@@ -146,6 +150,25 @@ def test_a_hello_without_an_acknowledged_job_fails_that_attempt() -> None:
     assert workload.jobs[0].state is JobState.PENDING
     assert workload.jobs[1].state is JobState.WAITING
     assert workload.jobs[1].attempt == 2
+
+
+def test_a_stopped_workload_is_failed_at_once_and_creates_nothing_more() -> None:
+    workload = _workload(jobs=3)
+    first, second, third = workload.jobs
+    workload.place(first, "west")
+    workload.sent(first, 100.0)
+    workload.place(second, "east")
+    workload.stop(101.0, DISPATCH_FAILED, "the hub could not dispatch it: boom")
+    assert workload.settle(101.0)
+    assert workload.phase.value == "Failed"
+    assert (first.state, second.state, third.state) == (
+        JobState.SENT, JobState.CANCELLED, JobState.CANCELLED)
+    assert workload.due(200.0) == []
+    assert workload.report(101.0).counts.cancelled == 2
+    stored = decode(json.loads(json.dumps(encode(Snapshot("h", [], [], [workload])))))
+    [again] = stored.workloads
+    assert (again.reason, again.message, again.phase) == (
+        DISPATCH_FAILED, "the hub could not dispatch it: boom", workload.phase)
 
 
 def test_samples_keep_their_span_when_thinned() -> None:
@@ -416,3 +439,37 @@ async def test_a_member_reporting_a_time_past_the_year_9999_is_refused_naming_th
     assert (refused.value.details() or "").startswith(
         f"result.job.finished_at: {2**62}s 0ns; give a time from 1970")
     assert [job.state for job in workload.jobs] == ["Sent"]
+
+
+async def test_a_workload_whose_dispatch_fails_fails_alone_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """As a run time of 1e300 once did (before it was refused): sending the Jobs of one
+    workload raises. That workload is Failed with the error, once; the others run on."""
+    make = convert.job_command_message
+
+    def breaking(workload: Workload, job: JobRecord) -> member_pb2.HubMessage:
+        if workload.name == "bad" and job.index == 1:
+            raise OverflowError("cannot convert float infinity to integer")
+        return make(workload, job)
+
+    monkeypatch.setattr(convert, "job_command_message", breaking)
+    members = [SimulatedMember(name, nodes=4) for name in ("east", "west")]
+    async with running_hub(tmp_path) as hub, fleet_of(hub, members) as fleet:
+        bad = await fleet.submit_workload(
+            _spec(jobs=3, arrivals={"process": "times", "times": [0, 0.3, 0.6]}), name="bad",
+            start_delay=0)
+        good = await fleet.submit_workload(_spec(), name="good", start_delay=0)
+        failed = await _finished(fleet, bad.id)
+        succeeded = await _finished(fleet, good.id)
+    assert succeeded.phase == fleet_pb2.WORKLOAD_PHASE_SUCCEEDED
+    assert succeeded.report.counts.succeeded == 10
+    assert failed.phase == fleet_pb2.WORKLOAD_PHASE_FAILED
+    assert failed.reason == "DispatchFailed"
+    assert failed.message == ("the hub could not dispatch it: "
+                              "OverflowError('cannot convert float infinity to integer')")
+    # The Job sent before the failure ran on; those after it were never created.
+    assert [job.state for job in failed.jobs] == ["Succeeded", "Cancelled", "Cancelled"]
+    assert failed.report.counts.cancelled == 2
+    tracebacks = [r for r in caplog.records if r.exc_info and bad.id in r.getMessage()]
+    assert len(tracebacks) == 1
