@@ -114,7 +114,11 @@ class _WorkloadPhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Workloa
     WORKLOAD_PHASE_SUCCEEDED: _WorkloadPhase.ValueType  # 2
     """Every Job completed."""
     WORKLOAD_PHASE_FAILED: _WorkloadPhase.ValueType  # 3
-    """Every Job finished, and at least one failed (after its last attempt) or was refused."""
+    """Every Job finished, and at least one failed (after its last attempt) or was refused; or
+    the hub could not dispatch it (reason DispatchFailed).
+    """
+    WORKLOAD_PHASE_CANCELLED: _WorkloadPhase.ValueType  # 4
+    """Stopped by CancelWorkload."""
 
 class WorkloadPhase(_WorkloadPhase, metaclass=_WorkloadPhaseEnumTypeWrapper): ...
 
@@ -123,7 +127,11 @@ WORKLOAD_PHASE_RUNNING: WorkloadPhase.ValueType  # 1
 WORKLOAD_PHASE_SUCCEEDED: WorkloadPhase.ValueType  # 2
 """Every Job completed."""
 WORKLOAD_PHASE_FAILED: WorkloadPhase.ValueType  # 3
-"""Every Job finished, and at least one failed (after its last attempt) or was refused."""
+"""Every Job finished, and at least one failed (after its last attempt) or was refused; or
+the hub could not dispatch it (reason DispatchFailed).
+"""
+WORKLOAD_PHASE_CANCELLED: WorkloadPhase.ValueType  # 4
+"""Stopped by CancelWorkload."""
 Global___WorkloadPhase: _TypeAlias = WorkloadPhase  # noqa: Y015
 
 @_typing.final
@@ -787,6 +795,25 @@ class ListWorkloadsRequest(_message.Message):
 Global___ListWorkloadsRequest: _TypeAlias = ListWorkloadsRequest  # noqa: Y015
 
 @_typing.final
+class CancelWorkloadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKLOAD_ID_FIELD_NUMBER: _builtins.int
+    workload_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        workload_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["workload_id", b"workload_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelWorkloadRequest: _TypeAlias = CancelWorkloadRequest  # noqa: Y015
+
+@_typing.final
 class ListWorkloadsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -836,7 +863,9 @@ class JobCounts(_message.Message):
     admitted_total: _builtins.int
     """Admitted at some time (admitted + running + succeeded, and failed ones that got there)."""
     cancelled: _builtins.int
-    """Never created, because the hub stopped the workload first (see Workload.reason)."""
+    """Never created, or deleted unfinished, because the hub stopped the workload (see
+    Workload.reason).
+    """
     def __init__(
         self,
         *,
@@ -1097,12 +1126,14 @@ class Workload(_message.Message):
     JOBS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
+    DELETING_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     phase: Global___WorkloadPhase.ValueType
     reason: _builtins.str
-    """Why the hub stopped it before its Jobs finished: DispatchFailed (dispatching it failed;
-    the other workloads go on), else empty. Its Jobs not yet created never are.
+    """Why the hub stopped it before its Jobs finished: Cancelled (CancelWorkload) or
+    DispatchFailed (dispatching it failed; the other workloads go on), else empty. Its Jobs
+    not yet created never are, and those created are deleted.
     """
     message: _builtins.str
     @_builtins.property
@@ -1119,6 +1150,12 @@ class Workload(_message.Message):
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkloadJob]:
         """Only from GetWorkload with jobs: true."""
 
+    @_builtins.property
+    def deleting(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The members still to delete its Jobs (asked whenever they are connected, until they
+        acknowledge).
+        """
+
     def __init__(
         self,
         *,
@@ -1133,10 +1170,11 @@ class Workload(_message.Message):
         jobs: _abc.Iterable[Global___WorkloadJob] | None = ...,
         reason: _builtins.str = ...,
         message: _builtins.str = ...,
+        deleting: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "report", b"report", "spec", b"spec", "start_at", b"start_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "jobs", b"jobs", "message", b"message", "name", b"name", "phase", b"phase", "reason", b"reason", "report", b"report", "spec", b"spec", "start_at", b"start_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deleting", b"deleting", "finished_at", b"finished_at", "id", b"id", "jobs", b"jobs", "message", b"message", "name", b"name", "phase", b"phase", "reason", b"reason", "report", b"report", "spec", b"spec", "start_at", b"start_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -39,7 +39,7 @@ from federation.hub.runs import parse_command_id
 from federation.hub.sending import Session
 from federation.hub.shared import Shared
 from federation.hub.watching import Watching
-from federation.hub.workloads import parse_command_id as parse_job_command_id
+from federation.hub.workloads import owner as workload_command_owner
 
 
 @dataclasses.dataclass
@@ -207,6 +207,6 @@ class Sessions:
 
 def _owner(command_id: str) -> str | None:
     """The cluster a command of this hub was made for (its id's middle part)."""
-    if parse_command_id(command_id) is None and parse_job_command_id(command_id) is None:
+    if parse_command_id(command_id) is None and workload_command_owner(command_id) is None:
         return None
     return command_id.split("/")[1]

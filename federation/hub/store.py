@@ -125,7 +125,7 @@ def _workload(workload: Workload) -> dict[str, Any]:
         "startAt": workload.start_at, "finishedAt": workload.finished_at,
         "samples": workload.samples, "sampleEvery": workload.sample_every,
         "lastTurn": workload.last_turn, "traceparent": workload.traceparent,
-        "reason": workload.reason, "message": workload.message,
+        "reason": workload.reason, "message": workload.message, "deleting": workload.deleting,
         "jobs": [vars(job) | {"state": job.state.value} for job in workload.jobs],
     }
 
@@ -137,6 +137,7 @@ def _read_workload(data: dict[str, Any]) -> Workload:
                     samples=data["samples"], sample_every=data["sampleEvery"],
                     last_turn=data["lastTurn"], traceparent=data.get("traceparent", ""),
                     reason=data.get("reason", ""), message=data.get("message", ""),
+                    deleting=data.get("deleting", {}),
                     jobs=[JobRecord(**(raw | {"state": JobState(raw["state"])}))
                           for raw in data["jobs"]])
 

@@ -21,6 +21,7 @@ from federation.hub import convert
 from federation.hub.outcomes import Outcome
 from federation.hub.store import Snapshot, decode, encode
 from federation.hub.workloads import (
+    CANCELLED,
     DISPATCH_FAILED,
     JobRecord,
     JobState,
@@ -28,7 +29,9 @@ from federation.hub.workloads import (
     Settings,
     Workload,
     command_id,
+    delete_id,
     latency,
+    owner,
     parse_command_id,
 )
 from primitives.stamps import Stamps
@@ -162,9 +165,12 @@ def test_a_stopped_workload_is_failed_at_once_and_creates_nothing_more() -> None
     assert workload.settle(101.0)
     assert workload.phase.value == "Failed"
     assert (first.state, second.state, third.state) == (
-        JobState.SENT, JobState.CANCELLED, JobState.CANCELLED)
+        JobState.CANCELLED, JobState.CANCELLED, JobState.CANCELLED)
+    assert "deleted" in first.message
+    assert "never created" in second.message
+    assert workload.deleting == {"west": False}  # the member it was sent to deletes it
     assert workload.due(200.0) == []
-    assert workload.report(101.0).counts.cancelled == 2
+    assert workload.report(101.0).counts.cancelled == 3
     stored = decode(json.loads(json.dumps(encode(Snapshot("h", [], [], [workload])))))
     [again] = stored.workloads
     assert (again.reason, again.message, again.phase) == (
@@ -457,7 +463,7 @@ async def test_a_workload_whose_dispatch_fails_fails_alone_and_says_why(
     members = [SimulatedMember(name, nodes=4) for name in ("east", "west")]
     async with running_hub(tmp_path) as hub, fleet_of(hub, members) as fleet:
         bad = await fleet.submit_workload(
-            _spec(jobs=3, arrivals={"process": "times", "times": [0, 0.3, 0.6]}), name="bad",
+            _spec(jobs=3, arrivals={"process": "times", "times": [0, 1.0, 1.5]}), name="bad",
             start_delay=0)
         good = await fleet.submit_workload(_spec(), name="good", start_delay=0)
         failed = await _finished(fleet, bad.id)
@@ -473,3 +479,149 @@ async def test_a_workload_whose_dispatch_fails_fails_alone_and_says_why(
     assert failed.report.counts.cancelled == 2
     tracebacks = [r for r in caplog.records if r.exc_info and bad.id in r.getMessage()]
     assert len(tracebacks) == 1
+
+
+# -- cancelling --------------------------------------------------------------------------------
+
+def test_a_cancelled_workload_asks_every_member_it_sent_jobs_to_until_each_is_done() -> None:
+    workload = _workload(jobs=4)
+    done, running, sent, _ = workload.jobs
+    for job, cluster in ((done, "west"), (running, "east"), (sent, "north")):
+        workload.place(job, cluster)
+        workload.sent(job, 100.0)
+    workload.reported(command_id("w1", "west", 0, 1), Progress(Outcome.SUCCEEDED), 101.0)
+    workload.reported(command_id("w1", "east", 1, 1),
+                      Progress(Outcome.RUNNING, Stamps(admitted=100.5, running=101.0)), 101.0)
+    workload.stop(102.0, CANCELLED, "cancelled")
+    assert workload.settle(102.0)
+    assert workload.phase.value == "Cancelled"
+    assert [job.state for job in workload.jobs] == [
+        JobState.SUCCEEDED, JobState.CANCELLED, JobState.CANCELLED, JobState.CANCELLED]
+    assert running.running_at == 101.0  # what ran stays in the report
+    assert sorted(workload.deleting) == ["east", "north", "west"]
+    report = workload.report(102.0)
+    assert (report.counts.succeeded, report.counts.cancelled) == (1, 3)
+    # Nothing that comes later moves a Job on.
+    assert not workload.reported(command_id("w1", "east", 1, 1), Progress(Outcome.SUCCEEDED),
+                                 103.0)
+    assert workload.due(200.0) == []
+    # A member's Hello that still lists a Job of the workload: it is asked again.
+    assert not workload.resynced_deleting("west", [command_id("w1", "west", 0, 1)])
+    # One whose Hello lists none (or that left the fleet) has nothing left to delete.
+    assert workload.resynced_deleting("north", [command_id("w2", "north", 0, 1)])
+    assert workload.deleted("east", "could not delete its Jobs: forbidden")
+    assert not workload.deleted("east")
+    assert list(workload.deleting) == ["west"]
+    assert workload.message == "cancelled; east: could not delete its Jobs: forbidden"
+    stored = decode(json.loads(json.dumps(encode(Snapshot("h", [], [], [workload])))))
+    assert stored.workloads[0].deleting == {"west": False}
+
+
+def test_deletion_ids_belong_to_their_workload_and_cluster() -> None:
+    assert owner(delete_id("w1a2b", "west-1")) == ("w1a2b", "west-1")
+    assert owner(command_id("w1a2b", "west-1", 3, 1)) == ("w1a2b", "west-1")
+    for foreign in ("r1/west/start", "w1/west/remove", "w1//delete", "w1/west/delete/x"):
+        assert owner(foreign) is None
+
+
+async def _until(fleet: FleetClient, workload_id: str,
+                 holds: Callable[[fleet_pb2.Workload], bool],
+                 timeout: float = 10.0) -> fleet_pb2.Workload:
+    async with asyncio.timeout(timeout):
+        while not holds(workload := await fleet.get_workload(workload_id, jobs=True)):
+            await asyncio.sleep(0.05)
+    return workload
+
+
+def _one_at_a_time(jobs: int, seconds: float) -> fleet_pb2.WorkloadSpec:
+    """Jobs of 1 pod x 8 GPUs, all arrived at once: one at a time on a 1-node member."""
+    return _spec(jobs=jobs, pods_per_job=1, run_time={"distribution": "fixed",
+                                                      "seconds": seconds},
+                 arrivals={"process": "times", "times": [0] * jobs})
+
+
+async def test_cancelling_a_workload_deletes_its_jobs_and_keeps_what_ran(
+        tmp_path: Path) -> None:
+    members = [SimulatedMember(name, nodes=1) for name in ("east", "west")]
+    async with running_hub(tmp_path) as hub, fleet_of(hub, members) as fleet:
+        submitted = await fleet.submit_workload(_one_at_a_time(6, 1.5), start_delay=0)
+        # Two done, one running on each member, two waiting for room.
+        await _until(fleet, submitted.id, lambda w: w.report.counts.succeeded == 2
+                     and w.report.counts.running == 2)
+        cancelled = await fleet.cancel_workload(submitted.id)
+        assert cancelled.phase == fleet_pb2.WORKLOAD_PHASE_CANCELLED
+        assert cancelled.reason == "Cancelled"
+        workload = await _until(fleet, submitted.id, lambda w: not w.deleting)
+        await asyncio.sleep(1.6)  # the deleted Jobs' run time: nothing of them comes back
+        after = await fleet.get_workload(submitted.id, jobs=True)
+        again = await fleet.cancel_workload(submitted.id)  # cancelled already: as it is
+    counts = after.report.counts
+    assert (counts.jobs, counts.succeeded, counts.cancelled, counts.running) == (6, 2, 4, 0)
+    assert after.report.to_running.count == 4  # the deleted ones ran, and the report says so
+    assert [job.state for job in after.jobs] == [job.state for job in workload.jobs]
+    assert again.phase == fleet_pb2.WORKLOAD_PHASE_CANCELLED
+    for member in members:  # its two Jobs created, then deleted; the waiting ones never
+        assert len(member.deleted) == 2
+        assert _jobs_of(member) == []
+        [deletion] = [e.command for e in member.executed.values()
+                      if e.command.WhichOneof("action") == "delete_jobs"]
+        assert deletion.id == f"{submitted.id}/{member.name}/delete"
+        assert deletion.delete_jobs.namespace == "default"
+
+
+async def test_cancelling_a_finished_or_unknown_workload_says_so(tmp_path: Path) -> None:
+    async with running_hub(tmp_path) as hub, \
+            fleet_of(hub, [SimulatedMember("east", nodes=4)]) as fleet:
+        submitted = await fleet.submit_workload(_spec(jobs=1), start_delay=0)
+        await _finished(fleet, submitted.id)
+        with pytest.raises(grpc.aio.AioRpcError) as finished:
+            await fleet.cancel_workload(submitted.id)
+        with pytest.raises(grpc.aio.AioRpcError) as unknown:
+            await fleet.cancel_workload("wnone")
+        with pytest.raises(grpc.aio.AioRpcError) as empty:
+            await fleet.cancel_workload("")
+    assert finished.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert finished.value.details() == (
+        f"workload_id: workload {submitted.id} Succeeded already, with nothing left to "
+        f"cancel; only a Running workload can be cancelled")
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+    assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_a_restarted_hub_finishes_a_cancel_a_member_did_not_hear_of(
+        tmp_path: Path) -> None:
+    """West is away when the workload is cancelled, and the hub restarts before it is back:
+    the stored cancel still reaches it, and its Jobs are deleted."""
+    east, west = (SimulatedMember(name, nodes=1) for name in ("east", "west"))
+    state = tmp_path / "hub"
+    stops = {name: asyncio.Event() for name in ("east", "west")}
+    links: dict[str, asyncio.Task[None]] = {}
+
+    def link(member: SimulatedMember, hub: RunningHub) -> None:
+        member.link = MemberLink(hub.address, hub.member_token(member.name), member,
+                                 member.name)
+        links[member.name] = asyncio.create_task(member.link.run(stops[member.name]))
+
+    async with running_hub(state) as hub, hub.fleet() as fleet:
+        listen = hub.info.address
+        for member in (east, west):
+            link(member, hub)
+        submitted = await fleet.submit_workload(_one_at_a_time(4, 30), start_delay=0)
+        await _until(fleet, submitted.id, lambda w: w.report.counts.running == 2)
+        stops["west"].set()
+        await links["west"]
+        await fleet.cancel_workload(submitted.id)
+        await _until(fleet, submitted.id, lambda w: list(w.deleting) == ["west"])
+    assert len(_jobs_of(west)) == 1
+    async with running_hub(state, listen=listen) as hub, hub.fleet() as fleet:
+        stops["west"] = asyncio.Event()
+        link(west, hub)
+        workload = await _until(fleet, submitted.id, lambda w: not w.deleting, timeout=15)
+        for stop in stops.values():
+            stop.set()
+        await asyncio.gather(*links.values())
+    assert workload.phase == fleet_pb2.WORKLOAD_PHASE_CANCELLED
+    assert _jobs_of(west) == _jobs_of(east) == []
+    assert len(west.deleted) == len(east.deleted) == 1
+    for member in (east, west):
+        await member.stop()
