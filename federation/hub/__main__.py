@@ -13,7 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
-from federation.hub.core import HubSettings
+from federation.hub.core import MAX_LIVE_WORKLOADS, HubSettings
 from federation.hub.server import ServeSettings, Tls, serve
 from federation.telemetry import setup
 
@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds between heartbeats, both ways (default 2)")
     parser.add_argument("--grace", type=float, default=6.0,
                         help="seconds of silence before a member is Unreachable (default 6)")
+    parser.add_argument("--max-live-workloads", type=int, default=MAX_LIVE_WORKLOADS,
+                        help=f"workloads running at once; SubmitWorkload refuses more "
+                             f"(default {MAX_LIVE_WORKLOADS})")
     parser.add_argument("--unsafe-no-fsync", action="store_true",
                         help="do not fsync the state file (tests and benchmarks)")
     args = parser.parse_args(argv)
@@ -43,12 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.grace <= args.heartbeat_interval:
         parser.error(f"--grace ({args.grace:g}s) must be longer than --heartbeat-interval "
                      f"({args.heartbeat_interval:g}s), or every member looks silent")
+    if args.max_live_workloads < 1:
+        parser.error(f"--max-live-workloads {args.max_live_workloads}: give 1 or more")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = ServeSettings(
         hub=HubSettings(state_dir=args.state_dir.resolve(),
                         heartbeat_interval=args.heartbeat_interval, grace=args.grace,
-                        fsync=not args.unsafe_no_fsync),
+                        fsync=not args.unsafe_no_fsync,
+                        max_live_workloads=args.max_live_workloads),
         listen=args.listen,
         tls=None if args.insecure else Tls(cert=args.tls_cert, key=args.tls_key,
                                            ca=args.tls_ca))

@@ -19,6 +19,8 @@ Rules it keeps:
   any member hears of it; then every member it sent Jobs to is sent a ``DeleteJobs`` when it
   is connected, again at each session it opens, until it acknowledges (a restarted hub
   finishes a cancel);
+- at most ``max_live`` workloads run at once (the hub's ``--max-live-workloads``): one more is
+  refused with RESOURCE_EXHAUSTED;
 - the newest :data:`KEEP_WORKLOADS` finished workloads are kept (and any whose Jobs a member
   must still delete).
 
@@ -78,9 +80,10 @@ UNBOUNDED = 10**9
 class Dispatching:
     """The fleet's workloads, the placing of their Jobs and the sending of them."""
 
-    def __init__(self, shared: Shared, *, start_delay: float) -> None:
+    def __init__(self, shared: Shared, *, start_delay: float, max_live: int) -> None:
         self.shared = shared
         self.start_delay = start_delay
+        self.max_live = max_live
         self.workloads: dict[str, Workload] = {}
         self._workload_changed: dict[str, asyncio.Event] = {}
         self._wake = asyncio.Event()
@@ -93,6 +96,13 @@ class Dispatching:
                               start_delay: float | None, *, traceparent: str = "") -> Workload:
         """Store a workload for the dispatcher; ``traceparent`` names the parent of its span
         (default: the current span, the call's). Its Jobs' commands go out in its trace."""
+        live = len(self.running_workloads())
+        if live >= self.max_live:
+            raise Refused("RESOURCE_EXHAUSTED",
+                          f"the hub runs {live} workloads, its limit (--max-live-workloads "
+                          f"{self.max_live}); wait for one to finish, cancel one ('fakefleet "
+                          f"fleet cancel-workload ID'), or start the hub with a higher "
+                          f"--max-live-workloads")
         self._check_targets(settings)
         with self.shared.tracer.start_as_current_span(
                 "fleet.workload", context=propagation.parent(traceparent),

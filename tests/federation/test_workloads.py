@@ -18,6 +18,7 @@ from federation.client.fleet import FleetClient
 from federation.client.member import MemberLink
 from federation.client.simulated import SimulatedMember
 from federation.hub import convert
+from federation.hub.__main__ import main as hub_main
 from federation.hub.outcomes import Outcome
 from federation.hub.store import Snapshot, decode, encode
 from federation.hub.workloads import (
@@ -625,3 +626,29 @@ async def test_a_restarted_hub_finishes_a_cancel_a_member_did_not_hear_of(
     assert len(west.deleted) == len(east.deleted) == 1
     for member in (east, west):
         await member.stop()
+
+
+# -- the limit on live workloads ---------------------------------------------------------------
+
+async def test_workloads_past_the_hubs_limit_are_refused_until_one_ends(tmp_path: Path) -> None:
+    async with running_hub(tmp_path, max_live_workloads=2) as hub, \
+            fleet_of(hub, [SimulatedMember("east", nodes=4)]) as fleet:
+        first, _ = [await fleet.submit_workload(_one_at_a_time(1, 30), start_delay=0)
+                    for _ in range(2)]
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await fleet.submit_workload(_one_at_a_time(1, 30), start_delay=0)
+        await fleet.cancel_workload(first.id)
+        third = await fleet.submit_workload(_one_at_a_time(1, 30), start_delay=0)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert (refused.value.details() or "").startswith(
+        "the hub runs 2 workloads, its limit (--max-live-workloads 2); wait for one to finish, "
+        "cancel one ('fakefleet fleet cancel-workload ID')")
+    assert third.phase == fleet_pb2.WORKLOAD_PHASE_RUNNING
+
+
+def test_the_limit_is_one_workload_at_least(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        hub_main(["--state-dir", str(tmp_path), "--insecure", "--max-live-workloads", "0"])
+    assert exited.value.code == 2
+    assert "--max-live-workloads 0: give 1 or more" in capsys.readouterr().err
