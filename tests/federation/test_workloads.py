@@ -482,6 +482,32 @@ async def test_a_workload_whose_dispatch_fails_fails_alone_and_says_why(
     assert len(tracebacks) == 1
 
 
+
+async def test_a_workload_that_fails_to_send_at_a_members_hello_fails_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a member never got goes out when its session opens: a workload that fails there
+    fails alone, and the session opens all the same."""
+    def breaking(workload: Workload, job: JobRecord) -> member_pb2.HubMessage:
+        raise OverflowError("cannot convert float infinity to integer")
+
+    monkeypatch.setattr(convert, "job_command_message", breaking)
+    async with running_hub(tmp_path) as hub, hub.fleet() as fleet:
+        manager = RawMember(hub, "manager")
+        await manager.register()
+        # Placed on the manager at once, sent once it has a session.
+        submitted = await fleet.submit_workload(
+            _spec(jobs=1, target={"placement": "manager", "manager": "manager",
+                                  "queue": "q"}), start_delay=0)
+        await _until(fleet, submitted.id, lambda w: w.jobs[0].cluster == "manager")
+        await manager.hello()
+        with pytest.raises(TimeoutError):  # the session stays open, with nothing to send
+            await manager.next_command(timeout=0.5)
+        workload = await fleet.get_workload(submitted.id)
+        await manager.close()
+    assert (workload.phase, workload.reason) == (fleet_pb2.WORKLOAD_PHASE_FAILED,
+                                                 "DispatchFailed")
+
+
 # -- cancelling --------------------------------------------------------------------------------
 
 def test_a_cancelled_workload_asks_every_member_it_sent_jobs_to_until_each_is_done() -> None:
