@@ -633,6 +633,9 @@ async def test_a_restarted_hub_finishes_a_cancel_a_member_did_not_hear_of(
         listen = hub.info.address
         for member in (east, west):
             link(member, hub)
+        async with asyncio.timeout(5):
+            while len([m for m in await fleet.list_clusters() if m.state == 1]) < 2:
+                await asyncio.sleep(0.05)
         submitted = await fleet.submit_workload(_one_at_a_time(4, 30), start_delay=0)
         await _until(fleet, submitted.id, lambda w: w.report.counts.running == 2)
         stops["west"].set()
