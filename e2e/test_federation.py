@@ -1,7 +1,7 @@
 """The federation hub end to end: FakeClusters on real control planes join the hub that
 ``fakefleet up`` started, a fleet plan runs in both and is judged, a partition makes a member
-Unreachable and then Ready and in sync, and ``kill -9`` of the hub in the middle of a run
-neither loses nor repeats a command.
+Unreachable and then Ready and in sync, ``kill -9`` of the hub in the middle of a run
+neither loses nor repeats a command, and workloads run, fail over and are cancelled.
 """
 
 from __future__ import annotations
@@ -327,3 +327,63 @@ def test_a_job_a_fault_plan_fails_is_dispatched_again_and_the_report_says_how_fa
     assert len(injection["targets"]) == 1, injection
     subprocess.run([*_kubectl(members), "-n", NAMESPACE, "delete", "fp", "fail-one-job"],
                    capture_output=True, timeout=120, check=True)
+
+
+def test_a_cancelled_workload_leaves_no_job_nor_pod_it_made_in_the_members(
+        members: Fleet) -> None:
+    """Cancelled with Jobs running on both members and more waiting at the hub: the members
+    delete the Jobs the hub had them create, their pods with them, and nothing else; the
+    waiting ones are never created, and the report keeps what ran."""
+    eventually(lambda: ready_with_gpus(members), timeout=60, what="both members' GPUs known")
+    spec = {"jobs": 8, "pods_per_job": 1, "resources": {"nvidia.com/gpu": "8"},
+            "run_time": {"distribution": "fixed", "seconds": 600},
+            "arrivals": {"process": "times", "times": [0] * 8}, "seed": 2,
+            "namespace": "cancelled",
+            "target": {"placement": "spread", "clusters": {"match_labels": {"fleet": "fed"}}}}
+    path = members.state / "cancelled.yaml"
+    path.write_text(json.dumps({"apiVersion": "fakefleet.dev/v1alpha1", "kind": "Workload",
+                                "metadata": {"name": "e2e-cancelled"}, "spec": spec}))
+    submitted = json.loads(hub(members, "submit", str(path), "--start-delay", "1",
+                               "-o", "json").stdout)
+
+    def counts() -> dict[str, int]:
+        shown = json.loads(hub(members, "workload", submitted["id"], "-o", "json").stdout)
+        return dict(shown["report"]["counts"])
+
+    # 16 GPUs a member, 8 a Job: two Jobs run on each, four wait at the hub.
+    eventually(lambda: counts().get("running") == 4, timeout=120, what="four Jobs running")
+    kubeconfigs = {}
+    for cluster in MEMBERS:
+        kubeconfigs[cluster] = members.state / f"{cluster}.kubeconfig"
+        kubeconfigs[cluster].write_text(fakefleet("kubeconfig", "--state-dir",
+                                                  str(members.state),
+                                                  f"{NAMESPACE}/{cluster}").stdout)
+    # Someone else's Job with the workload's label: not the hub's to delete.
+    foreign = {"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": "foreign", "namespace": "cancelled",
+                            "labels": {keys.WORKLOAD: submitted["id"]}},
+               "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+                   {"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}}}
+    from e2e.conftest import KUBECTL
+    subprocess.run([str(KUBECTL), "--kubeconfig", str(kubeconfigs["fed-a"]), "apply", "-f",
+                    "-"], input=json.dumps(foreign), text=True, capture_output=True, timeout=60,
+                   check=True)
+    cancelled = hub(members, "cancel-workload", submitted["id"])
+    assert "cancelled; members deleting its Jobs: fed-a, fed-b" in cancelled.stdout \
+        + cancelled.stderr
+
+    def left(cluster: str, kind: str) -> list[str]:
+        found = kubectl_json(kubeconfigs[cluster], "get", kind, "-n", "cancelled")["items"]
+        return sorted(item["metadata"]["name"] for item in found
+                      if not item["metadata"].get("name", "").startswith("foreign"))
+
+    for cluster in MEMBERS:
+        eventually(lambda c=cluster: left(c, "jobs") == [] and left(c, "pods") == [],
+                   timeout=120, what=f"{cluster}'s Jobs and their pods gone")
+    assert [job["metadata"]["name"] for job in kubectl_json(
+        kubeconfigs["fed-a"], "get", "jobs", "-n", "cancelled")["items"]] == ["foreign"]
+    shown = json.loads(hub(members, "workload", submitted["id"], "-o", "json").stdout)
+    assert shown["phase"] == "WORKLOAD_PHASE_CANCELLED"
+    assert shown["report"]["counts"]["cancelled"] == 8
+    assert shown["report"]["toRunning"]["count"] == 4  # what ran is still in the report
+    assert not shown.get("deleting"), shown

@@ -114,7 +114,11 @@ class _WorkloadPhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Workloa
     WORKLOAD_PHASE_SUCCEEDED: _WorkloadPhase.ValueType  # 2
     """Every Job completed."""
     WORKLOAD_PHASE_FAILED: _WorkloadPhase.ValueType  # 3
-    """Every Job finished, and at least one failed (after its last attempt) or was refused."""
+    """Every Job finished, and at least one failed (after its last attempt) or was refused; or
+    the hub could not dispatch it (reason DispatchFailed).
+    """
+    WORKLOAD_PHASE_CANCELLED: _WorkloadPhase.ValueType  # 4
+    """Stopped by CancelWorkload."""
 
 class WorkloadPhase(_WorkloadPhase, metaclass=_WorkloadPhaseEnumTypeWrapper): ...
 
@@ -123,7 +127,11 @@ WORKLOAD_PHASE_RUNNING: WorkloadPhase.ValueType  # 1
 WORKLOAD_PHASE_SUCCEEDED: WorkloadPhase.ValueType  # 2
 """Every Job completed."""
 WORKLOAD_PHASE_FAILED: WorkloadPhase.ValueType  # 3
-"""Every Job finished, and at least one failed (after its last attempt) or was refused."""
+"""Every Job finished, and at least one failed (after its last attempt) or was refused; or
+the hub could not dispatch it (reason DispatchFailed).
+"""
+WORKLOAD_PHASE_CANCELLED: WorkloadPhase.ValueType  # 4
+"""Stopped by CancelWorkload."""
 Global___WorkloadPhase: _TypeAlias = WorkloadPhase  # noqa: Y015
 
 @_typing.final
@@ -787,6 +795,25 @@ class ListWorkloadsRequest(_message.Message):
 Global___ListWorkloadsRequest: _TypeAlias = ListWorkloadsRequest  # noqa: Y015
 
 @_typing.final
+class CancelWorkloadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKLOAD_ID_FIELD_NUMBER: _builtins.int
+    workload_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        workload_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["workload_id", b"workload_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CancelWorkloadRequest: _TypeAlias = CancelWorkloadRequest  # noqa: Y015
+
+@_typing.final
 class ListWorkloadsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -822,6 +849,7 @@ class JobCounts(_message.Message):
     SUCCEEDED_FIELD_NUMBER: _builtins.int
     FAILED_FIELD_NUMBER: _builtins.int
     ADMITTED_TOTAL_FIELD_NUMBER: _builtins.int
+    CANCELLED_FIELD_NUMBER: _builtins.int
     jobs: _builtins.int
     waiting: _builtins.int
     """Not arrived yet, or arrived and waiting for room in the fleet."""
@@ -834,6 +862,10 @@ class JobCounts(_message.Message):
     failed: _builtins.int
     admitted_total: _builtins.int
     """Admitted at some time (admitted + running + succeeded, and failed ones that got there)."""
+    cancelled: _builtins.int
+    """Never created, or deleted unfinished, because the hub stopped the workload (see
+    Workload.reason).
+    """
     def __init__(
         self,
         *,
@@ -845,10 +877,11 @@ class JobCounts(_message.Message):
         succeeded: _builtins.int = ...,
         failed: _builtins.int = ...,
         admitted_total: _builtins.int = ...,
+        cancelled: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "admitted_total", b"admitted_total", "failed", b"failed", "jobs", b"jobs", "pending", b"pending", "running", b"running", "succeeded", b"succeeded", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "admitted_total", b"admitted_total", "cancelled", b"cancelled", "failed", b"failed", "jobs", b"jobs", "pending", b"pending", "running", b"running", "succeeded", b"succeeded", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1036,7 +1069,7 @@ class WorkloadJob(_message.Message):
     placed_on: _builtins.str
     attempt: _builtins.int
     state: _builtins.str
-    """Waiting, Pending, Admitted, Running, Succeeded, Failed, Refused."""
+    """Waiting, Pending, Admitted, Running, Succeeded, Failed, Refused, Cancelled."""
     message: _builtins.str
     run_seconds: _builtins.float
     @_builtins.property
@@ -1091,9 +1124,18 @@ class Workload(_message.Message):
     SPEC_FIELD_NUMBER: _builtins.int
     REPORT_FIELD_NUMBER: _builtins.int
     JOBS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    DELETING_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     name: _builtins.str
     phase: Global___WorkloadPhase.ValueType
+    reason: _builtins.str
+    """Why the hub stopped it before its Jobs finished: Cancelled (CancelWorkload) or
+    DispatchFailed (dispatching it failed; the other workloads go on), else empty. Its Jobs
+    not yet created never are, and those created are deleted.
+    """
+    message: _builtins.str
     @_builtins.property
     def created_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -1108,6 +1150,12 @@ class Workload(_message.Message):
     def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkloadJob]:
         """Only from GetWorkload with jobs: true."""
 
+    @_builtins.property
+    def deleting(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The members still to delete its Jobs (asked whenever they are connected, until they
+        acknowledge).
+        """
+
     def __init__(
         self,
         *,
@@ -1120,10 +1168,13 @@ class Workload(_message.Message):
         spec: Global___WorkloadSpec | None = ...,
         report: Global___WorkloadReport | None = ...,
         jobs: _abc.Iterable[Global___WorkloadJob] | None = ...,
+        reason: _builtins.str = ...,
+        message: _builtins.str = ...,
+        deleting: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "report", b"report", "spec", b"spec", "start_at", b"start_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "id", b"id", "jobs", b"jobs", "name", b"name", "phase", b"phase", "report", b"report", "spec", b"spec", "start_at", b"start_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "deleting", b"deleting", "finished_at", b"finished_at", "id", b"id", "jobs", b"jobs", "message", b"message", "name", b"name", "phase", b"phase", "reason", b"reason", "report", b"report", "spec", b"spec", "start_at", b"start_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

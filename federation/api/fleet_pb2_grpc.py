@@ -89,6 +89,11 @@ class FleetServiceStub:
                 request_serializer=federation_dot_api_dot_fleet__pb2.ListWorkloadsRequest.SerializeToString,
                 response_deserializer=federation_dot_api_dot_fleet__pb2.ListWorkloadsResponse.FromString,
                 _registered_method=True)
+        self.CancelWorkload = channel.unary_unary(
+                '/fakefleet.federation.v1alpha1.FleetService/CancelWorkload',
+                request_serializer=federation_dot_api_dot_fleet__pb2.CancelWorkloadRequest.SerializeToString,
+                response_deserializer=federation_dot_api_dot_fleet__pb2.Workload.FromString,
+                _registered_method=True)
 
 
 class FleetServiceServicer:
@@ -169,6 +174,16 @@ class FleetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CancelWorkload(self, request, context):
+        """Stop a workload: its Jobs not yet created never are, and those created are deleted in
+        their members (their pods with them); what ran stays in its report. Stored before any
+        member is asked, so a restarted hub finishes it. A workload that finished otherwise:
+        FAILED_PRECONDITION; one already cancelled is answered as it is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FleetServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -226,6 +241,11 @@ def add_FleetServiceServicer_to_server(servicer, server):
                     servicer.ListWorkloads,
                     request_deserializer=federation_dot_api_dot_fleet__pb2.ListWorkloadsRequest.FromString,
                     response_serializer=federation_dot_api_dot_fleet__pb2.ListWorkloadsResponse.SerializeToString,
+            ),
+            'CancelWorkload': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelWorkload,
+                    request_deserializer=federation_dot_api_dot_fleet__pb2.CancelWorkloadRequest.FromString,
+                    response_serializer=federation_dot_api_dot_fleet__pb2.Workload.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -525,6 +545,33 @@ class FleetService:
             '/fakefleet.federation.v1alpha1.FleetService/ListWorkloads',
             federation_dot_api_dot_fleet__pb2.ListWorkloadsRequest.SerializeToString,
             federation_dot_api_dot_fleet__pb2.ListWorkloadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelWorkload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/fakefleet.federation.v1alpha1.FleetService/CancelWorkload',
+            federation_dot_api_dot_fleet__pb2.CancelWorkloadRequest.SerializeToString,
+            federation_dot_api_dot_fleet__pb2.Workload.FromString,
             options,
             channel_credentials,
             insecure,

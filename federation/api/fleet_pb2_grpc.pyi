@@ -54,6 +54,12 @@ class FleetServiceStub:
     WatchWorkload: _grpc.UnaryStreamMultiCallable[_fleet_pb2.WatchWorkloadRequest, _fleet_pb2.Workload]
     """The workload now, then at most one message a second while it changes, until it finished."""
     ListWorkloads: _grpc.UnaryUnaryMultiCallable[_fleet_pb2.ListWorkloadsRequest, _fleet_pb2.ListWorkloadsResponse]
+    CancelWorkload: _grpc.UnaryUnaryMultiCallable[_fleet_pb2.CancelWorkloadRequest, _fleet_pb2.Workload]
+    """Stop a workload: its Jobs not yet created never are, and those created are deleted in
+    their members (their pods with them); what ran stays in its report. Stored before any
+    member is asked, so a restarted hub finishes it. A workload that finished otherwise:
+    FAILED_PRECONDITION; one already cancelled is answered as it is.
+    """
 
 @_typing.type_check_only
 class FleetServiceAsyncStub(FleetServiceStub):
@@ -79,6 +85,12 @@ class FleetServiceAsyncStub(FleetServiceStub):
     WatchWorkload: _aio.UnaryStreamMultiCallable[_fleet_pb2.WatchWorkloadRequest, _fleet_pb2.Workload]  # type: ignore[assignment]
     """The workload now, then at most one message a second while it changes, until it finished."""
     ListWorkloads: _aio.UnaryUnaryMultiCallable[_fleet_pb2.ListWorkloadsRequest, _fleet_pb2.ListWorkloadsResponse]  # type: ignore[assignment]
+    CancelWorkload: _aio.UnaryUnaryMultiCallable[_fleet_pb2.CancelWorkloadRequest, _fleet_pb2.Workload]  # type: ignore[assignment]
+    """Stop a workload: its Jobs not yet created never are, and those created are deleted in
+    their members (their pods with them); what ran stays in its report. Stored before any
+    member is asked, so a restarted hub finishes it. A workload that finished otherwise:
+    FAILED_PRECONDITION; one already cancelled is answered as it is.
+    """
 
 class FleetServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -167,5 +179,17 @@ class FleetServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _fleet_pb2.ListWorkloadsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_fleet_pb2.ListWorkloadsResponse, _abc.Awaitable[_fleet_pb2.ListWorkloadsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CancelWorkload(
+        self,
+        request: _fleet_pb2.CancelWorkloadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_fleet_pb2.Workload, _abc.Awaitable[_fleet_pb2.Workload]]:
+        """Stop a workload: its Jobs not yet created never are, and those created are deleted in
+        their members (their pods with them); what ran stays in its report. Stored before any
+        member is asked, so a restarted hub finishes it. A workload that finished otherwise:
+        FAILED_PRECONDITION; one already cancelled is answered as it is.
+        """
 
 def add_FleetServiceServicer_to_server(servicer: FleetServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -451,6 +451,7 @@ class Command(_message.Message):
     START_PLAN_FIELD_NUMBER: _builtins.int
     STOP_PLAN_FIELD_NUMBER: _builtins.int
     CREATE_JOB_FIELD_NUMBER: _builtins.int
+    DELETE_JOBS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     run_id: _builtins.str
     """The fleet run the command belongs to."""
@@ -460,6 +461,8 @@ class Command(_message.Message):
     def stop_plan(self) -> Global___StopPlan: ...
     @_builtins.property
     def create_job(self) -> Global___CreateJob: ...
+    @_builtins.property
+    def delete_jobs(self) -> Global___DeleteJobs: ...
     def __init__(
         self,
         *,
@@ -468,12 +471,13 @@ class Command(_message.Message):
         start_plan: Global___StartPlan | None = ...,
         stop_plan: Global___StopPlan | None = ...,
         create_job: Global___CreateJob | None = ...,
+        delete_jobs: Global___DeleteJobs | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "create_job", b"create_job", "start_plan", b"start_plan", "stop_plan", b"stop_plan"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "create_job", b"create_job", "delete_jobs", b"delete_jobs", "start_plan", b"start_plan", "stop_plan", b"stop_plan"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "create_job", b"create_job", "id", b"id", "run_id", b"run_id", "start_plan", b"start_plan", "stop_plan", b"stop_plan"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "create_job", b"create_job", "delete_jobs", b"delete_jobs", "id", b"id", "run_id", b"run_id", "start_plan", b"start_plan", "stop_plan", b"stop_plan"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_action: _TypeAlias = _typing.Literal["start_plan", "stop_plan", "create_job"]  # noqa: Y015
+    _WhichOneofReturnType_action: _TypeAlias = _typing.Literal["start_plan", "stop_plan", "create_job", "delete_jobs"]  # noqa: Y015
     _WhichOneofArgType_action: _TypeAlias = _typing.Literal["action", b"action"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_action) -> _WhichOneofReturnType_action | None: ...
 
@@ -623,3 +627,32 @@ class CreateJob(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreateJob: _TypeAlias = CreateJob  # noqa: Y015
+
+@_typing.final
+class DeleteJobs(_message.Message):
+    """Delete every Job the member created for a workload (by its CreateJob commands), with their
+    pods (propagation Background): the workload was stopped (id `<workload>/<cluster>/delete`).
+    A Job already gone is fine, and a Job no CreateJob of the hub made here is never deleted,
+    whatever its labels.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKLOAD_ID_FIELD_NUMBER: _builtins.int
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    workload_id: _builtins.str
+    namespace: _builtins.str
+    """Where its Jobs are."""
+    def __init__(
+        self,
+        *,
+        workload_id: _builtins.str = ...,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "workload_id", b"workload_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteJobs: _TypeAlias = DeleteJobs  # noqa: Y015

@@ -105,6 +105,11 @@ class FleetClient:
                                                   metadata=self._metadata, timeout=self.timeout)
         return list(response.workloads)
 
+    async def cancel_workload(self, workload_id: str) -> fleet_pb2.Workload:
+        return await self._stub.CancelWorkload(
+            fleet_pb2.CancelWorkloadRequest(workload_id=workload_id), metadata=self._metadata,
+            timeout=self.timeout)
+
     async def watch_workload(self, workload_id: str) -> AsyncIterator[fleet_pb2.Workload]:
         call = self._stub.WatchWorkload(fleet_pb2.WatchWorkloadRequest(workload_id=workload_id),
                                         metadata=self._metadata)

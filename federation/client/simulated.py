@@ -4,7 +4,8 @@ For scale tests and the hub benchmark: a thousand of them in one process speak r
 hub. Each keeps its commands in memory (what a real member keeps in FaultPlans and Jobs), runs
 each once however often it is delivered, and finishes a StartPlan after ``run_seconds``. A
 CreateJob is admitted at once, runs after ``job_start_seconds`` and succeeds after its run time
-(or fails then, when ``fail_job`` says so for that command).
+(or fails then, when ``fail_job`` says so for that command); a DeleteJobs stops and forgets the
+workload's Jobs, as deleting them does in a real member.
 
 Like a real member, it reports each command's results in the context of the span that
 executed it (the link's ``member.execute_command``), so they join the hub's trace.
@@ -52,6 +53,9 @@ class SimulatedMember:
         self.executed: dict[str, Executed] = {}
         #: How often each command id arrived (duplicates included).
         self.deliveries: dict[str, int] = {}
+        #: The CreateJob commands whose Job a DeleteJobs deleted.
+        self.deleted: set[str] = set()
+        self._running_jobs: dict[str, asyncio.Task[None]] = {}
         self.link_faults = NO_FAULTS
         self.up = False
         self.up_since = 0.0
@@ -98,7 +102,12 @@ class SimulatedMember:
                 object=f"Job {command.create_job.namespace}/{command.create_job.name}")
             result.job.created_at.GetCurrentTime()
             result.job.admitted_at.GetCurrentTime()
-            self._spawn(self._run_job(command))
+            task = self._running_jobs[command.id] = self._spawn(self._run_job(command))
+            task.add_done_callback(lambda _: self._running_jobs.pop(command.id, None))
+        elif kind == "delete_jobs":
+            result = member_pb2.CommandResult(
+                command_id=command.id, phase=member_pb2.COMMAND_PHASE_SUCCEEDED,
+                message=f"{self._delete_jobs(command.delete_jobs.workload_id)} Jobs deleted")
         else:
             result = member_pb2.CommandResult(
                 command_id=command.id, phase=member_pb2.COMMAND_PHASE_RUNNING,
@@ -131,6 +140,17 @@ class SimulatedMember:
         result.job.finished_at.GetCurrentTime()
         self._report(result)
 
+    def _delete_jobs(self, workload_id: str) -> int:
+        doomed = [executed.command.id for executed in self.executed.values()
+                  if executed.command.create_job.workload_id == workload_id]
+        for command_id in doomed:
+            del self.executed[command_id]
+            self.deleted.add(command_id)
+            task = self._running_jobs.pop(command_id, None)
+            if task is not None:
+                task.cancel()
+        return len(doomed)
+
     def _report(self, result: member_pb2.CommandResult) -> None:
         if self.link is not None:
             copy = member_pb2.CommandResult()
@@ -139,10 +159,11 @@ class SimulatedMember:
             with within(executed.traceparent if executed is not None else ""):
                 self.link.report(copy)
 
-    def _spawn(self, work: Coroutine[None, None, None]) -> None:
+    def _spawn(self, work: Coroutine[None, None, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def faults(self) -> LinkFaults:
         return self.link_faults

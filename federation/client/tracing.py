@@ -53,7 +53,8 @@ DUPLICATE = "fakefleet.command.duplicate"
 PHASE = "fakefleet.command.phase"
 VERDICT = "fakefleet.command.verdict"
 
-_KINDS = {"start_plan": "StartPlan", "stop_plan": "StopPlan", "create_job": "CreateJob"}
+_KINDS = {"start_plan": "StartPlan", "stop_plan": "StopPlan", "create_job": "CreateJob",
+          "delete_jobs": "DeleteJobs"}
 #: The hub's calls that answer with a stream (Session, the watches).
 STREAMS = frozenset(f"/{service.full_name}/{method.name}"
                     for module in (fleet_pb2, member_pb2)
@@ -65,7 +66,7 @@ _UNTRACED = filters.any_of(filters.health_check(),
 
 
 def command_kind(command: member_pb2.Command) -> str:
-    """StartPlan, StopPlan or CreateJob ("" for a command with no action)."""
+    """StartPlan, StopPlan, CreateJob or DeleteJobs ("" for a command with no action)."""
     return _KINDS.get(command.WhichOneof("action") or "", "")
 
 
@@ -73,7 +74,7 @@ def command_attributes(cluster: str, command: member_pb2.Command) -> dict[str, A
     """What a span about ``command`` in ``cluster`` says, on the hub and on the member alike."""
     attributes: dict[str, AttributeValue] = {
         CLUSTER: cluster, COMMAND_ID: command.id, COMMAND_KIND: command_kind(command)}
-    if command.HasField("create_job"):
+    if command.HasField("create_job") or command.HasField("delete_jobs"):
         attributes[WORKLOAD_ID] = command.run_id
     else:
         attributes[RUN_ID] = command.run_id

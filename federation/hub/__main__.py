@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 from federation.client.tokens import TokenError
-from federation.hub.core import HubSettings
+from federation.hub.core import MAX_LIVE_WORKLOADS, HubSettings
 from federation.hub.server import ServeSettings, Tls, serve
 from federation.telemetry import setup
-from primitives.flags import number
+from primitives.flags import integer, number
 
 SECONDS = "a number of seconds"
 
@@ -55,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grace", type=number(0.2, 3600, SECONDS), default=6.0,
                         help="seconds of silence before a member is Unreachable, from 0.2 to "
                              "3600 and longer than --heartbeat-interval (default 6)")
+    parser.add_argument("--max-live-workloads", type=integer(1, 100000, "a number of workloads"),
+                        default=MAX_LIVE_WORKLOADS,
+                        help=f"workloads running at once, from 1 to 100000; SubmitWorkload "
+                             f"refuses more (default {MAX_LIVE_WORKLOADS})")
     parser.add_argument("--unsafe-no-fsync", action="store_true",
                         help="do not fsync the state file (tests and benchmarks)")
     args = parser.parse_args(argv)
@@ -74,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = ServeSettings(
         hub=HubSettings(state_dir=args.state_dir.resolve(),
                         heartbeat_interval=args.heartbeat_interval, grace=args.grace,
-                        fsync=not args.unsafe_no_fsync),
+                        fsync=not args.unsafe_no_fsync,
+                        max_live_workloads=args.max_live_workloads),
         listen=args.listen,
         tls=None if args.insecure else Tls(cert=args.tls_cert, key=args.tls_key,
                                            ca=args.tls_ca))

@@ -6,6 +6,12 @@ Arrivals are seconds after the workload's start: ``rate`` (evenly spaced, one ev
 ``sigma``, optionally capped. The same seed gives the same numbers on every machine (Python's
 Mersenne Twister, seeded from a string that names what is drawn, so arrivals and run times do
 not share a stream and adding Jobs does not change the first ones).
+
+Every number is bounded to what the hub's arithmetic and the wire hold: a run time, a cap and an
+arrival are at most :data:`MAX_SECONDS` (protobuf's Duration and Timestamp hold far more, but a
+Job that runs longer, or arrives later, than a month is a mistake), the last of a workload's
+arrivals too, and a rate is from :data:`MIN_RATE` to :data:`MAX_RATE`. Lognormal draws, whose
+tail is unbounded, are capped at :data:`MAX_SECONDS` whatever the cap.
 """
 
 from __future__ import annotations
@@ -15,6 +21,13 @@ import math
 import random
 from collections.abc import Sequence
 from typing import Literal
+
+#: Longest run time, latest arrival (30 days, in seconds).
+MAX_SECONDS = 30 * 86400.0
+#: Jobs per second: one a day at least, and no more than the hub dispatches.
+MIN_RATE = 1 / 86400
+MAX_RATE = 1000.0
+_SECONDS = f"seconds from 0 to {MAX_SECONDS:.0f} (30 days)"
 
 
 class DistributionError(ValueError):
@@ -30,16 +43,26 @@ class Arrivals:
     """Seconds after the start (times); as many as there are Jobs."""
 
     def check(self, count: int) -> None:
-        if self.kind in ("rate", "poisson") and not (self.rate > 0 and math.isfinite(self.rate)):
-            raise DistributionError(f"arrivals.rate: {self.rate!r}; give Jobs per second, "
-                                    f"more than 0 (e.g. 2.5)")
+        if self.kind in ("rate", "poisson"):
+            if not MIN_RATE <= self.rate <= MAX_RATE:  # NaN compares false: refused too
+                raise DistributionError(
+                    f"arrivals.rate: {self.rate!r}; give Jobs per second from {MIN_RATE:.3g} "
+                    f"(one a day) to {MAX_RATE:g} (e.g. 2.5)")
+            last = (count - 1) / self.rate
+            if last > MAX_SECONDS:
+                raise DistributionError(
+                    f"arrivals.rate: {self.rate!r} Jobs/s brings the last of {count} Jobs "
+                    f"{last:.3g}s after the start; arrivals end within {MAX_SECONDS:.0f}s "
+                    f"(30 days): raise the rate to {(count - 1) / MAX_SECONDS:.3g} or more, "
+                    f"or give fewer Jobs")
         if self.kind == "times":
             if len(self.times) != count:
                 raise DistributionError(f"arrivals.times: {len(self.times)} times for {count} "
                                         f"Jobs; give one time per Job")
-            if any(not (t >= 0 and math.isfinite(t)) for t in self.times):
-                raise DistributionError("arrivals.times: every time is seconds after the "
-                                        "start, 0 or more")
+            for index, value in enumerate(self.times):
+                if not 0 <= value <= MAX_SECONDS:
+                    raise DistributionError(f"arrivals.times[{index}]: {value!r}; give "
+                                            f"{_SECONDS} after the start")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +80,8 @@ class RunTime:
 
     def check(self) -> None:
         def finite(value: float, field: str) -> None:
-            if not (value >= 0 and math.isfinite(value)):
-                raise DistributionError(f"runTime.{field}: {value!r}; give seconds, 0 or more")
+            if not 0 <= value <= MAX_SECONDS:  # NaN compares false: refused too
+                raise DistributionError(f"runTime.{field}: {value!r}; give {_SECONDS}")
         if self.kind == "fixed":
             finite(self.seconds, "seconds")
         elif self.kind == "uniform":
@@ -110,5 +133,5 @@ def run_times(run_time: RunTime, count: int, seed: int) -> list[float]:
     else:
         mu = math.log(run_time.seconds)
         drawn = [rng.lognormvariate(mu, run_time.sigma) for _ in range(count)]
-    cap = run_time.cap
-    return [min(value, cap) if cap is not None else value for value in drawn]
+    cap = MAX_SECONDS if run_time.cap is None else min(run_time.cap, MAX_SECONDS)
+    return [min(value, cap) for value in drawn]

@@ -157,7 +157,8 @@ def _part_message(run: Run, part: MemberPart) -> fleet_pb2.MemberRun:
 
 _WORKLOAD_PHASES = {wl.Phase.RUNNING: fleet_pb2.WORKLOAD_PHASE_RUNNING,
                     wl.Phase.SUCCEEDED: fleet_pb2.WORKLOAD_PHASE_SUCCEEDED,
-                    wl.Phase.FAILED: fleet_pb2.WORKLOAD_PHASE_FAILED}
+                    wl.Phase.FAILED: fleet_pb2.WORKLOAD_PHASE_FAILED,
+                    wl.Phase.CANCELLED: fleet_pb2.WORKLOAD_PHASE_CANCELLED}
 DEFAULT_NAMESPACE = "default"
 
 
@@ -217,6 +218,13 @@ def job_command_message(workload: wl.Workload, job: wl.JobRecord) -> member_pb2.
             workload_id=workload.id, index=job.index)))
 
 
+def delete_command_message(workload: wl.Workload, cluster: str) -> member_pb2.HubMessage:
+    return member_pb2.HubMessage(command=member_pb2.Command(
+        id=wl.delete_id(workload.id, cluster), run_id=workload.id,
+        delete_jobs=member_pb2.DeleteJobs(workload_id=workload.id,
+                                          namespace=workload.settings.namespace)))
+
+
 def _counts(counts: wl.Counts) -> fleet_pb2.JobCounts:
     return fleet_pb2.JobCounts(**vars(counts))
 
@@ -252,7 +260,8 @@ def workload_message(workload: wl.Workload, now: float, *,
         id=workload.id, name=workload.name, phase=_WORKLOAD_PHASES[workload.phase],
         created_at=timestamp(workload.created_at), start_at=timestamp(workload.start_at),
         finished_at=timestamp(workload.finished_at),
-        report=report_message(workload, now))
+        report=report_message(workload, now), reason=workload.reason,
+        message=workload.message, deleting=sorted(workload.deleting))
     json_format.ParseDict(workload.spec, message.spec)
     if jobs:
         message.jobs.extend(fleet_pb2.WorkloadJob(

@@ -47,6 +47,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_START_DELAY = 2.0
 #: Seconds between two "hub stats" lines in the log.
 STATS_INTERVAL = 10.0
+#: Workloads running at once, by default: each is dispatched on every round of the loop, and
+#: written with every change of the state.
+MAX_LIVE_WORKLOADS = 50
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +58,7 @@ class HubSettings:
     heartbeat_interval: float = 2.0
     grace: float = 6.0
     fsync: bool = True
+    max_live_workloads: int = MAX_LIVE_WORKLOADS
 
 
 class Hub:
@@ -71,7 +75,8 @@ class Hub:
                         clock=clock, tracer=self.tracer)
         self.watching = Watching(shared)
         self.running = Running(shared, start_delay=DEFAULT_START_DELAY)
-        self.dispatching = Dispatching(shared, start_delay=DEFAULT_START_DELAY)
+        self.dispatching = Dispatching(shared, start_delay=DEFAULT_START_DELAY,
+                                       max_live=settings.max_live_workloads)
         self.sessions = Sessions(shared, running=self.running, dispatching=self.dispatching,
                                  watching=self.watching)
         self.hub_id = ""

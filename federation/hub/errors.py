@@ -1,7 +1,8 @@
 """What the hub refuses to do, in gRPC's terms. The whole tree::
 
     Refused(code, message)    code: the name of a grpc.StatusCode (NOT_FOUND,
-                              FAILED_PRECONDITION, PERMISSION_DENIED, ALREADY_EXISTS)
+                              FAILED_PRECONDITION, PERMISSION_DENIED, ALREADY_EXISTS,
+                              RESOURCE_EXHAUSTED)
 
 Every part of the hub raises it, with a message that names the field, the value and what would
 be accepted; :mod:`federation.hub.services` alone turns it into the call's status. It must not

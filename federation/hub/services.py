@@ -353,6 +353,14 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
             for workload in sorted(self.hub.dispatching.workloads.values(),
                                    key=lambda w: w.created_at)])
 
+    @_guarded
+    async def CancelWorkload(self, request: fleet_pb2.CancelWorkloadRequest,
+                             context: Context) -> fleet_pb2.Workload:
+        await self._authorise(context)
+        await _invalid(context, validation.workload_id(request.workload_id))
+        workload = await self.hub.dispatching.cancel_workload(request.workload_id)
+        return convert.workload_message(workload, self.hub.clock.now())
+
     @_guarded_stream
     async def WatchWorkload(self, request: fleet_pb2.WatchWorkloadRequest,
                             context: Context) -> AsyncIterator[fleet_pb2.Workload]:

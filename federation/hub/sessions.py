@@ -39,7 +39,7 @@ from federation.hub.runs import parse_command_id
 from federation.hub.sending import Session
 from federation.hub.shared import Shared
 from federation.hub.watching import Watching
-from federation.hub.workloads import parse_command_id as parse_job_command_id
+from federation.hub.workloads import owner as workload_command_owner
 
 
 @dataclasses.dataclass
@@ -214,5 +214,5 @@ class Sessions:
 
 def _owner(command_id: str) -> str | None:
     """The member a command of this hub was made for (its id's middle part)."""
-    parsed = parse_command_id(command_id) or parse_job_command_id(command_id)
+    parsed = parse_command_id(command_id) or workload_command_owner(command_id)
     return None if parsed is None else parsed[1]

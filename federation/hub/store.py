@@ -13,7 +13,8 @@ grace from the restart.
 
 Trace context (the traceparents of runs, workloads and the first sending of each command) is
 stored with what it belongs to, so that a restarted hub's commands stay in their run's trace;
-a file written before it was kept reads as untraced.
+a file written before it was kept reads as untraced. Likewise a workload from a file written
+before the hub could stop one reads as not stopped.
 
 Format 1 named members by their FakeCluster's name alone; format 2 by their name in the fleet
 (``namespace/name``). A format-1 file is read as what its hub meant: a member's namespace is
@@ -178,6 +179,7 @@ def _workload(workload: Workload) -> dict[str, Any]:
         "startAt": workload.start_at, "finishedAt": workload.finished_at,
         "samples": workload.samples, "sampleEvery": workload.sample_every,
         "lastTurn": workload.last_turn, "traceparent": workload.traceparent,
+        "reason": workload.reason, "message": workload.message, "deleting": workload.deleting,
         "jobs": [vars(job) | {"state": job.state.value} for job in workload.jobs],
     }
 
@@ -188,6 +190,8 @@ def _read_workload(data: dict[str, Any]) -> Workload:
                     start_at=data["startAt"], finished_at=data["finishedAt"],
                     samples=data["samples"], sample_every=data["sampleEvery"],
                     last_turn=data["lastTurn"], traceparent=data.get("traceparent", ""),
+                    reason=data.get("reason", ""), message=data.get("message", ""),
+                    deleting=data.get("deleting", {}),
                     jobs=[JobRecord(**(raw | {"state": JobState(raw["state"])}))
                           for raw in data["jobs"]])
 

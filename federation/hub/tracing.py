@@ -7,9 +7,10 @@ continue, there is no span.
 
 Span names: ``fleet.run`` and ``fleet.workload`` (a RunPlan or SubmitWorkload as the hub
 carries it out), ``hub.fanout`` (a run's commands going out), ``hub.cancel_run``,
-``hub.send_command`` (one per sending of one command to one member; a resend is a child of
-the first sending), ``hub.command_acknowledged`` and ``hub.command_result`` (the hub taking a
-member's ack or result in: children of the context the member's message carries).
+``hub.cancel_workload``, ``hub.send_command`` (one per sending of one command to one member; a
+resend is a child of the first sending), ``hub.command_acknowledged`` and
+``hub.command_result`` (the hub taking a member's ack or result in: children of the context
+the member's message carries).
 """
 
 from __future__ import annotations

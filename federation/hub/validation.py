@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from federation.api import common_pb2, fleet_pb2, member_pb2
 from federation.hub.arrivals import DistributionError
@@ -38,6 +39,8 @@ MAX_PLAN_DEPTH = 32
 MAX_START_DELAY = 3600
 MAX_TEXT = 4096
 MAX_ID = 256
+#: The last second of year 9999, the end of protobuf's Timestamp (and of Python's datetime).
+MAX_TIMESTAMP = 253_402_300_799
 
 
 def cluster_name(value: str, field: str) -> list[str]:
@@ -148,6 +151,13 @@ def register(request: member_pb2.RegisterRequest) -> list[str]:
     return problems + traceparent(request.traceparent)
 
 
+def _timestamp(stamp: Timestamp, field: str) -> list[str]:
+    if not (0 <= stamp.seconds <= MAX_TIMESTAMP and 0 <= stamp.nanos < 1_000_000_000):
+        return [f"{field}: {stamp.seconds}s {stamp.nanos}ns; give a time from 1970 to the end "
+                f"of 9999, or leave it unset"]
+    return []
+
+
 def _command_id(value: str, field: str) -> list[str]:
     if not value:
         return [f"{field}: missing; give the id of the command"]
@@ -170,6 +180,8 @@ def result(message: member_pb2.CommandResult, field: str) -> list[str]:
     if message.HasField("job"):
         problems += _text(message.job.placed_on, f"{field}.job.placed_on", 253)
         problems += _count(message.job.redispatched, f"{field}.job.redispatched")
+        for step in ("created_at", "admitted_at", "running_at", "finished_at", "released_at"):
+            problems += _timestamp(getattr(message.job, step), f"{field}.job.{step}")
     return problems + _text(message.object, f"{field}.object", 512)
 
 

@@ -8,6 +8,9 @@ Each Job moves
        ↑                                                   ↘ Failed | Refused
        └──── (a failed attempt, while attempts remain: dispatched again) ┘
 
+    Waiting | Placed | Sent | Pending | Admitted | Running → Cancelled (the hub stopped the
+                                                             workload: see below)
+
 Waiting until it arrives (its arrival time is drawn at submission) and until a member has room
 for the whole gang (hub placement) or at once (a manager target). Placed: it has a cluster and
 waits for that member's session. Sent: the ``CreateJob`` command is on the wire (its id is
@@ -15,6 +18,14 @@ waits for that member's session. Sent: the ``CreateJob`` command is on the wire 
 the member's reports move it on, with the member's own times. A command sent but never
 acknowledged is sent again when the member reconnects; one the member acknowledged and no
 longer reports was lost there (its Job deleted), which fails that attempt.
+
+The hub stops a workload that is cancelled (reason :data:`CANCELLED`: its phase is Cancelled)
+or whose dispatching fails (:data:`DISPATCH_FAILED`: Failed, with the error in its message; one
+bad workload fails alone). Its Jobs not yet sent are never created, and those sent and not
+finished are Cancelled at once; every member it sent Jobs to is asked to delete them
+(:attr:`Workload.deleting`, a ``DeleteJobs`` command ``<workload>/<cluster>/delete``) until it
+acknowledges, or its Hello shows none of them is left there. Jobs that finished keep their
+state, so the report keeps what ran.
 
 Trace context is kept with the workload (its ``fleet.workload`` span) and with each Job (the
 first sending of its current attempt), so that a command sent again stays in the trace.
@@ -38,6 +49,11 @@ from primitives.stamps import Stamps
 Placement = Literal["spread", "binpack", "weighted", "clusters", "manager"]
 PLACEMENTS: tuple[str, ...] = ("spread", "binpack", "weighted", "clusters", "manager")
 GPU = "nvidia.com/gpu"
+#: Why the hub stopped a workload (Workload.reason): CancelWorkload, or dispatching it failed.
+CANCELLED = "Cancelled"
+DISPATCH_FAILED = "DispatchFailed"
+#: Longest message of a stopped workload (what members say of deleting its Jobs is added).
+MAX_MESSAGE = 4096
 #: Utilisation samples kept per workload: beyond it, every other is dropped and the interval
 #: doubles, so a long workload keeps its whole span at a coarser grain.
 MAX_SAMPLES = 1200
@@ -53,10 +69,12 @@ class JobState(enum.Enum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     REFUSED = "Refused"
+    CANCELLED = "Cancelled"
 
     @property
     def finished(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.REFUSED)
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.REFUSED,
+                        JobState.CANCELLED)
 
     @property
     def holds_capacity(self) -> bool:
@@ -69,6 +87,7 @@ class Phase(enum.Enum):
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    CANCELLED = "Cancelled"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +198,23 @@ def command_id(workload_id: str, cluster: str, index: int, attempt: int) -> str:
     return f"{workload_id}/{cluster}/job-{index}-{attempt}"
 
 
+def delete_id(workload_id: str, cluster: str) -> str:
+    return f"{workload_id}/{cluster}/delete"
+
+
+def owner(value: str) -> tuple[str, str] | None:
+    """(workload id, cluster) of a command a workload made (a Job's or a deletion's), or
+    None."""
+    parsed = parse_command_id(value)
+    if parsed is not None:
+        return parsed[0], parsed[1]
+    workload, _, rest = value.partition("/")
+    cluster, _, kind = rest.rpartition("/")  # namespace/name: a slash of its own
+    if kind == "delete" and workload and cluster and cluster.count("/") <= 1:
+        return workload, cluster
+    return None
+
+
 def parse_command_id(value: str) -> tuple[str, str, int, int] | None:
     """(workload id, cluster, index, attempt), or None for an id no workload made."""
     workload, _, rest = value.partition("/")
@@ -220,6 +256,7 @@ class Counts:
     succeeded: int = 0
     failed: int = 0
     admitted_total: int = 0
+    cancelled: int = 0
 
     def add(self, job: JobRecord) -> None:
         self.jobs += 1
@@ -234,6 +271,8 @@ class Counts:
             self.running += 1
         elif state is JobState.SUCCEEDED:
             self.succeeded += 1
+        elif state is JobState.CANCELLED:
+            self.cancelled += 1
         else:
             self.failed += 1
         self.admitted_total += job.ever_admitted
@@ -292,11 +331,19 @@ class Workload:
     last_turn: str = ""
     #: The W3C traceparent of the workload's span ("": untraced).
     traceparent: str = ""
+    #: Why the hub stopped it ("": it was not), and what happened.
+    reason: str = ""
+    message: str = ""
+    #: Once stopped: the members still to delete its Jobs, each with whether the deletion
+    #: went out since the member last connected.
+    deleting: dict[str, bool] = dataclasses.field(default_factory=dict)
 
     # -- what to do --------------------------------------------------------------------------
 
     @property
     def phase(self) -> Phase:
+        if self.reason:
+            return Phase.CANCELLED if self.reason == CANCELLED else Phase.FAILED
         if not all(job.state.finished for job in self.jobs):
             return Phase.RUNNING
         if all(job.state is JobState.SUCCEEDED for job in self.jobs):
@@ -436,6 +483,45 @@ class Workload:
             job.message = f"attempt {job.attempt - 1} failed: {message}"
             return
         job.state, job.finished_at, job.message = state, now, message
+
+    def stop(self, now: float, reason: str, message: str) -> None:
+        """The hub stops the workload (``reason``: :data:`CANCELLED` or
+        :data:`DISPATCH_FAILED`): its Jobs not sent yet are never created, those sent and not
+        finished are Cancelled, and every member it sent Jobs to is to delete them."""
+        self.reason, self.message = reason, message
+        for job in self.jobs:
+            if job.avoid:  # an earlier attempt's Job is there
+                self.deleting[job.avoid] = False
+            if job.state in (JobState.WAITING, JobState.PLACED):
+                job.state, job.finished_at = JobState.CANCELLED, now
+                job.message = f"never created: the workload stopped ({reason})"
+                continue
+            self.deleting[job.cluster] = False
+            if not job.state.finished:
+                job.state, job.finished_at = JobState.CANCELLED, now
+                job.message = f"deleted: the workload stopped ({reason})"
+
+    def deleted(self, cluster: str, note: str = "") -> bool:
+        """``cluster`` deleted the workload's Jobs, or has none left (``note``: what it said
+        when it could not, added to the message); whether anything changed."""
+        if cluster not in self.deleting:
+            return False
+        del self.deleting[cluster]
+        if note:
+            self.message = f"{self.message}; {cluster}: {note}"[:MAX_MESSAGE]
+        return True
+
+    def resynced_deleting(self, cluster: str, reported: Iterable[str]) -> bool:
+        """After ``cluster``'s Hello: if it lists none of this workload's Jobs, nothing is
+        left there to delete."""
+        if cluster not in self.deleting:
+            return False
+        self.deleting[cluster] = False  # a new session: the deletion goes out again
+        for command in reported:
+            parsed = parse_command_id(command)
+            if parsed is not None and parsed[:2] == (self.id, cluster):
+                return False
+        return self.deleted(cluster)
 
     def sample(self, now: float, total_gpus: int) -> bool:
         """Record utilisation now, if a sample is due."""

@@ -45,5 +45,6 @@ for command in (
 ):
     main.add_command(command)
 
-for command in (workloads.submit, workloads.workload, workloads.workloads):
+for command in (workloads.submit, workloads.workload, workloads.workloads,
+                workloads.cancel_workload):
     fleets.fleet.add_command(command)

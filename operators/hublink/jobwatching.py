@@ -8,9 +8,13 @@ logged, and it starts again), each step reported as it shows:
 - in each worker a scheduler placed Jobs on, their copies (running, and released).
 
 A command is done once its Job exists: a Job of that name is this command's, delivered before.
-One the member's API server refuses is reported Refused. The Hello lists every workload Job
-from the watch once it has listed them, else from a list made then (a Hello that left one out
-would tell the hub it was lost).
+One the member's API server refuses is reported Refused. A ``DeleteJobs`` (the hub stopped the
+workload) deletes every Job of the workload that a CreateJob made here, with its pods
+(propagation Background; a Job already gone is fine), and nothing else: a Job counts only if
+it carries the workload's label and the annotation of a CreateJob of this cluster for that
+workload, and it is deleted only if it is still the object that was listed (its uid). The
+Hello lists every workload Job from the watch once it has listed them, else from a list made
+then (a Hello that left one out would tell the hub it was lost).
 
 What a Job looks like and what its steps mean is :mod:`operators.hublink.jobs` (pure); this
 module creates, watches and reports. It must not retry a command (the member's
@@ -39,6 +43,7 @@ from operators.k8s.errors import (
     TransportError,
     Unauthorized,
 )
+from operators.k8s.requests import delete_options
 from operators.k8s.watching import list_all, list_and_watch
 from primitives import keys, propagation
 from primitives.clocks import Clock
@@ -129,6 +134,43 @@ class JobWatching:
             return False
         raise TransportError(f"namespace {namespace} vanished while creating Job "
                              f"{job['metadata']['name']}")
+
+    async def delete(self, command: member_pb2.Command) -> bool:
+        """Delete the Jobs CreateJob commands made here for the workload, with their pods;
+        repeated, it deletes what is left (nothing, once done)."""
+        if command.id in self.reporting.refused:
+            return True
+        client = self._member_client()
+        if client is None:
+            raise TransportError(f"cluster {self.name} has no API server yet")
+        order = command.delete_jobs
+        path = f"/apis/batch/v1/namespaces/{order.namespace}/jobs"
+        deleted = gone = 0
+        try:
+            _, items = await list_all(client, path,
+                                      {"labelSelector": f"{keys.WORKLOAD}={order.workload_id}"})
+            for job in items:
+                if not self._made_for(job, order.workload_id):
+                    continue  # labelled so, but no CreateJob of this cluster made it
+                metadata = job["metadata"]
+                try:
+                    # Background: the Job goes now, its pods after it (the default for a
+                    # Job through the API is Orphan, which would leave them running).
+                    await client.delete(f"{path}/{metadata['name']}", body=delete_options(
+                        uid=metadata.get("uid", ""), propagation="Background"))
+                    deleted += 1
+                except (NotFound, Conflict):
+                    gone += 1  # gone, or replaced by another object since it was listed
+        except (Invalid, BadRequest, Unauthorized) as error:
+            self.reporting.refuse(command, f"the API server of {self.name} refused to delete "
+                                           f"the Jobs of workload {order.workload_id}: {error}")
+            return False
+        logger.info("hub command %s: %d Jobs of workload %s deleted in %s (%d gone already)",
+                    command.id, deleted, order.workload_id, self.name, gone)
+        self.reporting.send(member_pb2.CommandResult(
+            command_id=command.id, phase=member_pb2.COMMAND_PHASE_SUCCEEDED,
+            message=f"{deleted} Jobs deleted, {gone} gone already"), propagation.traceparent())
+        return False
 
     async def results(self) -> list[member_pb2.CommandResult]:
         """Every workload Job of the member: from the watch once it has listed them, else
@@ -235,6 +277,12 @@ class JobWatching:
         _, _, rest = command.partition("/")
         cluster, _, _ = rest.rpartition("/")
         return command if cluster in self._names else ""
+
+    def _made_for(self, job: Mapping[str, Any], workload_id: str) -> bool:
+        """Whether a CreateJob of this cluster for ``workload_id`` made ``job``."""
+        labels = (job.get("metadata") or {}).get("labels") or {}
+        return labels.get(keys.WORKLOAD) == workload_id and \
+            self._command_of(job).startswith(f"{workload_id}/{self.name}/job-")
 
     def _seen_of(self, job: dict[str, Any]) -> jobs.Seen:
         return self._seen.setdefault(self._command_of(job), jobs.Seen())

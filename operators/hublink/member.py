@@ -3,8 +3,8 @@
 It implements :class:`federation.client.member.Member` by composing its parts:
 
 - :mod:`~operators.hublink.plans`: plan commands (a fleet run's FaultPlan);
-- :mod:`~operators.hublink.jobwatching`: job commands (a fleet workload's Jobs, and the watches
-  that follow them);
+- :mod:`~operators.hublink.jobwatching`: job commands (a fleet workload's Jobs, created and
+  deleted, and the watches that follow them);
 - :mod:`~operators.hublink.inventorying`: the inventory sent with heartbeats;
 - :mod:`~operators.hublink.reporting`: the results, each change once.
 
@@ -123,6 +123,8 @@ class HostMember:
                     return await self.plans.stop(command)
                 if action == "create_job":
                     return await self.jobs.create(command)
+                if action == "delete_jobs":
+                    return await self.jobs.delete(command)
                 return await self.plans.start(command)
             except K8sError as error:
                 if not transient(error):

@@ -95,11 +95,15 @@ def watch(path: str, params: Params | None, *, timeout_seconds: int,
     return Request("GET", path, _params(query), read_timeout=read_timeout)
 
 
-def delete_options(*, grace_period: int | None = None, uid: str | None = None) -> dict[str, Any]:
-    """A DeleteOptions body: grace period and a uid precondition (never delete a namesake)."""
+def delete_options(*, grace_period: int | None = None, uid: str | None = None,
+                   propagation: str | None = None) -> dict[str, Any]:
+    """A DeleteOptions body: grace period, a uid precondition (never delete a namesake), and
+    how dependents go (``propagation``: Background, Foreground or Orphan)."""
     options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
     if grace_period is not None:
         options["gracePeriodSeconds"] = grace_period
     if uid is not None:
         options["preconditions"] = {"uid": uid}
+    if propagation is not None:
+        options["propagationPolicy"] = propagation
     return options

@@ -15,7 +15,7 @@ from federation.client import tokens
 from federation.client.channels import HubAddress, bearer, open_channel
 from federation.client.discovery import HubFiles, HubInfo
 from federation.client.fleet import FleetClient
-from federation.hub.core import HubSettings
+from federation.hub.core import MAX_LIVE_WORKLOADS, HubSettings
 from federation.hub.server import ServeSettings, Tls, serve
 from primitives.clocks import SystemClock
 from primitives.names import member_name
@@ -59,14 +59,17 @@ class RunningHub:
 @contextlib.asynccontextmanager
 async def running_hub(state_dir: Path, *, tls: Tls | None = None,
                       heartbeat: float = HEARTBEAT, grace: float = GRACE,
-                      listen: str = "127.0.0.1:0") -> AsyncIterator[RunningHub]:
+                      listen: str = "127.0.0.1:0",
+                      max_live_workloads: int = MAX_LIVE_WORKLOADS
+                      ) -> AsyncIterator[RunningHub]:
     """A hub serving on ``listen`` (by default a free loopback port; a restarted hub may take
     its predecessor's address, so that links reconnect to it by themselves)."""
     stop = asyncio.Event()
     ready: asyncio.Future[HubInfo] = asyncio.get_running_loop().create_future()
     settings = ServeSettings(hub=HubSettings(state_dir=state_dir, heartbeat_interval=heartbeat,
-                                             grace=grace, fsync=False), tls=tls,
-                             listen=listen)
+                                             grace=grace, fsync=False,
+                                             max_live_workloads=max_live_workloads),
+                             tls=tls, listen=listen)
     task = asyncio.create_task(serve(settings, stop_flag=stop, ready=ready.set_result))
     done, _ = await asyncio.wait([task, ready], return_when=asyncio.FIRST_COMPLETED)
     if task in done:

@@ -391,3 +391,73 @@ async def test_a_workload_admitted_before_its_job_shows_is_stamped_when_it_was_s
     member.member.jobs.on_job(job, live=True)
     assert member.reports[-1].job.admitted_at.ToNanoseconds() == int(seen_at * 1e9)
     assert member.reports[-1].job.placed_on == "worker-a"
+
+
+# -- deleting a stopped workload's Jobs --------------------------------------------------------
+
+def delete(workload: str = "w1") -> member_pb2.Command:
+    return member_pb2.Command(id=f"{workload}/west/delete", run_id=workload,
+                              delete_jobs=member_pb2.DeleteJobs(workload_id=workload,
+                                                                namespace="team"))
+
+
+async def test_deleting_takes_the_workloads_jobs_with_their_pods_and_nothing_else() -> None:
+    member = Member()
+    for index in (0, 1):
+        await member.member.execute(create(index))
+    # A user's Job with the workload's label, and the copy of east's Job that a MultiKueue
+    # manager made here: neither was made by a CreateJob of this cluster.
+    users = _job()
+    users["metadata"] |= {"name": "users", "annotations": {}, "uid": "u-users"}
+    copy = _job()
+    copy["metadata"] |= {"name": "copy", "uid": "u-copy",
+                         "annotations": {jobs.COMMAND_ANNOTATION: "w1/east/job-5-1"}}
+    other = jobs.job_object(create(2))  # another workload's
+    other["metadata"]["labels"]["fakefleet.dev/workload"] = "w2"
+    other["metadata"]["annotations"] = {jobs.COMMAND_ANNOTATION: "w2/west/job-2-1"}
+    for job in (users, copy, other):
+        member.api.put(JOBS, job)
+    assert await member.member.execute(delete()) is False
+    assert sorted(job["metadata"]["name"] for job in member.api.objects(JOBS)) == [
+        "copy", "users", "w1-2"]
+    sent = member.api.sent("DELETE", f"{JOBS}/.*")
+    assert sorted(request.path.rsplit("/", 1)[1] for request in sent) == ["w1-0", "w1-1"]
+    for request in sent:
+        body = request.json()
+        assert body["propagationPolicy"] == "Background"  # the pods go too
+        assert body["preconditions"]["uid"]  # only the object that was listed
+    assert member.reports[-1].command_id == "w1/west/delete"
+    assert member.reports[-1].phase == member_pb2.COMMAND_PHASE_SUCCEEDED
+    assert member.reports[-1].message == "2 Jobs deleted, 0 gone already"
+    # Delivered again: nothing left to delete, and that is fine.
+    assert await member.member.execute(delete()) is False
+    assert member.reports[-1].message == "0 Jobs deleted, 0 gone already"
+
+
+async def test_a_job_gone_before_its_delete_counts_as_deleted() -> None:
+    member = Member()
+    await member.member.execute(create())
+    member.api.fail("DELETE", f"{JOBS}/w1-0", status=404, reason="NotFound")
+    assert await member.member.execute(delete()) is False
+    assert member.reports[-1].message == "0 Jobs deleted, 1 gone already"
+
+
+async def test_a_delete_that_failed_on_the_way_is_tried_again() -> None:
+    member = Member()
+    await member.member.execute(create())
+    member.api.fail("DELETE", f"{JOBS}/w1-0", status=500, times=2)
+    assert await member.drive(member.member.execute(delete())) is False
+    assert member.api.objects(JOBS) == []
+
+
+async def test_a_delete_the_api_server_forbids_is_refused_and_kept_for_the_hello() -> None:
+    member = Member()
+    await member.member.execute(create())
+    member.api.fail("GET", JOBS, status=403, reason="Forbidden")
+    assert await member.drive(member.member.execute(delete())) is False
+    refused = member.reports[-1]
+    assert refused.phase == member_pb2.COMMAND_PHASE_REFUSED
+    assert "refused to delete the Jobs of workload w1" in refused.message
+    assert refused in await member.member.resync()
+    assert await member.member.execute(delete()) is True
+    assert len(member.api.objects(JOBS)) == 1

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from federation.hub.arrivals import (
+    MAX_SECONDS,
     Arrivals,
     DistributionError,
     RunTime,
@@ -68,6 +69,20 @@ def test_lognormal_run_times_are_positive_and_capped(seed: int, median: float, s
     assert all(0 <= value <= cap for value in drawn)
 
 
+def test_lognormal_draws_stay_within_the_longest_run_time_without_a_cap() -> None:
+    drawn = run_times(RunTime("lognormal", seconds=MAX_SECONDS, sigma=5), 1000, 0)
+    assert max(drawn) == MAX_SECONDS
+
+
+def test_the_bounds_say_what_is_accepted() -> None:
+    with pytest.raises(DistributionError) as raised:
+        arrival_times(Arrivals("rate", rate=0.001), 10_000, 0)
+    assert "last of 10000 Jobs" in str(raised.value)
+    assert "raise the rate to 0.00386 or more, or give fewer Jobs" in str(raised.value)
+    with pytest.raises(DistributionError, match="give seconds from 0 to 2592000 "):
+        run_times(RunTime("fixed", seconds=1e300), 1, 0)
+
+
 def test_lognormal_run_times_have_the_median_asked_for() -> None:
     drawn = run_times(RunTime("lognormal", seconds=600, sigma=0.5), 20_001, 3)
     assert statistics.median(drawn) == pytest.approx(600, rel=0.03)
@@ -78,11 +93,25 @@ def test_lognormal_run_times_have_the_median_asked_for() -> None:
     (lambda: arrival_times(Arrivals("rate", rate=0), 3, 0), "arrivals.rate"),
     (lambda: arrival_times(Arrivals("poisson", rate=float("nan")), 3, 0), "arrivals.rate"),
     (lambda: arrival_times(Arrivals("times", times=(1.0,)), 3, 0), "arrivals.times"),
-    (lambda: arrival_times(Arrivals("times", times=(-1.0,)), 1, 0), "arrivals.times"),
+    (lambda: arrival_times(Arrivals("times", times=(-1.0,)), 1, 0), r"arrivals.times\[0\]"),
     (lambda: run_times(RunTime("uniform", low=5, high=1), 3, 0), "runTime.low"),
     (lambda: run_times(RunTime("lognormal", seconds=0), 3, 0), "runTime.seconds"),
     (lambda: run_times(RunTime("lognormal", seconds=1, sigma=9), 3, 0), "runTime.sigma"),
     (lambda: run_times(RunTime("fixed", seconds=-1), 3, 0), "runTime.seconds"),
+    # Past what the hub's arithmetic and protobuf's Duration and Timestamp hold.
+    (lambda: run_times(RunTime("fixed", seconds=1e300), 3, 0), "runTime.seconds"),
+    (lambda: run_times(RunTime("fixed", seconds=float("inf")), 3, 0), "runTime.seconds"),
+    (lambda: run_times(RunTime("uniform", low=1, high=float("nan")), 3, 0), "runTime.high"),
+    (lambda: run_times(RunTime("lognormal", seconds=1e9, sigma=1), 3, 0), "runTime.seconds"),
+    (lambda: run_times(RunTime("fixed", seconds=1, cap=float("nan")), 3, 0), "runTime.cap"),
+    (lambda: arrival_times(Arrivals("times", times=(0.0, 1e300)), 2, 0), r"arrivals.times\[1\]"),
+    (lambda: arrival_times(Arrivals("times", times=(float("nan"),)), 1, 0),
+     r"arrivals.times\[0\]"),
+    (lambda: arrival_times(Arrivals("rate", rate=1e-300), 3, 0), "arrivals.rate"),
+    (lambda: arrival_times(Arrivals("rate", rate=float("inf")), 3, 0), "arrivals.rate"),
+    (lambda: arrival_times(Arrivals("poisson", rate=1e6), 3, 0), "arrivals.rate"),
+    # One a day is a rate, but 100000 of them take 270 years to arrive.
+    (lambda: arrival_times(Arrivals("rate", rate=1 / 86400), 100_000, 0), "arrivals.rate"),
 ])
 def test_a_bad_distribution_is_refused_naming_its_field(distribution, field: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(DistributionError, match=f"^{field}:"):
