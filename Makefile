@@ -82,8 +82,9 @@ verify: $(STAMP)
 ## and by Kueue MultiKueue over 3 clusters of 100 H100 nodes, what a member, 1000 nodes and
 ## 1000 pods cost (RSS, CPU, etcd bytes: docs/scale-out.md), the chart's install to a Ready
 ## operator, DRA at 5000 nodes (slices published, 2000 claims allocated by the real scheduler),
-## and the engine with usage metrics on (metrics-server scraping) against off at 5000 nodes,
-## 10000 pods, 1000 GPU nodes
+## the engine with usage metrics on (metrics-server scraping) against off at 5000 nodes,
+## 10000 pods, 1000 GPU nodes, and a 30-minute soak of a fleet with FaultPlans, hub workloads
+## and pool scaling under 50 seeded kills of its processes (nothing lost or repeated)
 bench: setup kwok
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
@@ -98,6 +99,7 @@ bench: setup kwok
 	$(BIN)/python -m bench.chart
 	$(BIN)/python -m bench.dra
 	$(BIN)/python -m bench.usage
+	$(BIN)/python -m bench.soak
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
