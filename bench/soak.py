@@ -242,7 +242,7 @@ class Soak:
 
     def say(self, text: str) -> None:
         self.console.print(f"[{self.title} {time.time() - self.started:6.0f}s] {text}",
-                           highlight=False)
+                           markup=False, highlight=False)
 
     async def run(self) -> dict[str, Any]:
         host = self.host
@@ -511,7 +511,8 @@ def report(runs: dict[str, dict[str, Any]], console: Console, args: argparse.Nam
             for key in path:
                 found = found[key]
             for line in found[:20]:
-                console.print(f"  {name}: {'.'.join(path)}: {line}", highlight=False)
+                console.print(f"  {name}: {'.'.join(path)}: {line}", markup=False,
+                              highlight=False)
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -522,18 +523,18 @@ def soak_once(args: argparse.Namespace, console: Console, *, kills: int, duratio
     with tempfile.TemporaryDirectory(prefix="fakefleet-soak-") as workdir:
         host = Host(Path(workdir) / "state")
         try:
-            console.print(f"[{title}] fakefleet up ...")
+            console.print(f"[{title}] fakefleet up ...", markup=False)
             host.fakefleet("up")
             return asyncio.run(Soak(host, duration=duration, kills=kills, seed=args.seed,
                                     targets=args.targets, console=console, title=title).run())
         finally:
-            console.print(f"[{title}] fakefleet down ...")
+            console.print(f"[{title}] fakefleet down ...", markup=False)
             down = subprocess.run([str(BIN / "fakefleet"), "down", "--state-dir",
                                    str(host.state)], capture_output=True, text=True,
                                   timeout=300, check=False)
             if down.returncode:
                 console.print(f"[{title}] fakefleet down failed ({down.returncode}): "
-                              f"{down.stderr[-2000:]}", highlight=False)
+                              f"{down.stderr[-2000:]}", markup=False, highlight=False)
 
 
 def interrupted(signum: int, frame: FrameType | None) -> None:
