@@ -1,0 +1,33 @@
+"""The soak's scenario as data: its FaultPlan is one the CRD accepts, its schedule is what the
+checks expect, and what it says keeps its bracketed prefix (rich would read it as markup)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+from bench import soak
+from bench.workloads import Host
+from operators.api.faultplans import FaultPlanSpec
+
+
+def test_the_plan_is_valid_and_its_schedule_ends_before_the_quiet_minute() -> None:
+    for duration, occurrences in ((180, 1), (240, 2), (1800, 15)):
+        assert soak.occurrences_in(duration) == occurrences
+        spec = FaultPlanSpec.model_validate(soak.plan_body(1, occurrences)["spec"])
+        assert [s.repeat.times for s in spec.steps if s.repeat] == [occurrences] * 2
+        moments = soak.planned(occurrences)
+        assert len(moments) == 2 * occurrences
+        assert max(moments[("nodes-down", k)] for k in range(occurrences)) <= \
+            duration - soak.QUIET
+
+
+def test_what_a_run_says_keeps_its_prefix(tmp_path: Path) -> None:
+    out = io.StringIO()
+    run = soak.Soak(Host(tmp_path), duration=240, kills=0, seed=1, targets=["hub"],
+                    console=Console(file=out, width=200), title="with kills")
+    run.say("kill [1/6]")
+    assert out.getvalue().startswith("[with kills")
+    assert out.getvalue().rstrip().endswith("kill [1/6]")
