@@ -342,7 +342,7 @@ class Harness:
         # Writers and watchers apart: a long watch never holds a writer's connection, and a
         # request queued behind 64 others under load is slow, not failed.
         self.client = Client.connect(access, connections=CONCURRENCY, timeout=300)
-        self.watcher = Client.connect(access, connections=4)
+        self.watcher = Client.connect(access, connections=8)
         self.process: asyncio.subprocess.Process | None = None
         self.node_names: list[str] = []
         self.leases = LeaseGaps(self.watcher)

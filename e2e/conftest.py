@@ -173,11 +173,11 @@ class Fleet:
 
     def wait_member_served(self, cluster: str, old_operator: int,
                            components: frozenset[str] = frozenset({"kube-apiserver", "engine"}),
-                           timeout: float = 90) -> dict[str, int]:
+                           timeout: float = 90, namespace: str = "default") -> dict[str, int]:
         """After the operator ``old_operator`` was killed: wait until the one that followed it
         supervises the member's ``components`` again; the pids of what it supervises."""
         def served() -> dict[str, int] | None:
-            found = self.member_processes(cluster)
+            found = self.member_processes(cluster, namespace)
             return found if self.operator_restarted(old_operator) and \
                 components <= set(found) else None
         result: dict[str, int] = eventually(served, timeout=timeout,

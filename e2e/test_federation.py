@@ -369,8 +369,8 @@ def test_a_cancelled_workload_leaves_no_job_nor_pod_it_made_in_the_members(
                     "-"], input=json.dumps(foreign), text=True, capture_output=True, timeout=60,
                    check=True)
     cancelled = hub(members, "cancel-workload", submitted["id"])
-    assert "cancelled; members deleting its Jobs: fed-a, fed-b" in cancelled.stdout \
-        + cancelled.stderr
+    assert "cancelled; members deleting its Jobs: federation/fed-a, federation/fed-b" in \
+        cancelled.stdout + cancelled.stderr
 
     def left(cluster: str, kind: str) -> list[str]:
         found = kubectl_json(kubeconfigs[cluster], "get", kind, "-n", "cancelled")["items"]

@@ -53,7 +53,7 @@ class Hub:
 
 def _cancel(monkeypatch: pytest.MonkeyPatch, hub: Hub, tmp_path: Path,
             *options: str) -> tuple[int, str]:
-    monkeypatch.setattr(workloads, "connect", lambda *args: hub)
+    monkeypatch.setattr(workloads, "connect", lambda *args, **options: hub)
     result = CliRunner().invoke(main, ["fleet", "cancel-workload", "w1a2b3c4d",
                                        "--state-dir", str(tmp_path), *options])
     return result.exit_code, result.output

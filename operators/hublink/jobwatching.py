@@ -279,10 +279,12 @@ class JobWatching:
         return command if cluster in self._names else ""
 
     def _made_for(self, job: Mapping[str, Any], workload_id: str) -> bool:
-        """Whether a CreateJob of this cluster for ``workload_id`` made ``job``."""
+        """Whether a CreateJob of this cluster for ``workload_id`` made ``job`` (its command
+        names the cluster as the fleet does, or, from a hub of before, by its name alone)."""
         labels = (job.get("metadata") or {}).get("labels") or {}
-        return labels.get(keys.WORKLOAD) == workload_id and \
-            self._command_of(job).startswith(f"{workload_id}/{self.name}/job-")
+        command = self._command_of(job)
+        return labels.get(keys.WORKLOAD) == workload_id and any(
+            command.startswith(f"{workload_id}/{name}/job-") for name in self._names)
 
     def _seen_of(self, job: dict[str, Any]) -> jobs.Seen:
         return self._seen.setdefault(self._command_of(job), jobs.Seen())

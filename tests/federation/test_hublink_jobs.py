@@ -171,7 +171,7 @@ def test_a_job_moved_to_another_worker_starts_over_there() -> None:
 # -- the member over an in-memory member API -------------------------------------------------
 
 class Member:
-    def __init__(self, name: str = "west") -> None:
+    def __init__(self, name: str = "west", namespace: str = "default") -> None:
         self.clock = FakeClock(NOW)
         self.host = MemoryTransport(self.clock)
         self.api = MemoryTransport(self.clock)
@@ -179,7 +179,7 @@ class Member:
         #: Other FakeClusters' APIs (MultiKueue workers), served once listed in ``up``.
         self.workers: dict[str, MemoryTransport] = {}
         self.up: set[str] = set()
-        self.member = HostMember(Client(self.host, clock=self.clock), "default", name,
+        self.member = HostMember(Client(self.host, clock=self.clock), namespace, name,
                                  host_id="h", annotations=dict,
                                  member_client=lambda: self.client,
                                  worker_client=self._worker, clock=self.clock)
@@ -432,6 +432,18 @@ async def test_deleting_takes_the_workloads_jobs_with_their_pods_and_nothing_els
     # Delivered again: nothing left to delete, and that is fine.
     assert await member.member.execute(delete()) is False
     assert member.reports[-1].message == "0 Jobs deleted, 0 gone already"
+
+
+async def test_a_member_outside_the_default_namespace_deletes_the_jobs_it_made() -> None:
+    member = Member(namespace="team-a")  # the fleet names it team-a/west
+    command = create()
+    command.id = "w1/team-a/west/job-0-1"
+    await member.member.execute(command)
+    order = delete()
+    order.id = "w1/team-a/west/delete"
+    assert await member.member.execute(order) is False
+    assert member.api.objects(JOBS) == []
+    assert member.reports[-1].message == "1 Jobs deleted, 0 gone already"
 
 
 async def test_a_job_gone_before_its_delete_counts_as_deleted() -> None:

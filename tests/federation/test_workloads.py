@@ -680,4 +680,5 @@ def test_the_limit_is_one_workload_at_least(tmp_path: Path,
     with pytest.raises(SystemExit) as exited:
         hub_main(["--state-dir", str(tmp_path), "--insecure", "--max-live-workloads", "0"])
     assert exited.value.code == 2
-    assert "--max-live-workloads 0: give 1 or more" in capsys.readouterr().err
+    assert "argument --max-live-workloads: '0' is not a number of workloads from 1 to 100000" \
+        in capsys.readouterr().err
