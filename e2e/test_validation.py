@@ -75,6 +75,12 @@ INVALID = {
     "bad taint effect": (
         pool("  template:\n    taints: [{key: a, effect: Sometimes}]\n"),
         ["spec.template.taints[0].effect", 'Unsupported value: "Sometimes"']),
+    "a start delay of 400 digits": (
+        pool(f"  pods: {{startDelay: {'9' * 400}s}}\n"),
+        ["spec.pods.startDelay", "Too long: may not be more than 32"]),
+    "a start delay of 4e9 hours": (
+        pool("  pods: {startDelay: 4000000000h}\n"),
+        ["spec.pods.startDelay", "should match"]),
     "lease too short": (
         pool("  leaseDurationSeconds: 5\n"),
         ["spec.leaseDurationSeconds", "greater than or equal to 10"]),

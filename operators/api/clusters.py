@@ -14,7 +14,7 @@ from operators.api.base import (
     ResourceInfo,
     immutable,
 )
-from operators.api.durations import DURATION_PATTERN
+from operators.api.durations import DURATION_LENGTH, DURATION_PATTERN
 from operators.api.names import Labels, rule, validations
 from primitives import keys
 from primitives.names import CLUSTER_NAME_MAX_LENGTH, LABEL_VALUE_MAX_LENGTH
@@ -171,7 +171,8 @@ class MultiKueueSpec(Model):
     """Names of FakeClusters in the same namespace (each with spec.addons.kueue enabled): the
     operator keeps a kubeconfig Secret, a MultiKueueCluster per worker and the MultiKueueConfig
     'fakefleet' listing them in this cluster's kueue-system namespace."""
-    workerLostTimeout: str = Field(default="30s", pattern=DURATION_PATTERN, max_length=32)
+    workerLostTimeout: str = Field(default="30s", pattern=DURATION_PATTERN,
+                                   max_length=DURATION_LENGTH)
     """How long Kueue waits for a worker that stopped answering before it dispatches the
     worker's admitted Workloads elsewhere (Kueue's multiKueue.workerLostTimeout; its own default
     of 15m is long for a simulation)."""
@@ -197,7 +198,7 @@ class MetricsServerSpec(Model):
 
     enabled: bool = True
     """false: metrics-server stops and its APIService is removed."""
-    resolution: str = Field(default="15s", pattern=DURATION_PATTERN, max_length=32,
+    resolution: str = Field(default="15s", pattern=DURATION_PATTERN, max_length=DURATION_LENGTH,
                             json_schema_extra=validations(rule(
                                 f"duration(self) >= duration('{MIN_METRIC_RESOLUTION}')",
                                 f"metrics-server scrapes at most every "

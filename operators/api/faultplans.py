@@ -40,7 +40,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from operators.api.base import Condition, CustomResource, Model, PrinterColumn, ResourceInfo
-from operators.api.durations import DURATION_PATTERN
+from operators.api.durations import DURATION_LENGTH, DURATION_PATTERN
 from operators.api.injections import TRACEPARENT_PATTERN, HubDirection
 from operators.api.names import rule, validations
 from operators.api.nodepools import Taint
@@ -57,7 +57,7 @@ MAX_OCCURRENCES = 200
 MAX_EXPRESSION_LENGTH = 1024
 STEP_NAME_LENGTH = 63
 
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=DURATION_LENGTH)]
 """A duration such as 90s, 1m30s, 500ms or 2h."""
 StepName = Annotated[str, Field(
     min_length=1, max_length=STEP_NAME_LENGTH, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]

@@ -52,7 +52,7 @@ from typing import Literal
 from pydantic import Field, ValidationError
 
 from operators.api.base import Model
-from operators.api.durations import DURATION_PATTERN, parse_duration
+from operators.api.durations import DURATION_LENGTH, DURATION_PATTERN, parse_duration
 from operators.api.stages import Stage
 from primitives import keys
 
@@ -72,7 +72,8 @@ class HubLink(Model):
 
     partition: HubDirection | None = None
     """HubPartition: the messages that are lost (both ways, toHub or fromHub)."""
-    latency: str | None = Field(default=None, pattern=DURATION_PATTERN)
+    latency: str | None = Field(default=None, pattern=DURATION_PATTERN,
+                                 max_length=DURATION_LENGTH)
     """HubLatency: how long each message, either way, waits before it is delivered."""
 
 
@@ -88,7 +89,8 @@ class FaultEntry(Model):
     stop: list[Component] = Field(default_factory=list)
     """FakeCluster entries: the control-plane components that stay stopped while the state is
     inject."""
-    latency: str | None = Field(default=None, pattern=DURATION_PATTERN)
+    latency: str | None = Field(default=None, pattern=DURATION_PATTERN,
+                                 max_length=DURATION_LENGTH)
     """FakeCluster entries: while the state is inject, the cluster's engine waits this long
     before each of its writes (APIServerSlow)."""
     hub: HubLink | None = None

@@ -17,7 +17,7 @@ from operators.api.base import (
     immutable,
 )
 from operators.api.clusters import MAX_CLUSTER_NAME_LENGTH
-from operators.api.durations import DURATION_PATTERN
+from operators.api.durations import DURATION_LENGTH, DURATION_PATTERN
 from operators.api.gpus import PRESETS, GPUAllocation, GPUPresetName
 from operators.api.names import (
     MAX_ENTRIES,
@@ -175,7 +175,7 @@ class TopologySpec(Model):
     """Racks per zone to spread nodes over (label fakefleet.dev/rack; 0: no rack label)."""
 
 
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=DURATION_LENGTH)]
 
 
 class PodBehaviour(Model):

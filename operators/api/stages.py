@@ -33,9 +33,9 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from operators.api.base import Model
-from operators.api.durations import DURATION_PATTERN
+from operators.api.durations import DURATION_LENGTH, DURATION_PATTERN
 
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=DURATION_LENGTH)]
 PodPhase = Literal["Pending", "Initializing", "Running", "BackOff", "Succeeded", "Failed"]
 
 #: What a pod selector may test; values compare as strings ("true"/"false" for flags).
