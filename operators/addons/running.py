@@ -121,6 +121,8 @@ class Launch:
     argv: list[str]
     settings: str = ""
     """See :attr:`Instance.settings`."""
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Its environment, on top of the operator's (Karpenter takes its settings there)."""
 
 
 class Addon(Protocol[ObservedT, ActionT]):
@@ -248,7 +250,7 @@ class Runner(Generic[ObservedT, ActionT]):
         launch = await self.addon.setup(site, cluster, binary)
         process = Supervised(f"{site.key}/{self.addon.name}", launch.argv,
                              log_path=self.addon.files(site.state, site.key).log,
-                             stable_after=STABLE_AFTER)
+                             stable_after=STABLE_AFTER, env=launch.env)
         await process.start()
         self.instances[site.key] = Instance(process, settings=launch.settings)
 
