@@ -18,6 +18,7 @@ from operators.addons.lifecycle import Build, Hook, Start, Stop
 from operators.api.clusters import FakeCluster, KarpenterSpec
 from operators.api.instancetypes import BY_NAME, CATALOGUE
 from operators.api.nodepools import FakeNodePoolSpec
+from operators.cli import views
 from operators.engine import nodes
 from operators.k8s.client import Client
 from operators.reconciling.clusters import AddonState
@@ -266,3 +267,22 @@ def test_the_example_is_valid(path: str) -> None:
     assert FakeCluster.model_validate(kinds["FakeCluster"]).spec.karpenter is not None
     pool = FakeNodePoolSpec.model_validate(kinds["FakeNodePool"]["spec"])
     assert pool.provisioner == "karpenter"
+
+
+def test_fakefleet_wait_counts_the_nodes_karpenter_made_not_spec_replicas() -> None:
+    """Defect: 'fakefleet wait' waited for spec.replicas (1, the default) nodes of a
+    provisioner pool, which has none until pods wait for them."""
+    def cluster_(ready: int) -> dict[str, Any]:
+        return {"metadata": {"namespace": "default", "name": "west", "generation": 1},
+                "status": {"observedGeneration": 1, "phase": "Ready", "readyNodes": ready}}
+
+    def pool(name: str, status: dict[str, int], **spec: Any) -> dict[str, Any]:
+        return {"metadata": {"namespace": "default", "name": name, "generation": 1},
+                "spec": {"clusterRef": "west", "replicas": 1, **spec},
+                "status": {"observedGeneration": 1, **status}}
+
+    empty = pool("gpu", {"replicas": 0, "readyReplicas": 0}, provisioner="karpenter")
+    cpu = pool("cpu", {"replicas": 1, "readyReplicas": 1})
+    assert views.readiness([cluster_(1)], [empty, cpu]) == (1, 1, 1, 1)
+    grown = pool("gpu", {"replicas": 1, "readyReplicas": 0}, provisioner="karpenter")
+    assert views.readiness([cluster_(1)], [grown, cpu]) == (0, 1, 1, 2)
