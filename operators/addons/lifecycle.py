@@ -113,7 +113,7 @@ def condition(observed: Observed, *, serving: bool, title: str, crashed: str,
 
 def crash_summary(log: str) -> str:
     """The line of an add-on's log that says why it stopped: a panic, else the last error's
-    message (a log of JSON lines, as Kueue's), else its last line."""
+    message (a log of JSON lines, as Kueue's and Karpenter's), else its last line."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     for line in reversed(lines):
         if line.startswith(("panic:", "fatal error:")):
@@ -124,7 +124,8 @@ def crash_summary(log: str) -> str:
                 entry = json.loads(line)
             except ValueError:
                 continue
-            if entry.get("level") == "error":
+            # Kueue logs {"level": "error", "msg"}, Karpenter {"level": "ERROR", "message"}.
+            if str(entry.get("level", "")).lower() == "error":
                 error = f": {entry['error']}" if entry.get("error") else ""
-                return f"{entry.get('msg', '')}{error}"
+                return f"{entry.get('msg') or entry.get('message', '')}{error}"
     return lines[-1] if lines else "(its log is empty)"

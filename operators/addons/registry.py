@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from operators.addons.karpenter.running import Karpenter
 from operators.addons.kueue.running import Kueue
 from operators.addons.metricsserver.running import MetricsServer
 from operators.addons.running import Runner
@@ -17,4 +18,4 @@ from operators.addons.running import Runner
 
 def runners() -> tuple[Runner[Any, Any], ...]:
     """One runner per add-on, each with nothing built or started yet (one set per operator)."""
-    return (Runner(Kueue()), Runner(MetricsServer()))
+    return (Runner(Kueue()), Runner(MetricsServer()), Runner(Karpenter()))

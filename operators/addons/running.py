@@ -131,6 +131,8 @@ class Launch:
     argv: list[str]
     settings: str = ""
     """See :attr:`Instance.settings`."""
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Its environment, on top of the operator's (Karpenter takes its settings there)."""
 
 
 class Addon(Protocol[ObservedT, ActionT]):
@@ -262,7 +264,8 @@ class Runner(Generic[ObservedT, ActionT]):
                                     [self.addon.name])
         launch = await self.addon.setup(site, cluster, binary)
         process = Supervised(f"{site.key}/{self.addon.name}", launch.argv, log_path=log,
-                             stable_after=STABLE_AFTER, subreaper=site.subreaper)
+                             stable_after=STABLE_AFTER, subreaper=site.subreaper,
+                             env=launch.env)
         endpoint = self.addon.endpoint(site.state, site.key)
         if endpoint is not None and await health.adopt(
                 process, endpoint[1], health.insecure_tls() if endpoint[1].startswith("https")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -15,7 +15,7 @@ from operators.api.base import (
     immutable,
 )
 from operators.api.durations import DURATION_LENGTH, DURATION_PATTERN
-from operators.api.names import Labels, rule, validations
+from operators.api.names import Labels, label_value, rule, validations
 from primitives import keys
 from primitives.names import CLUSTER_NAME_MAX_LENGTH, LABEL_VALUE_MAX_LENGTH
 
@@ -52,6 +52,15 @@ METRICS_SERVER_LOCAL_RULE = rule(
     "this host's loopback, which the aggregation layer of an adopted (external) cluster cannot "
     "reach; remove spec.addons.metricsServer, or set metricsServer.enabled: false",
     field_path=".spec.addons.metricsServer",
+)
+KARPENTER_LOCAL_RULE = rule(
+    "!(has(self.spec.addons) && has(self.spec.addons.karpenter) && "
+    "self.spec.addons.karpenter.enabled) || !has(self.spec.controlPlane) || "
+    "self.spec.controlPlane.backend == 'local'",
+    "spec.addons.karpenter needs controlPlane.backend 'local': fakefleet runs Karpenter on this "
+    "host with the cluster's admin kubeconfig, which it has only for a cluster it runs; remove "
+    "spec.addons.karpenter, or set karpenter.enabled: false",
+    field_path=".spec.addons.karpenter",
 )
 KUEUE_NOT_OWN_WORKER_RULE = rule(
     f"!({_KUEUE_ON}) || !has(self.spec.addons.kueue.multiKueue) || "
@@ -187,6 +196,10 @@ class KueueSpec(Model):
     """Make this cluster a MultiKueue manager of the listed worker clusters."""
 
 
+#: Karpenter's zones unless spec.addons.karpenter.zones says otherwise.
+DEFAULT_ZONES = ("zone-a", "zone-b", "zone-c")
+MAX_ZONES = 16
+
 #: metrics-server refuses to scrape more often than this.
 MIN_METRIC_RESOLUTION = "10s"
 
@@ -208,6 +221,45 @@ class MetricsServerSpec(Model):
     HPAs see a change of usage within one or two of these."""
 
 
+#: Karpenter's own pattern for consolidateAfter (a Go duration in whole s, m, h, or Never).
+CONSOLIDATE_AFTER_PATTERN = r"^(([0-9]+(s|m|h))+|Never)$"
+#: Karpenter's pattern for a disruption budget's nodes: a count or a percentage.
+BUDGET_PATTERN = r"^((100|[0-9]{1,2})%|[0-9]+)$"
+
+
+class KarpenterSpec(Model):
+    """Karpenter (its KWOK cloud provider) against this cluster: it makes nodes for pods that
+    wait and deletes them when consolidation finds them empty or underused; fakefleet's engine
+    plays every node it makes. It makes nodes only for FakeNodePools with provisioner
+    karpenter, from the NodePool fakefleet writes for each."""
+
+    enabled: bool = True
+    """false: Karpenter stops; what it made stays (its NodePools, NodeClaims and nodes, whose
+    finalizers wait for it): delete the provisioner pools first."""
+    consolidateAfter: str = Field(default="30s", pattern=CONSOLIDATE_AFTER_PATTERN,
+                                  max_length=32)
+    """How long a node must have had no pod come or go before consolidation may remove or
+    replace it (the NodePools' spec.disruption.consolidateAfter), e.g. 30s, 5m, or Never.
+    Removing an empty node takes about this plus 30-40 s of Karpenter's own polling and
+    validation."""
+    consolidationPolicy: Literal["WhenEmptyOrUnderutilized", "WhenEmpty"] = \
+        "WhenEmptyOrUnderutilized"
+    """Which nodes consolidation considers: empty ones only, or underused ones too (their
+    pods moved to cheaper nodes)."""
+    disruptionBudget: str = Field(default="10%", pattern=BUDGET_PATTERN, max_length=8)
+    """At most how many of a NodePool's nodes consolidation disrupts at once: a count or a
+    percentage, rounded up (Karpenter's default, 10%)."""
+    nodeRepair: bool = False
+    """Karpenter's NodeRepair feature gate: a node NotReady (False or Unknown) for 10 minutes
+    is drained and replaced, unless more than 20% of its NodePool is unhealthy. Off, as
+    Karpenter has it by default: a faulty node stays until the fault ends."""
+    zones: list[Annotated[str, label_value("zone")]] = Field(
+        default_factory=lambda: list(DEFAULT_ZONES), min_length=1, max_length=MAX_ZONES,
+        json_schema_extra={"x-kubernetes-list-type": "set", "default": list(DEFAULT_ZONES)})
+    """Zones every instance type is offered in (topology.kubernetes.io/zone of the nodes);
+    a provisioner pool's topology.zones must be among them."""
+
+
 class AddonsSpec(Model):
     """Real upstream controllers the operator runs for this cluster, supervised like its control
     plane: started, restarted when they crash, stopped with the cluster."""
@@ -217,6 +269,9 @@ class AddonsSpec(Model):
     metricsServer: MetricsServerSpec | None = None
     """metrics-server (sigs.k8s.io/metrics-server v0.8.0); absent: on, as {enabled: true},
     for backend 'local'."""
+    karpenter: KarpenterSpec | None = None
+    """Karpenter with its KWOK cloud provider (sigs.k8s.io/karpenter v1.14.1), built from the
+    Go module proxy on first use (a cold build takes about 17 minutes)."""
 
 
 class FakeClusterSpec(Model):
@@ -248,13 +303,19 @@ class FakeClusterSpec(Model):
 
     addons: AddonsSpec | None = None
     """Add-ons the operator runs against this cluster (backend 'local' only): kueue,
-    metricsServer (on unless disabled)."""
+    metricsServer (on unless disabled), karpenter."""
 
     @property
     def kueue(self) -> KueueSpec | None:
         """spec.addons.kueue when it is enabled, else None."""
         kueue = self.addons.kueue if self.addons else None
         return kueue if kueue is not None and kueue.enabled else None
+
+    @property
+    def karpenter(self) -> KarpenterSpec | None:
+        """spec.addons.karpenter when it is enabled, else None."""
+        karpenter = self.addons.karpenter if self.addons else None
+        return karpenter if karpenter is not None and karpenter.enabled else None
 
     @property
     def metrics_server(self) -> MetricsServerSpec | None:
@@ -312,7 +373,7 @@ class FakeCluster(CustomResource):
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
         rules=(NAME_RULE, KUEUE_LOCAL_RULE, KUEUE_NOT_OWN_WORKER_RULE,
-               METRICS_SERVER_LOCAL_RULE),
+               METRICS_SERVER_LOCAL_RULE, KARPENTER_LOCAL_RULE),
     )
     kind: str = "FakeCluster"
     spec: FakeClusterSpec = Field(default_factory=FakeClusterSpec)

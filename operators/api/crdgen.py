@@ -5,7 +5,8 @@
 Pydantic's JSON schema is turned into a structural OpenAPI v3 schema as the API server wants
 it: ``$ref`` inlined, optional fields as plain (non-nullable) properties, no titles, no
 ``additionalProperties: false`` (the API server prunes unknown fields and ``kubectl`` rejects
-them), defaults kept, CEL rules (``x-kubernetes-validations``) carried over from the models.
+them), ``const`` as a one-value ``enum``, defaults kept, CEL rules
+(``x-kubernetes-validations``) carried over from the models.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def structural(node: Any, defs: dict[str, Any]) -> Any:
         merged.update({k: v for k, v in node.items()})
         return structural(merged, defs)
     node.pop("title", None)
+    if "const" in node:  # a Literal of one value; OpenAPI v3.0, the API server's, has no const
+        node["enum"] = [node.pop("const")]
     if node.get("additionalProperties") is False:
         node.pop("additionalProperties")
     if isinstance(node.get("description"), str):

@@ -19,6 +19,7 @@ from operators.api.base import (
 from operators.api.clusters import MAX_CLUSTER_NAME_LENGTH
 from operators.api.durations import DURATION_LENGTH, DURATION_PATTERN
 from operators.api.gpus import PRESETS, GPUAllocation, GPUPresetName
+from operators.api.instancetypes import GPU_COUNTS
 from operators.api.names import (
     MAX_ENTRIES,
     Annotations,
@@ -140,6 +141,30 @@ DRA_CAPACITY_RULE = rule(
 )
 
 
+#: Who makes a pool's nodes besides the engine itself.
+Provisioner = Literal["karpenter"]
+_PROVISIONED = "has(self.provisioner)"
+PROVISIONER_RULES = (
+    rule(f"{_PROVISIONED} == has(oldSelf.provisioner) && "
+         f"(!{_PROVISIONED} || self.provisioner == oldSelf.provisioner)",
+         "provisioner is immutable: the nodes of a pool are made either by the engine or by "
+         "Karpenter; create another pool instead", field_path=".provisioner"),
+    rule(f"!{_PROVISIONED} || self.replicas == oldSelf.replicas",
+         "replicas means nothing for a pool with provisioner karpenter: Karpenter decides how "
+         "many nodes it makes for the pods that wait (status.replicas counts them); scale the "
+         "pods instead", field_path=".replicas"),
+    rule(f"!{_PROVISIONED} || !has(self.gpu) || self.gpu.allocation == 'extended'",
+         "a pool with provisioner karpenter offers its GPUs as the extended resource "
+         "nvidia.com/gpu only (Karpenter ignores DRA requests): set gpu.allocation: extended",
+         field_path=".gpu.allocation"),
+    rule(f"!{_PROVISIONED} || !has(self.gpu) || !has(self.gpu.count) || "
+         f"self.gpu.count in {list(GPU_COUNTS)}",
+         f"Karpenter's instance types have {', '.join(map(str, GPU_COUNTS))} GPUs: set "
+         f"gpu.count to one of these, or remove it for the preset's usual count",
+         field_path=".gpu.count"),
+)
+
+
 class GPUSpec(Model):
     """GPUs on every node of the pool, described as GPU Feature Discovery would."""
 
@@ -256,7 +281,8 @@ class UsageSpec(Model):
 class FakeNodePoolSpec(Model):
     """Desired state of a FakeNodePool."""
 
-    model_config = Model.model_config | {"json_schema_extra": validations(DRA_CAPACITY_RULE)}
+    model_config = Model.model_config | {"json_schema_extra": validations(
+        DRA_CAPACITY_RULE, *PROVISIONER_RULES)}
 
     clusterRef: str = Field(
         min_length=1, max_length=MAX_CLUSTER_NAME_LENGTH, json_schema_extra=validations(
@@ -267,7 +293,15 @@ class FakeNodePoolSpec(Model):
     with fieldSelector=spec.clusterRef=<name>."""
     replicas: int = Field(default=1, ge=0, le=MAX_NODES_PER_CLUSTER)
     """Number of nodes, at most 32768: each node gets a /24 pod CIDR of 10.128.0.0/9, which
-    holds 32768 of them; the pools of one cluster share that limit."""
+    holds 32768 of them; the pools of one cluster share that limit. Not used with
+    provisioner karpenter (it cannot be changed there: Karpenter decides)."""
+    provisioner: Provisioner | None = None
+    """Who makes the nodes. Absent: the engine makes spec.replicas of them. 'karpenter': the
+    cluster's Karpenter (spec.addons.karpenter) makes them for pods that wait, from the
+    NodePool and KWOKNodeClass of the pool's name that fakefleet writes into the cluster (the
+    pool's GPU preset, labels, taints and zones; an instance type of the preset's size), and
+    deletes them when consolidation finds them empty; the engine plays each node Karpenter
+    makes (Ready, Lease, pods, usage, faults) and never makes or deletes one. Immutable."""
     template: NodeTemplate = Field(
         default_factory=NodeTemplate,
         json_schema_extra={"default": NodeTemplate().model_dump(mode="json")})
@@ -288,6 +322,11 @@ class FakeNodePoolSpec(Model):
         default_factory=UsageSpec,
         json_schema_extra={"default": UsageSpec().model_dump(mode="json")})
     """Simulated CPU, memory and GPU usage of the pool's nodes and of the pods on them."""
+
+    @property
+    def engine_replicas(self) -> int:
+        """How many nodes the engine itself makes (none when a provisioner does)."""
+        return 0 if self.provisioner else self.replicas
 
     @property
     def gpus_per_node(self) -> int:
@@ -344,6 +383,7 @@ class FakeNodePool(CustomResource):
             PrinterColumn("Nodes", ".status.replicas", "integer"),
             PrinterColumn("Ready", ".status.readyReplicas", "integer"),
             PrinterColumn("GPU", ".spec.gpu.preset"),
+            PrinterColumn("Provisioner", ".spec.provisioner"),
             PrinterColumn("Allocation", ".spec.gpu.allocation", priority=1),
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),

@@ -41,7 +41,9 @@ def pool_status(pool: FakeNodePool, *, replicas: int, ready: int, generation: in
     ``problem``: what stops the engine from reaching the desired state (Stalled);
     ``heartbeats``: its engine's :data:`~operators.api.nodepools.HEARTBEATS_AT_RISK` (status,
     message), None when it was never at risk (no such condition)."""
-    desired = pool.spec.replicas
+    # A provisioner's pool has the nodes it made: all of them Ready is the goal.
+    desired = replicas if pool.spec.provisioner else pool.spec.replicas
+    made = f", made by {pool.spec.provisioner.capitalize()}" if pool.spec.provisioner else ""
     current = generation == int(pool.metadata.get("generation", 0))
     settled = not waiting and not problem and current and replicas == ready == desired
     if waiting:
@@ -49,9 +51,9 @@ def pool_status(pool: FakeNodePool, *, replicas: int, ready: int, generation: in
     elif problem:
         reason, message = "Stalled", problem
     elif settled:
-        reason, message = "NodesReady", f"{ready}/{desired} nodes Ready"
+        reason, message = "NodesReady", f"{ready}/{desired} nodes Ready{made}"
     else:
-        reason, message = "Scaling", f"{ready}/{desired} nodes Ready ({replicas} exist)"
+        reason, message = "Scaling", f"{ready}/{desired} nodes Ready ({replicas} exist{made})"
     described = functools.partial(
         condition, reason=reason, message=message, generation=generation, now=now,
         previous=pool.status.conditions if pool.status else [])

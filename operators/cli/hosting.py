@@ -26,6 +26,8 @@ from federation.client.channels import HubAddress
 from federation.client.channels import health as hub_health
 from federation.client.discovery import HubFiles, HubInfo
 from federation.telemetry.files import CollectorFiles, CollectorInfo
+from operators.addons.karpenter import KARPENTER_VERSION
+from operators.addons.karpenter import TOOL as KARPENTER
 from operators.addons.kueue import KUEUE_VERSION
 from operators.addons.kueue import TOOL as KUEUE
 from operators.addons.metricsserver import METRICS_SERVER_VERSION
@@ -82,12 +84,15 @@ def _resolve_binaries(version: str) -> binaries_.Binaries:
 @click.option("--no-kueue", is_flag=True, help="Do not build Kueue (the FakeCluster add-on).")
 @click.option("--no-metrics-server", is_flag=True,
               help="Do not build metrics-server (the FakeCluster add-on).")
+@click.option("--no-karpenter", is_flag=True,
+              help="Do not build Karpenter's KWOK provider (the FakeCluster add-on; a cold "
+                   "build takes about 17 minutes).")
 @click.option("--no-helm", is_flag=True,
               help="Do not build Helm (what 'make chart' and the chart's tests run).")
 def binaries(kubernetes_version: str, no_kueue: bool, no_metrics_server: bool,
-             no_helm: bool) -> None:
-    """Build (or find in the cache) etcd, the Kubernetes binaries, Kueue, metrics-server and
-    Helm; print their paths."""
+             no_karpenter: bool, no_helm: bool) -> None:
+    """Build (or find in the cache) etcd, the Kubernetes binaries, Kueue, metrics-server,
+    Karpenter and Helm; print their paths."""
     found = _resolve_binaries(kubernetes_version)
     for name in binaries_.OVERRIDES:
         click.echo(f"{name}\t{found.path(name)}")
@@ -96,6 +101,9 @@ def binaries(kubernetes_version: str, no_kueue: bool, no_metrics_server: bool,
     if not no_metrics_server:
         click.echo("metrics-server\t" + str(_resolve_tool(
             f"metrics-server {METRICS_SERVER_VERSION}", METRICS_SERVER.ensure)))
+    if not no_karpenter:
+        click.echo("karpenter\t" + str(_resolve_tool(f"Karpenter {KARPENTER_VERSION}",
+                                                     KARPENTER.ensure)))
     if not no_helm:
         click.echo(f"helm\t{_resolve_tool(f'Helm {HELM_VERSION}', helm.ensure)}")
 

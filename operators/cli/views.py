@@ -53,6 +53,33 @@ def get(state_dir: Path) -> None:
     stdout.print(table, soft_wrap=True)
 
 
+def readiness(clusters: list[dict[str, Any]],
+              pools: list[dict[str, Any]]) -> tuple[int, int, int, int]:
+    """(clusters Ready with all their nodes, clusters, nodes Ready, nodes wanted)."""
+    desired_per_cluster: dict[tuple[str, str], int] = {}
+    for pool in pools:
+        key = (pool["metadata"]["namespace"], pool["spec"]["clusterRef"])
+        desired_per_cluster[key] = desired_per_cluster.get(key, 0) + _wanted(pool)
+    ready_clusters = sum(
+        1 for c in clusters
+        if _current(c) and c["status"].get("phase") == "Ready"
+        and c["status"].get("readyNodes") == desired_per_cluster.get(
+            (c["metadata"]["namespace"], c["metadata"]["name"]), 0))
+    desired = sum(_wanted(p) for p in pools)
+    # A pool counts only once its status describes its current spec (kubectl scale).
+    ready = sum(min((p.get("status") or {}).get("readyReplicas", 0), _wanted(p))
+                if _current(p) else 0 for p in pools)
+    return ready_clusters, len(clusters), ready, desired
+
+
+def _wanted(pool: dict[str, Any]) -> int:
+    """The nodes a pool is to have: spec.replicas, or those its provisioner (Karpenter) made,
+    as many as pods need."""
+    if pool["spec"].get("provisioner"):
+        return int((pool.get("status") or {}).get("replicas", 0))
+    return int(pool["spec"].get("replicas", 1))
+
+
 @click.command()
 @state_dir_option
 @click.option("--timeout", type=WAIT, default=300.0, show_default=True)
@@ -62,20 +89,7 @@ def wait(state_dir: Path, timeout: float) -> None:
         async with host_client(state_dir) as client:
             clusters = (await client.get(f"/apis/{API_VERSION}/fakeclusters"))["items"]
             pools = (await client.get(f"/apis/{API_VERSION}/fakenodepools"))["items"]
-        desired_per_cluster: dict[tuple[str, str], int] = {}
-        for pool in pools:
-            key = (pool["metadata"]["namespace"], pool["spec"]["clusterRef"])
-            desired_per_cluster[key] = desired_per_cluster.get(key, 0) + pool["spec"]["replicas"]
-        ready_clusters = sum(
-            1 for c in clusters
-            if _current(c) and c["status"].get("phase") == "Ready"
-            and c["status"].get("readyNodes") == desired_per_cluster.get(
-                (c["metadata"]["namespace"], c["metadata"]["name"]), 0))
-        desired = sum(p["spec"]["replicas"] for p in pools)
-        # A pool counts only once its status describes its current spec (kubectl scale).
-        ready = sum(min(p["status"].get("readyReplicas", 0), p["spec"]["replicas"])
-                    if _current(p) else 0 for p in pools)
-        return ready_clusters, len(clusters), ready, desired
+        return readiness(clusters, pools)
 
     deadline = time.monotonic() + timeout
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

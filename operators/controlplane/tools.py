@@ -40,6 +40,9 @@ class GoTool:
     """The environment variable that names a binary to use instead."""
     ldflags: str = ""
     hint: str = "a cold build takes a few minutes"
+    installs: str = ""
+    """The file ``go install`` writes (the package's last element), when it is not ``name``:
+    Karpenter's KWOK provider is the package ``.../kwok``, a name KWOK's own binary has."""
 
     def cache_path(self, root: Path | None = None) -> Path:
         return (root or cache_root()) / self.name / self.version / self.name
@@ -81,7 +84,7 @@ class GoTool:
             staging.mkdir()
             try:
                 self._install(staging, progress, clock, spawn)
-                (staging / self.name).rename(target)
+                (staging / (self.installs or self.name)).rename(target)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         return target

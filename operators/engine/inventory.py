@@ -5,12 +5,15 @@ Two views, kept apart on purpose:
 
 - ``facts``: every node carrying the pool label as last observed (foreign ones included), plus
   what a successful write just created, so the planner never makes a node twice;
-- ``records``: the nodes the engine plays (its own, usable), with what it needs to keep them
-  alive: pod CIDR slot, Lease timing, and their :class:`~operators.engine.nodes.NodeLife`.
+- ``records``: the nodes the engine plays (its own and those it took over from a provisioner,
+  usable), with what it needs to keep them alive: pod CIDR slot, Lease timing, and their
+  :class:`~operators.engine.nodes.NodeLife`.
 
-A record appears when a create succeeded or when the watch shows one of the engine's nodes it
-did not know (adoption after a restart); it goes when a delete succeeded or the watch shows the
-node gone. Listeners hear of each so timers start and stop with the node.
+A record appears when a create (or a take-over) succeeded or when the watch shows a node the
+engine plays that it did not know (adoption after a restart); it goes when a delete succeeded
+or the watch shows the node gone. Listeners hear of each so timers start and stop with the
+node. A provisioner's node that the watch shows gone leaves its name in ``released``, until
+its Lease is deleted.
 """
 
 from __future__ import annotations
@@ -32,12 +35,13 @@ DEFAULT_LEASE_SECONDS = 40
 class NodeRecord:
     """What the engine remembers of one node it plays: a few words, not the object."""
 
-    __slots__ = ("failures", "lease_duration", "leased", "life", "pool", "renew_at",
-                 "renewed_at", "slot", "uid")
+    __slots__ = ("failures", "lease_duration", "leased", "life", "pool", "provisioned",
+                 "renew_at", "renewed_at", "slot", "uid")
 
     def __init__(self, pool: str, slot: int, uid: str, lease_duration: int,
-                 life: NodeLife) -> None:
+                 life: NodeLife, *, provisioned: bool = False) -> None:
         self.pool = pool
+        self.provisioned = provisioned  # made by a provisioner, taken over
         self.slot = slot
         self.uid = uid
         self.lease_duration = lease_duration
@@ -67,6 +71,9 @@ class Listener(Protocol):
         """The fault entries in force on the node (what they did to its GPUs is part of the
         life of a node adopted after a restart)."""
 
+    def provisioned(self, facts: NodeFacts) -> None:
+        """A node a provisioner made for a pool appeared: the engine takes it over."""
+
 
 class NodeBook:
     """Facts and records of one cluster's fake nodes."""
@@ -84,6 +91,8 @@ class NodeBook:
         #: Slots of creates whose outcome is unknown (no answer): the node may exist with it.
         self._reserved: dict[str, int] = {}
         self._deleted: set[str] = set()  # uids the engine deleted, until the watch agrees
+        #: Provisioners' nodes gone, whose Leases are still to delete.
+        self.released: set[str] = set()
 
     # -- from the node watch ------------------------------------------------------------------
 
@@ -127,6 +136,8 @@ class NodeBook:
             record = None
         if record is not None and record.uid == facts.uid:
             self._listener.updated(facts.name)
+        elif facts.provisioned and not facts.foreign and facts.slot is None:
+            self._listener.provisioned(facts)
         elif facts.foreign or facts.slot is None:
             self._listener.foreign(facts)
         elif record is None and (facts.slot not in self._slots_used
@@ -135,12 +146,17 @@ class NodeBook:
             lease = self.lease_seconds.get(facts.pool, DEFAULT_LEASE_SECONDS)
             self._remember(facts.name, NodeRecord(
                 facts.pool, facts.slot, facts.uid, lease,
-                nodes.life_from_node(node, self._listener.carried(facts.name))))
+                nodes.life_from_node(node, self._listener.carried(facts.name)),
+                provisioned=facts.provisioned))
             self._listener.adopted(facts.name)
         elif record is None:  # two nodes with one pod CIDR: this one is replaced
+            # (a provisioner's is left alone: its pod CIDR cannot change, nor can it be
+            # deleted by the engine)
             self.facts[facts.name] = dataclasses.replace(
-                facts, slot=None, problem=f"node {facts.name} has the pod CIDR of another "
-                                          f"node: the engine replaces it")
+                facts, slot=None, foreign=facts.provisioned,
+                problem=f"node {facts.name} has the pod CIDR of another node: "
+                        + ("the engine does not play it" if facts.provisioned
+                           else "the engine replaces it"))
             self._listener.foreign(self.facts[facts.name])
 
     # -- from the engine's own writes ---------------------------------------------------------
@@ -231,4 +247,6 @@ class NodeBook:
         if self.by_slot.get(record.slot) == name:
             del self.by_slot[record.slot]
         self._free(record.slot)
+        if record.provisioned:
+            self.released.add(name)
         self._listener.forgotten(name)

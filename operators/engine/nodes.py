@@ -8,6 +8,17 @@ planned as if scaled away until it is released, then made again like any missing
 node is the engine's own when its ``spec.providerID`` says so (``fakefleet://<cluster>/<node>``);
 a node that carries the pool label without it (a real node someone labelled, a copy from
 elsewhere) is *foreign*: never adopted, never deleted, reported.
+
+The nodes of a pool with a provisioner (``spec.provisioner: karpenter``) are made and deleted
+by Karpenter, and *taken over* by the engine: a node is one of them when its providerID is
+Karpenter's KWOK provider's (``kwok://<name>``) and both its pool label and Karpenter's
+``karpenter.sh/nodepool`` name the pool (fakefleet writes the pool label into the Karpenter
+NodePool of the pool's name, which copies it onto every node it makes). The engine gives such a
+node what a kubelet would (:func:`take_patches`: a slot, hence pod CIDR and InternalIP, the
+kubelet endpoint, conditions, node info, and the real size of its instance type as capacity,
+where Karpenter wrote only its pods' requests) and plays it like its own; its labels, taints,
+finalizers and owner references stay Karpenter's, and the engine never creates or deletes
+one.
 """
 
 from __future__ import annotations
@@ -23,11 +34,13 @@ from typing import Any
 from operators.api import stages as stage_api
 from operators.api.gpus import gfd_labels
 from operators.api.injections import FaultEntry
+from operators.api.instancetypes import BY_NAME as INSTANCE_TYPES
 from operators.api.nodepools import INSTANCE_TYPE_PREFIX, FakeNodePoolSpec
 
 # The API defines these (its limits come from them); the engine speaks of nodes through here.
 from operators.api.nodepools import MAX_NODES_PER_CLUSTER as MAX_NODES_PER_CLUSTER
 from operators.api.nodepools import node_name as node_name
+from operators.api.usage import quantity
 from primitives import keys
 from primitives.names import LABEL_VALUE_MAX_LENGTH
 
@@ -42,6 +55,11 @@ POD_NETWORK = ipaddress.ip_network("10.128.0.0/9")
 NODE_NETWORK = ipaddress.ip_network("127.64.0.0/16")
 #: The kubelet port a node advertises (status.daemonEndpoints) when the engine serves none.
 KUBELET_PORT = 10250
+#: What marks a node Karpenter's KWOK provider made: its providerID's prefix, and the label
+#: with its NodePool's name.
+PROVISIONED_PREFIX = "kwok://"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 
 def node_index(pool: str, name: str) -> int | None:
@@ -81,7 +99,8 @@ def kubelet_status(slot: int, port: int) -> dict[str, Any]:
 
 def template_hash(spec: FakeNodePoolSpec) -> str:
     """Changes whenever what a node looks like changes (not on a replica count change)."""
-    shape = spec.model_dump(mode="json", exclude={"replicas", "clusterRef", "pods", "usage"})
+    shape = spec.model_dump(mode="json", exclude={"replicas", "clusterRef", "pods", "usage",
+                                                  "provisioner"})
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -299,21 +318,78 @@ def render_node(
             "addresses": [{"type": "InternalIP", "address": node_ip(slot)},
                           {"type": "Hostname", "address": name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
-            "nodeInfo": {
-                "machineID": hashlib.md5(f"{cluster}/{name}".encode()).hexdigest(),
-                "systemUUID": hashlib.md5(f"uuid/{cluster}/{name}".encode()).hexdigest(),
-                "bootID": hashlib.md5(f"boot/{cluster}/{name}".encode()).hexdigest(),
-                "kernelVersion": "6.8.0-fakefleet",
-                "osImage": "fakefleet",
-                "containerRuntimeVersion": "fakefleet://1.0.0",
-                "kubeletVersion": kubelet_version,
-                "kubeProxyVersion": "",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
+            "nodeInfo": node_info(cluster, name, kubelet_version),
             "phase": "Running",
         },
     }
+
+
+def node_info(cluster: str, name: str, kubelet_version: str,
+              architecture: str = "amd64") -> dict[str, str]:
+    """What a kubelet says of its machine, stable per node name."""
+    return {
+        "machineID": hashlib.md5(f"{cluster}/{name}".encode()).hexdigest(),
+        "systemUUID": hashlib.md5(f"uuid/{cluster}/{name}".encode()).hexdigest(),
+        "bootID": hashlib.md5(f"boot/{cluster}/{name}".encode()).hexdigest(),
+        "kernelVersion": "6.8.0-fakefleet",
+        "osImage": "fakefleet",
+        "containerRuntimeVersion": "fakefleet://1.0.0",
+        "kubeletVersion": kubelet_version,
+        "kubeProxyVersion": "",
+        "operatingSystem": "linux",
+        "architecture": architecture,
+    }
+
+
+# -- nodes a provisioner made -----------------------------------------------------------------
+
+def instance_capacity(labels: Mapping[str, str]) -> dict[str, str] | None:
+    """The real size of the node's instance type (its label), None for a type fakefleet does
+    not offer (then its capacity stays as Karpenter wrote it)."""
+    found = INSTANCE_TYPES.get(labels.get(INSTANCE_TYPE_LABEL, ""))
+    return dict(found.resources) if found is not None else None
+
+
+def take_patches(cluster: str, facts: NodeFacts, slot: int, *, kubelet_version: str,
+                 kubelet_port: int, life: NodeLife | None) -> tuple[dict[str, Any],
+                                                                    dict[str, Any]]:
+    """Merge patches (object, status) that make a node a provisioner made one the engine
+    plays: its pod CIDR (only while it has none: the API refuses to change one), where its
+    kubelet is reached, its machine, its capacity, and (``life``, the first time) a healthy
+    kubelet's conditions. Nothing of its labels, taints or metadata."""
+    cidr = pod_cidr(slot)
+    spec = {} if facts.slot is not None else {"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}}
+    kubelet = kubelet_status(slot, kubelet_port)
+    kubelet["addresses"].append({"type": "Hostname", "address": facts.name})
+    status: dict[str, Any] = {
+        **kubelet, "phase": "Running",
+        "nodeInfo": node_info(cluster, facts.name, kubelet_version,
+                              facts.labels.get("kubernetes.io/arch", "amd64"))}
+    capacity = instance_capacity(facts.labels)
+    if capacity is not None:
+        status["capacity"] = capacity
+    if life is not None:
+        status["conditions"] = render_conditions(life)
+    return spec, {"status": status}
+
+
+def _taken(facts: NodeFacts, kubelet_port: int) -> bool:
+    """Whether a provisioner's node is as the engine makes it: its kubelet where the engine
+    serves it, its capacity its instance type's, some condition posted."""
+    if facts.slot is None or facts.kubelet != (node_ip(facts.slot), kubelet_port) \
+            or not facts.ready:
+        return False
+    capacity = instance_capacity(facts.labels)
+    return capacity is None or all(
+        _same_quantity(facts.capacity.get(resource), amount)
+        for resource, amount in capacity.items())
+
+
+def _same_quantity(observed: str | None, wanted: str) -> bool:
+    try:
+        return observed is not None and quantity(observed) == quantity(wanted)
+    except ValueError:
+        return False
 
 
 def reshape_patches(
@@ -379,6 +455,8 @@ class NodeFacts:
     created: str = ""  # metadata.creationTimestamp
     #: Where its kubelet is reached, as its status says: InternalIP and daemon endpoint port.
     kubelet: tuple[str, int] = ("", 0)
+    #: Made by a provisioner (Karpenter) for the pool: taken over, never created or deleted.
+    provisioned: bool = False
 
     def taint_effect(self, key: str) -> str | None:
         return next((taint.get("effect") for taint in self.taints if taint.get("key") == key),
@@ -395,8 +473,18 @@ def observe(node: Mapping[str, Any], cluster: str) -> NodeFacts | None:
     name = metadata["name"]
     spec = node.get("spec") or {}
     slot, problem = None, ""
-    foreign = spec.get("providerID") != provider_id(cluster, name)
-    if foreign:
+    provisioned = str(spec.get("providerID") or "").startswith(PROVISIONED_PREFIX) and \
+        labels.get(NODEPOOL_LABEL) == pool
+    foreign = not provisioned and spec.get("providerID") != provider_id(cluster, name)
+    if provisioned:
+        slot = _slot(spec.get("podCIDR"))
+        if slot is None and spec.get("podCIDR"):
+            foreign = True
+            problem = (f"node {name}, made by Karpenter for pool {pool}, has pod CIDR "
+                       f"{spec['podCIDR']}, not a /24 of {POD_NETWORK}, so its pods could get "
+                       f"no addresses: the engine does not play it; delete it, and Karpenter "
+                       f"makes another")
+    elif foreign:
         problem = (f"node {name} carries the label {keys.POOL}={pool} but was not made by this "
                    f"engine (providerID {spec.get('providerID') or 'unset'}, expected "
                    f"{provider_id(cluster, name)}): it is left alone; remove the label, or "
@@ -418,6 +506,7 @@ def observe(node: Mapping[str, Any], cluster: str) -> NodeFacts | None:
         taints=tuple(spec.get("taints") or ()), unschedulable=bool(spec.get("unschedulable")),
         capacity=status.get("capacity") or {}, allocatable=status.get("allocatable") or {},
         created=metadata.get("creationTimestamp", ""), kubelet=_kubelet(status),
+        provisioned=provisioned,
     )
 
 
@@ -461,15 +550,25 @@ class Delete:
     name: str
 
 
-Action = Create | Reshape | Delete
+@dataclasses.dataclass(frozen=True)
+class Take:
+    """Make a node a provisioner made one the engine plays (:func:`take_patches`)."""
+
+    pool: str
+    name: str
+
+
+Action = Create | Reshape | Delete | Take
 
 
 def plan(desired: Mapping[str, FakeNodePoolSpec], observed: Iterable[NodeFacts],
          held: Mapping[str, AbstractSet[str]] | None = None, *,
          kubelet_port: int = KUBELET_PORT) -> list[Action]:
     """What to do so the nodes match the pools: deletions first (they free pod CIDRs), then
-    reshapes, then creations, each in a stable order. Foreign nodes are never touched, and
-    their names never created; the engine's own nodes without a usable pod CIDR are replaced.
+    reshapes and take-overs, then creations, each in a stable order. Foreign nodes are never
+    touched, and their names never created; the engine's own nodes without a usable pod CIDR
+    are replaced. A provisioner's node is never deleted: it is taken over once its pool asks
+    for a provisioner, and again while it is not as the engine makes it (:func:`_taken`).
     ``held``: per pool, the names a Delete fault holds (:func:`~operators.api.injections.
     read_held`): deleted if present, not created while held, as if scaled down. A node whose
     template changed, or whose kubelet endpoint is not where the engine serves it (another
@@ -485,9 +584,16 @@ def plan(desired: Mapping[str, FakeNodePoolSpec], observed: Iterable[NodeFacts],
         if node.foreign:
             continue
         spec = desired.get(node.pool)
+        if node.provisioned:
+            # One already played is kept right even once its pool is gone (until Karpenter
+            # deletes it); a new one is taken only for a pool that asks for a provisioner.
+            wanted = node.slot is not None or (spec is not None and spec.provisioner)
+            if wanted and not _taken(node, kubelet_port):
+                reshapes.append(Take(node.pool, node.name))
+            continue
         index = node_index(node.pool, node.name)
-        if spec is None or index is None or index >= spec.replicas or node.slot is None or \
-                node.name in held.get(node.pool, ()):
+        if spec is None or index is None or index >= spec.engine_replicas or \
+                node.slot is None or node.name in held.get(node.pool, ()):
             deletions.append(Delete(node.name))
             continue
         present[node.pool].add(index)
@@ -497,7 +603,7 @@ def plan(desired: Mapping[str, FakeNodePoolSpec], observed: Iterable[NodeFacts],
     creations: list[Action] = [
         Create(pool, index)
         for pool, spec in sorted(desired.items())
-        for index in range(spec.replicas)
+        for index in range(spec.engine_replicas)
         if index not in present[pool] and node_name(pool, index) not in taken
         and node_name(pool, index) not in held.get(pool, ())
     ]

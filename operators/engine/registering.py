@@ -2,10 +2,13 @@
 
 Create registers a node with its status (nodes accept status on create) and then its Lease;
 reshape patches an existing node to its pool's current template; delete removes the node and
-its Lease. Every outcome is committed to the book only after the API confirmed it: a node is
-forgotten once its DELETE succeeded (or found it gone), played once its POST succeeded. A POST
-answered AlreadyExists adopts the node if it is the engine's own (an earlier answer was lost),
-and reports it otherwise.
+its Lease; take gives a node a provisioner (Karpenter) made a pod CIDR and a kubelet's status,
+then its Lease (:func:`operators.engine.nodes.take_patches`), and once such a node is gone its
+Lease goes too (the engine never deletes the node itself). Every outcome is committed to the
+book only after the API confirmed it: a node is forgotten once its DELETE succeeded (or found
+it gone), played once its POST (or its take's status PATCH) succeeded. A POST answered
+AlreadyExists adopts the node if it is the engine's own (an earlier answer was lost), and
+reports it otherwise.
 
 What keeps a pool from its replicas (no pod CIDR left, a name held by a foreign node) is kept
 per pool in :attr:`Registrar.problems`, for the pool's Stalled condition.
@@ -23,7 +26,7 @@ from collections.abc import Set as AbstractSet
 from operators.api.nodepools import FakeNodePoolSpec, pool_selector
 from operators.engine import nodes
 from operators.engine.heartbeating import LEASES, NODES, Heartbeats
-from operators.engine.inventory import NodeBook, NodeRecord
+from operators.engine.inventory import DEFAULT_LEASE_SECONDS, NodeBook, NodeRecord
 from operators.k8s import requests
 from operators.k8s.client import Client
 from operators.k8s.errors import Conflict, K8sError, NotFound, TransportError, transient
@@ -70,7 +73,8 @@ class Registrar:
         others = [a for a in actions if not isinstance(a, nodes.Delete)]
         self.busy = len(actions) > BURST
         try:
-            done = await self._gather(self._delete(a.name) for a in deletions)
+            done = await self._gather(self._release(name) for name in list(self._book.released))
+            done &= await self._gather(self._delete(a.name) for a in deletions)
             done &= await self._gather(self._apply(a, desired) for a in others)
         finally:
             self.busy = False
@@ -84,7 +88,7 @@ class Registrar:
                 (nodes.node_index(pool, facts.name), facts.name)
                 for facts in self._book.facts.values()
                 if facts.foreign and (index := nodes.node_index(pool, facts.name)) is not None
-                and index < spec.replicas)
+                and index < spec.engine_replicas)
             if taken:
                 names = ", ".join(name for _, name in taken[:5])
                 problems[pool] = (f"{len(taken)} of its node names are held by nodes this "
@@ -97,6 +101,8 @@ class Registrar:
             return await self._create(action.pool, desired[action.pool], action.index)
         if isinstance(action, nodes.Reshape):
             return await self._reshape(action.pool, desired[action.pool], action.index)
+        if isinstance(action, nodes.Take):
+            return await self._take(action.pool, action.name, desired.get(action.pool))
         return True
 
     async def _create(self, pool: str, spec: FakeNodePoolSpec, index: int) -> bool:
@@ -178,6 +184,68 @@ class Registrar:
         record.leased = False
         return True
 
+    async def _take(self, pool: str, name: str, spec: FakeNodePoolSpec | None) -> bool:
+        """Play a node a provisioner made: a slot first (written as its pod CIDR, which the
+        API lets be set once), then a kubelet's status, then its Lease."""
+        facts = self._book.facts.get(name)
+        if facts is None:
+            return True  # gone meanwhile
+        slot = facts.slot if facts.slot is not None else self._book.allocate_slot(name)
+        if slot is None:
+            self._found[pool] = (
+                f"the cluster's pod network ({nodes.POD_NETWORK}, a /24 per node) has room for "
+                f"{nodes.MAX_NODES_PER_CLUSTER} nodes across all its pools, and it is full: "
+                f"Karpenter's node {name} is not played")
+            return True
+        now = self._clock.now()
+        # Conditions only the first time: later, a fault's NotReady is the node's truth.
+        life = nodes.healthy_life(rfc3339(now)) if not facts.ready else None
+        meta, status = nodes.take_patches(self.cluster, facts, slot,
+                                          kubelet_version=self.kubelet_version,
+                                          kubelet_port=self.kubelet_port, life=life)
+        written_cidr = not meta
+        try:
+            if meta:
+                await self.client.patch(f"{NODES}/{name}", meta)
+                written_cidr = True
+            written = await self.client.patch(f"{NODES}/{name}/status", status)
+        except NotFound:
+            self._book.release_slot(name)
+            return True  # Karpenter deleted it meanwhile
+        except K8sError as error:
+            # Its slot stays reserved once its pod CIDR may be written (no answer, or the
+            # status failed after it): the watch shows it with it, and the book takes it.
+            if not written_cidr and not isinstance(error, TransportError):
+                self._book.release_slot(name)
+            logger.debug("engine %s: taking %s failed: %s", self.cluster, name, error)
+            return False
+        record = self._book.records.get(name)
+        if record is not None:  # played already (the watch showed its pod CIDR first)
+            self._book.wrote(name, life or record.life, nodes.observe(written, self.cluster))
+            return True
+        lease = spec.leaseDurationSeconds if spec is not None else \
+            self._book.lease_seconds.get(pool, DEFAULT_LEASE_SECONDS)
+        record = NodeRecord(pool, slot, written["metadata"]["uid"], lease,
+                            life or nodes.life_from_node(written), provisioned=True)
+        record.renew_at = now
+        self._book.created(name, written, record)
+        await self._heartbeats.create_lease(name, record)
+        return True
+
+    async def _release(self, name: str) -> bool:
+        """A provisioner's node is gone: its Lease goes with it (Karpenter deletes nodes, and
+        the engine does not wait for the garbage collector)."""
+        try:
+            await self.client.delete(f"{LEASES}/{name}", decode=False)
+        except NotFound:
+            pass
+        except K8sError as error:
+            logger.debug("engine %s: deleting the lease of %s failed: %s", self.cluster, name,
+                         error)
+            return False
+        self._book.released.discard(name)
+        return True
+
     async def _delete(self, name: str) -> bool:
         facts = self._book.facts.get(name)
         options = requests.delete_options(uid=facts.uid if facts else None)
@@ -219,8 +287,8 @@ async def remove_all(client: Client, cluster: str) -> int:
     left = 0
     for item in items:
         facts = nodes.observe(item, cluster)
-        if facts is None or facts.foreign:
-            continue
+        if facts is None or facts.foreign or facts.provisioned:
+            continue  # a provisioner's nodes are its own to delete
         options = requests.delete_options(uid=facts.uid)
         try:
             await client.delete(f"{NODES}/{facts.name}", body=options, decode=False)

@@ -276,6 +276,9 @@ class ClusterEngine:
         self.pools.touch()
         self._dirty.set()  # deleted by someone else: made again if still wanted
 
+    def provisioned(self, facts: NodeFacts) -> None:
+        self._dirty.set()  # taken over in the next reconcile
+
     def foreign(self, facts: NodeFacts) -> None:
         if facts.uid in self._warned:
             return

@@ -45,9 +45,13 @@ async def install_crds(client: Client, crds: list[dict[str, Any]], *,
     """Apply CRDs and wait until the API server serves each of them (condition Established)."""
     for crd in crds:
         await apply(client, crd, "customresourcedefinitions")
+    await wait_established(client, [crd["metadata"]["name"] for crd in crds], timeout=timeout)
+
+
+async def wait_established(client: Client, names: list[str], *, timeout: float = 60.0) -> None:
+    """Wait until the API server serves each of the CRDs ``names`` (condition Established)."""
     deadline = time.monotonic() + timeout
-    for crd in crds:
-        name = crd["metadata"]["name"]
+    for name in names:
         while True:
             try:
                 current = await client.get(f"{CRDS}/{name}")

@@ -17,7 +17,6 @@ import base64
 import contextlib
 import json
 import logging
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from operators.controlplane.ports import free_port
 from operators.controlplane.state import StateDir
 from operators.controlplane.supervising import tail
 from operators.k8s import owning
-from operators.k8s.applying import CRDS
+from operators.k8s.applying import wait_established
 from operators.k8s.client import Client
 from operators.k8s.errors import K8sError, NotFound
 from operators.reconciling.clusters import AddonState
@@ -148,7 +147,8 @@ class Kueue:
                                   ca_pem=pki.ca_cert.read_bytes())
             for crd in crds:
                 await _apply(client, crd)
-            await _wait_established(client, [crd["metadata"]["name"] for crd in crds])
+            await wait_established(client, [crd["metadata"]["name"] for crd in crds],
+                                   timeout=ESTABLISHED_TIMEOUT)
             for obj in rendering.rbac(manifests):
                 await _apply(client, obj)
         return Launch(rendering.argv(binary, config=files.config, kubeconfig=files.kubeconfig))
@@ -281,17 +281,3 @@ def _ensure_metrics_cert() -> None:
 async def _apply(client: Client, obj: dict[str, Any]) -> Any:
     return await apply(client, obj, plurals=PLURALS, field_manager=rendering.FIELD_MANAGER,
                        owner=OWNER)
-
-
-async def _wait_established(client: Client, names: list[str]) -> None:
-    deadline = time.monotonic() + ESTABLISHED_TIMEOUT
-    for name in names:
-        while True:
-            current = await client.get(f"{CRDS}/{name}")
-            conditions = (current.get("status") or {}).get("conditions") or []
-            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                break
-            if time.monotonic() > deadline:
-                raise AddonError(f"Kueue's CRD {name} was not Established after "
-                                 f"{ESTABLISHED_TIMEOUT:.0f}s")
-            await asyncio.sleep(0.2)
