@@ -235,3 +235,26 @@ async def test_an_adopted_process_that_does_not_answer_is_stopped_to_start_anew(
                                   timeout=0.5)
     assert sleeper.wait(timeout=5) == -signal.SIGTERM
     assert not child.supervised
+
+
+async def test_asking_whether_it_runs_from_another_thread_changes_nothing() -> None:
+    """Supervised.pid is read from threads too (a test's poll, a status): the answer closes
+    no descriptor behind the loop's back, and closing twice closes once."""
+    process = await asyncio.create_subprocess_exec("sleep", "60")
+    try:
+        watched = Watched(process.pid)
+        pidfd = watched._pidfd
+        assert pidfd is not None
+        assert await asyncio.to_thread(lambda: watched.running)
+        process.kill()
+        await process.wait()
+        assert not await asyncio.to_thread(lambda: watched.running)
+        os.fstat(pidfd)  # still open: the loop's reader (or close) owns it
+        await asyncio.wait_for(watched.wait(), 5)
+        watched.close()
+        watched.close()
+        assert not watched.running
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()

@@ -103,13 +103,14 @@ class Watched:
 
     @property
     def running(self) -> bool:
-        if self._pidfd is None:
+        """Whether it runs; it changes nothing, so any thread may ask (the pidfd is closed
+        by the loop that waits on it, or by :meth:`close`)."""
+        pidfd = self._pidfd
+        if pidfd is None:
             return False
         poll = select.poll()  # not select(): descriptors past 1024 are common in the operator
-        poll.register(self._pidfd, select.POLLIN)
-        if poll.poll(0):
-            self._gone()
-        return self._pidfd is not None
+        poll.register(pidfd, select.POLLIN)
+        return not poll.poll(0)  # readable once it exited (POLLNVAL once closed meanwhile)
 
     async def wait(self) -> None:
         """Until it exited; its code is its parent's to read, not this process's."""
@@ -118,8 +119,8 @@ class Watched:
             if self.running:
                 assert self._pidfd is not None
                 asyncio.get_running_loop().add_reader(self._pidfd, self._gone)
-            elif not self._exited.done():
-                self._exited.set_result(None)
+            else:
+                self._gone()
         await asyncio.shield(self._exited)
 
     def send_signal(self, signum: int) -> None:
@@ -129,12 +130,14 @@ class Watched:
         signal.pidfd_send_signal(self._pidfd, signum)
 
     def close(self) -> None:
-        """Stop watching (the process runs on)."""
-        if self._pidfd is not None:
-            with contextlib.suppress(RuntimeError):  # no loop: nothing was registered
-                asyncio.get_running_loop().remove_reader(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
+        """Stop watching (the process runs on). Taken first, the descriptor is closed once,
+        never a number the kernel has given to another file since."""
+        pidfd, self._pidfd = self._pidfd, None
+        if pidfd is None:
+            return
+        with contextlib.suppress(RuntimeError):  # no loop: nothing was registered
+            asyncio.get_running_loop().remove_reader(pidfd)
+        os.close(pidfd)
 
     def _gone(self) -> None:
         self.close()
