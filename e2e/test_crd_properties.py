@@ -36,7 +36,7 @@ BASE = "pbase"
 GHOST = "nowhere"
 #: How long an accepted object may take to reach a state that says where it is.
 SETTLE = 60.0
-EXAMPLES = 25
+EXAMPLES = 20
 #: A rejection names the field it is about, as the API server writes it.
 FIELD = re.compile(r"(spec|metadata)(\.[A-Za-z]+|\[)")
 
