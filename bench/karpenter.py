@@ -621,7 +621,8 @@ def report(runs: list[SideRun], console: Console, *, settings: Settings, profile
                         f"{settings.gpus_per_pod} GPUs, {PRESET} nodes of {GPUS_PER_NODE}; "
                         f"profile {profile}, consolidateAfter {settings.consolidate_after}, "
                         f"budget {settings.disruption_budget}; {os.cpu_count()} CPUs "
-                        f"(runs separated by /)")
+                        f"(runs separated by /; kwok/fakefleet of the medians, > 1: "
+                        f"fakefleet faster or lighter)")
     table.add_column("")
     for side in sides:
         table.add_column(f"nodes by {side}", justify="right")
@@ -638,12 +639,12 @@ def report(runs: list[SideRun], console: Console, *, settings: Settings, profile
         table.add_row(*cells)
 
     table.add_row("[bold]scale-up, s from the first pod's creation[/]")
+    row("NodeClaims (seen by the harness)", lambda run: run.nodeclaims)
     labels = list(dict.fromkeys(label for run in runs for label in run.times))
     for label in labels:
         if label == "every pod gone":
             table.add_row("[bold]scale-down, s from the first pod's deletion[/]")
         row(label, functools.partial(figure, "times", label))
-    row("NodeClaims (seen by the harness)", lambda run: run.nodeclaims)
     table.add_row("[bold]Karpenter's own account[/]")
     for label in dict.fromkeys(label for run in runs for label in run.karpenter):
         row(label, functools.partial(figure, "karpenter", label))
