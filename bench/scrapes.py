@@ -104,6 +104,9 @@ class Fleet:
     def dcgm_metrics(self) -> bytes:
         return b""
 
+    def pod_metrics(self, node: str, namespace: str, name: str) -> bytes | None:
+        return None
+
 
 def per_node(fleet: Fleet, rounds: int) -> dict[str, float]:
     """µs per node of each way to answer a scrape, the median of ``rounds`` rounds."""

@@ -72,6 +72,9 @@ USAGE_CPU = f"{GROUP}/usage-cpu"
 USAGE_MEMORY = f"{GROUP}/usage-memory"
 USAGE_GPU_UTIL = f"{GROUP}/usage-gpu-util"
 USAGE_GPU_MEMORY = f"{GROUP}/usage-gpu-memory"
+#: The prefix of a pod's application metrics: ``fakefleet.dev/metric.<name>: <profile>``, served
+#: by the engine in Prometheus' text format (:mod:`operators.api.appmetrics`).
+METRIC_PREFIX = f"{GROUP}/metric."
 
 # -- on Jobs the hub link creates for a fleet workload --------------------------------------------
 

@@ -2,7 +2,8 @@
 annotations and in a FakeNodePool's defaults. Pure: parsing, and the exact values and integrals
 the engine serves as kubelet and DCGM metrics.
 
-One syntax for every amount (CPU in cores, memory in bytes, GPU figures in percent)::
+One syntax for every amount (CPU in cores, memory in bytes, GPU figures in percent, and the
+plain numbers of application metrics, :mod:`operators.api.appmetrics`)::
 
     250m                      constant: a quarter of a core
     ramp(100m, 2, 5m)         from 100m at the container's start to 2 cores 5 minutes later,
@@ -44,13 +45,15 @@ DURATION = rf"({_PART})+"
 _NONZERO_PART = r"(0*[1-9][0-9]*(\.[0-9]+)?|[0-9]+\.[0-9]*[1-9][0-9]*)(ms|s|m|h)"
 PERIOD = rf"({_PART})*{_NONZERO_PART}({_PART})*"
 
-Kind = Literal["cpu", "memory", "percent"]
-_VALUES: dict[str, str] = {"cpu": QUANTITY, "memory": QUANTITY, "percent": PERCENT}
+Kind = Literal["cpu", "memory", "percent", "number"]
+_VALUES: dict[str, str] = {"cpu": QUANTITY, "memory": QUANTITY, "percent": PERCENT,
+                           "number": QUANTITY}
 #: How each kind is spelled in messages, with an example.
 _EXAMPLES: dict[str, str] = {
     "cpu": "CPU in cores such as 250m or 2",
     "memory": "memory in bytes such as 512Mi or 1Gi",
     "percent": "a percentage from 0 to 100 such as 85",
+    "number": "a number such as 30 or 2.5",
 }
 #: Longest profile text accepted: bounds the schema's cost and any annotation's.
 MAX_LENGTH = 128
@@ -67,7 +70,7 @@ def syntax(kind: Kind) -> str:
     """What a ``kind`` profile looks like, for messages."""
     return (f"{_EXAMPLES[kind]}, ramp(FROM, TO, DURATION) or sine(FROM, TO, PERIOD), e.g. "
             + {"cpu": "ramp(100m, 2, 5m)", "memory": "sine(256Mi, 1Gi, 10m)",
-               "percent": "sine(40, 95, 2m)"}[kind])
+               "percent": "sine(40, 95, 2m)", "number": "ramp(0, 40, 5m)"}[kind])
 
 
 _COMPILED = {kind: re.compile(pattern(kind)) for kind in _VALUES}  # type: ignore[arg-type]

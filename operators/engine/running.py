@@ -56,7 +56,7 @@ from operators.k8s.client import Client
 from operators.k8s.errors import K8sError
 from operators.k8s.retrying import Backoff
 from operators.k8s.watching import list_and_watch
-from operators.metrics import dcgm, kubelet
+from operators.metrics import application, dcgm, kubelet
 from primitives.clocks import SYSTEM_CLOCK, Clock
 
 logger = logging.getLogger(__name__)
@@ -352,6 +352,11 @@ class ClusterEngine:
             if spec is not None and spec.gpu is not None:
                 samples += self.usage.gpu_samples(self.cluster, name, spec, record.life, now)
         return dcgm.render(samples).encode()
+
+    def pod_metrics(self, node: str, namespace: str, name: str) -> bytes | None:
+        assert self.usage is not None, "served only when usage is measured"
+        sample = self.usage.application_sample(node, namespace, name, self._clock.now())
+        return application.render(sample).encode() if sample is not None else None
 
     def _pool_of(self, node: str) -> tuple[str, FakeNodePoolSpec] | None:
         record = self.book.records.get(node)

@@ -9,7 +9,10 @@ to the wildcard address *of the loopback interface only* (``SO_BINDTODEVICE lo``
 without privileges since Linux 5.7), so it accepts connections to any 127.x.y.z and none from
 another host, and each connection tells which node it is for by the local address it arrived
 on. Thousands of nodes cost no more sockets than one. ``http://127.0.0.1:<port>/metrics`` is
-the DCGM endpoint of the whole cluster.
+the DCGM endpoint of the whole cluster. A pod's application metrics are at its node's address,
+``http://<node address>:<port>/pods/<namespace>/<pod>/metrics``: pod addresses are not routed on
+this host, so Prometheus reaches a pod through its node, as its scrape configuration says
+(:mod:`operators.addons.prometheus.rendering`).
 
 Plain HTTP, no TLS: a TLS connection in asyncio holds a 256 KiB buffer and costs a handshake,
 which for 5000 nodes scraped every 15 s is a gigabyte or a core; these endpoints carry simulated
@@ -75,6 +78,10 @@ class Source(Protocol):
 
     def dcgm_metrics(self) -> bytes:
         """The cluster's DCGM body."""
+
+    def pod_metrics(self, node: str, namespace: str, name: str) -> bytes | None:
+        """The application metrics of the pod ``namespace/name`` on ``node`` (None: no such
+        pod runs there)."""
 
 
 def listen(port: int) -> socket.socket:
@@ -196,5 +203,21 @@ class KubeletServer:
             return Answer(200, self._source.dcgm_metrics(), CONTENT_TYPE)
         if path == b"/healthz":
             return Answer(200, b"ok")
-        return Answer(404, b"not found: a node's kubelet answers /metrics/resource, the DCGM "
-                           b"endpoint /metrics, and /healthz\n")
+        if path.startswith(b"/pods/"):
+            return self._pod_metrics(path, local)
+        return Answer(404, b"not found: a node's kubelet answers /metrics/resource and "
+                           b"/pods/<namespace>/<pod>/metrics, the DCGM endpoint /metrics, and "
+                           b"/healthz\n")
+
+    def _pod_metrics(self, path: bytes, local: str) -> Answer:
+        """``/pods/<namespace>/<pod>/metrics``, for a pod that runs on the node addressed."""
+        parts = path.decode(errors="replace").split("/")
+        if len(parts) != 5 or parts[4] != "metrics":
+            return Answer(404, b"not found: a pod's metrics are at "
+                               b"/pods/<namespace>/<pod>/metrics\n")
+        node = self._source.node_at(local)
+        body = self._source.pod_metrics(node, parts[2], parts[3]) if node is not None else None
+        if body is None:
+            return Answer(404, f"no pod {parts[2]}/{parts[3]} runs on the node at {local}: a "
+                               f"pod's metrics are at its node's InternalIP\n".encode())
+        return Answer(200, body, CONTENT_TYPE)

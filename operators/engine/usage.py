@@ -12,6 +12,11 @@ A pod's usage comes from its annotations, else from its pool's defaults (``spec.
 proportion to their requests (evenly when they request nothing). A node uses its own amount
 (``spec.usage.node``, counted from the node's creation) plus its running pods'.
 
+A pod's application metrics, its ``fakefleet.dev/metric.<name>`` annotations
+(:mod:`operators.api.appmetrics`), are measured here too, in the same syntax and from the same
+start, for the pod's metrics endpoint at its node: gauges, so a change of annotation takes
+effect at once, with nothing to carry over.
+
 CPU is a counter of core-seconds. A change of annotation carries the counter over: what the
 container used until the change is kept, and the new profile counts from then on, so the
 counter never runs backwards and the rate metrics-server computes between two scrapes is
@@ -33,7 +38,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 
-from operators.api import usage
+from operators.api import appmetrics, usage
 from operators.api.gpus import PRESETS, gpu_uuid
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.api.usage import Profile
@@ -41,6 +46,7 @@ from operators.engine import pods as podlife
 from operators.engine.nodes import NodeLife
 from operators.engine.pods import PodFacts, PodLife
 from operators.k8s.times import parse
+from operators.metrics.application import ApplicationSample
 from operators.metrics.dcgm import GPUSample, Holder
 from operators.metrics.kubelet import ContainerSample, NodeSample, PodSample
 from primitives import keys
@@ -81,8 +87,8 @@ class Meter:
     """One pod: its facts and committed life, its annotated profiles (None: the pool's), its
     CPU counter's carry, and the GPU indices it holds."""
 
-    __slots__ = ("anchor", "base", "cpu", "facts", "gpu_memory", "gpu_util", "gpus", "life",
-                 "memory", "since", "started", "texts")
+    __slots__ = ("anchor", "base", "cpu", "declared", "facts", "gpu_memory", "gpu_util", "gpus",
+                 "life", "memory", "metrics", "since", "started", "texts")
 
     def __init__(self, facts: PodFacts, life: PodLife) -> None:
         self.facts = facts
@@ -93,6 +99,9 @@ class Meter:
         self.memory: Profile | None = None
         self.gpu_util: Profile | None = None
         self.gpu_memory: Profile | None = None
+        #: Its application metrics' annotations, and the metrics they declare.
+        self.declared: appmetrics.Declared = ()
+        self.metrics: appmetrics.Metrics = ()
         #: The carry: core-seconds used by the container started at ``since`` until
         #: ``anchor``, when the profile in force changed.
         self.since = 0.0
@@ -216,9 +225,12 @@ class UsageBook:
     def _read(self, meter: Meter, now: float) -> tuple[str, ...]:
         annotations = meter.facts.annotations
         texts = tuple(annotations.get(key) for key in ANNOTATIONS)
-        if texts == meter.texts:
-            return ()
+        declared = appmetrics.declared(annotations)
         problems: list[str] = []
+        if declared != meter.declared:
+            problems += self._read_metrics(meter, declared)
+        if texts == meter.texts:
+            return tuple(problems)
         parsed: list[Profile | None] = []
         for (key, kind), text, old in zip(ANNOTATIONS.items(), texts, meter.texts,
                                           strict=True):
@@ -240,6 +252,15 @@ class UsageBook:
         meter.cpu, meter.memory, meter.gpu_util, meter.gpu_memory = parsed
         self._changed(meter.facts.node)
         return tuple(problems)
+
+    @staticmethod
+    def _read_metrics(meter: Meter, declared: appmetrics.Declared) -> list[str]:
+        """The pod's application metrics anew; the problems of annotations that changed."""
+        before, texts = dict(meter.declared), dict(declared)
+        meter.metrics, problems = appmetrics.parse(declared)
+        meter.declared = declared
+        return [f"annotation {key} ignored: {problem}" for key, problem in problems.items()
+                if before.get(key) != texts[key]]
 
     def defaults(self, node: str) -> Defaults:
         found = self._pool_of(node)
@@ -287,6 +308,22 @@ class UsageBook:
             for (name, _), cpu_share, memory_share in zip(facts.containers, cpu_shares,
                                                           memory_shares, strict=True))
         return PodSample(facts.namespace, facts.name, containers)
+
+    def application_sample(self, node: str, namespace: str, name: str,
+                           now: float) -> ApplicationSample | None:
+        """The application metrics of the pod ``namespace/name`` at ``now``; None when no
+        such pod runs on ``node`` (its containers have not started, or have stopped)."""
+        for meter in self._by_node.get(node, {}).values():
+            facts = meter.facts
+            if facts.name != name or facts.namespace != namespace:
+                continue
+            if meter.started is None:
+                return None
+            running = elapsed(now, meter.started)
+            return ApplicationSample(
+                namespace, name, facts.containers[0][0] if facts.containers else "",
+                tuple((metric, profile.at(running)) for metric, profile in meter.metrics))
+        return None
 
     def gpu_samples(self, cluster: str, node: str, spec: FakeNodePoolSpec, life: NodeLife,
                     now: float) -> Iterator[GPUSample]:

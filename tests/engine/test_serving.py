@@ -36,6 +36,9 @@ class _Nothing:
     def dcgm_metrics(self) -> bytes:
         return b""
 
+    def pod_metrics(self, node: str, namespace: str, name: str) -> bytes | None:
+        return None
+
 
 def _connected(port: int, count: int, timeout: float = 2.0) -> int:
     """How many of ``count`` connections the kernel completes while nobody accepts them."""

@@ -167,6 +167,52 @@ async def test_a_bad_usage_annotation_is_warned_of_and_the_pool_default_used(
     assert pod_cpu(samples(text), "web") == pytest.approx(2 * 10, rel=0.1)
 
 
+WAITING = "fakefleet.dev/metric.vllm_num_requests_waiting"
+
+
+async def test_a_pod_s_application_metrics_are_served_at_its_node_and_follow_its_annotation(
+        http: aiohttp.ClientSession) -> None:
+    """What Prometheus scrapes (through the node: pod addresses are not routed here), and an
+    invalid metric annotation warned of as the usage annotations are."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=2))
+    async with fleet.running(served(fleet)) as engine:
+        port = engine.registrar.kubelet_port
+        await fleet.clock.advance(1)
+        fleet.member.put(PODS, pod("vllm", "cpu-0", annotations={
+            WAITING: "ramp(0, 40, 100s)", "fakefleet.dev/metric.queue-length": "3"}))
+        await fleet.clock.advance(1)
+        started = parse(fleet.pod("vllm")["status"]["containerStatuses"][0]["state"]["running"]
+                        ["startedAt"])
+        await fleet.clock.advance(24)
+        address = node_address(fleet, "cpu-0")
+        status, text = await scrape(http, address, port, "/pods/default/vllm/metrics")
+        assert status == 200
+        assert samples(text) == {("vllm_num_requests_waiting", (
+            ("container", "main"), ("namespace", "default"), ("pod", "vllm"))):
+            pytest.approx(0.4 * (fleet.clock.now() - started))}
+        status, text = await scrape(http, node_address(fleet, "cpu-1"), port,
+                                    "/pods/default/vllm/metrics")
+        assert (status, text) == (404, f"no pod default/vllm runs on the node at "
+                                       f"{node_address(fleet, 'cpu-1')}: a pod's metrics are "
+                                       f"at its node's InternalIP\n")
+        status, _ = await scrape(http, address, port, "/pods/default/vllm")
+        assert status == 404
+        await fleet.member_client_patch(f"{PODS}/vllm", {"metadata": {"annotations": {
+            WAITING: "0"}}})
+        await fleet.clock.advance(1)
+        _, text = await scrape(http, address, port, "/pods/default/vllm/metrics")
+        assert list(samples(text).values()) == [0]
+        status, _ = await scrape(http, address, port, "/metrics/resource")
+        assert status == 200, "the kubelet's own route as it was"
+    events = [e for e in fleet.member.objects("/api/v1/namespaces/default/events")
+              if e["reason"] == "InvalidAnnotation"]
+    (event,) = events
+    assert event["involvedObject"]["name"] == "vllm"
+    assert "fakefleet.dev/metric.queue-length ignored: 'queue-length' is not a metric name" \
+        in event["message"]
+
+
 def xid(code: int, gpus: int = 1) -> dict[str, Any]:
     return as_written(catalogue.node_entry("ns/plan-1/xid/0",
                                            Fault(type="GPUXid", xid=code, gpus=gpus), gpus=8))
