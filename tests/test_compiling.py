@@ -1,9 +1,10 @@
 """Every go build says what it does at least every 15 s: the tracker and the runner, over a
 fake process on a fake clock; the Go tools (Kueue, Helm) through the cache and ``go mod download``
-with a fake ``go``."""
+with a fake ``go``; a program of fakefleet's own built from its source."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import stat
@@ -16,7 +17,7 @@ import pytest
 
 from operators.controlplane import building, compiling, helm, modules
 from operators.controlplane.errors import BinaryError, BuildError
-from operators.controlplane.tools import GoTool
+from operators.controlplane.tools import GoSourceTool, GoTool
 
 
 class Clock:
@@ -212,6 +213,63 @@ def test_a_failed_install_leaves_no_entry(tmp_path: Path, go_path: Path) -> None
                                          r"go: .*no such host"):
         TOOL.ensure(root=tmp_path / "cache")
     assert TOOL.find(root=tmp_path / "cache") is None
+
+
+def test_build_tags_are_given_to_go_install() -> None:
+    tagged = dataclasses.replace(TOOL, tags="remove_all_sd,enable_kubernetes_sd")
+    assert tagged.install_argv("go") == [
+        "go", "install", "-v", "-trimpath", "-tags", "remove_all_sd,enable_kubernetes_sd",
+        "-ldflags", "-s -w", "example.com/thing/cmd/thing@v1.2.3"]
+
+
+def own_source(directory: Path, main: str = "package main\n") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "go.mod").write_text("module fakefleet.dev/thing\n\ngo 1.26.0\n")
+    (directory / "go.sum").write_text("")
+    (directory / "main.go").write_text(main)
+    return directory
+
+
+def test_a_program_of_our_own_is_built_in_its_source_into_the_cache_by_its_digest(
+        tmp_path: Path, go_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_go(go_path, """
+        { pwd; echo "$@"; echo "GOWORK=$GOWORK CGO_ENABLED=$CGO_ENABLED"; } > "$FAKE_RECORD"
+        echo fakefleet.dev/thing >&2
+        while [ "$1" != "-o" ]; do shift; done
+        printf '#!/bin/sh\\n' > "$2"; chmod +x "$2"
+    """)
+    monkeypatch.setenv("FAKE_RECORD", str(tmp_path / "record"))
+    monkeypatch.setenv("GOWORK", str(tmp_path / "go.work"))
+    tool = GoSourceTool(name="thing", title="Thing", source=own_source(tmp_path / "src"),
+                        override="FAKEFLEET_THING")
+    said: list[str] = []
+    path = tool.ensure(root=tmp_path / "cache", progress=said.append)
+    assert path == tmp_path / "cache" / "thing" / tool.version / "thing"
+    assert len(tool.version) == 12
+    assert path.is_file()
+    assert not (path.parent / ".partial").exists()
+    where, argv, env = (tmp_path / "record").read_text().splitlines()
+    assert where == str(tmp_path / "src")
+    assert argv.split()[:6] == ["build", "-v", "-trimpath", "-mod=readonly", "-buildvcs=false",
+                                "-o"]
+    assert argv.split()[-1] == "."
+    assert env == "GOWORK=off CGO_ENABLED=0"
+    assert said[0].startswith(f"building Thing ({tool.version}) with go build from ")
+    assert "(1 packages compiled)" in said[-1]
+    assert tool.find(root=tmp_path / "cache") == path
+    changed = GoSourceTool(name="thing", title="Thing",
+                           source=own_source(tmp_path / "src", "package main\n\n// new\n"),
+                           override="FAKEFLEET_THING")
+    assert changed.version != tool.version, "a changed source is another build"
+    assert changed.find(root=tmp_path / "cache") is None
+
+
+def test_a_program_whose_source_is_missing_says_so(tmp_path: Path, go_path: Path) -> None:
+    tool = GoSourceTool(name="thing", title="Thing", source=tmp_path / "nowhere",
+                        override="FAKEFLEET_THING")
+    with pytest.raises(BinaryError, match=r"Thing's Go source is not at .*nowhere \(no go.mod\)"
+                                          r": reinstall fakefleet, or set FAKEFLEET_THING"):
+        tool.ensure(root=tmp_path / "cache")
 
 
 def test_the_override_must_be_an_executable(tmp_path: Path,

@@ -45,7 +45,7 @@ from operators.controlplane.limits import check_inotify
 from operators.controlplane.state import ComponentState, StateDir
 from operators.controlplane.substrate import LocalCluster
 from operators.controlplane.supervising import Supervised
-from operators.controlplane.tools import GoTool
+from operators.controlplane.tools import Tool
 from operators.k8s import owning
 from operators.k8s.applying import collection_path
 from operators.k8s.client import Client
@@ -140,8 +140,10 @@ class Addon(Protocol[ObservedT, ActionT]):
 
     name: str
     """Its process (``<key>/<name>``), its directory in the member's state, its log lines."""
-    tool: GoTool
-    """Its binary, built with ``go install`` from the Go module proxy."""
+    @property
+    def tool(self) -> Tool:
+        """Its binary: built with ``go install`` from the Go module proxy, or with ``go build``
+        from fakefleet's own source."""
     condition: AddonCondition
     """Its condition in the cluster's status."""
     hooks: str

@@ -1,10 +1,15 @@
-"""Tools that ``go install`` builds as they are (Kueue, Helm), each kept in the per-user cache.
+"""Tools that ``go install`` builds as they are (Kueue, Helm, Prometheus), and fakefleet's own
+Go programs (the custom-metrics adapter), each kept in the per-user cache.
 
 ``go install MODULE/cmd/NAME@VERSION`` needs no wrapper module when the tool's go.mod has no
-replaces. As with the control-plane binaries (:mod:`operators.controlplane.binaries`), a build
-lands in a staging directory that is renamed into place only when complete, under a file lock,
-so two processes never build twice and an interrupted build leaves nothing half-made. An
-environment variable per tool names a binary to use instead.
+replaces (:class:`GoTool`). A program of fakefleet's own is not on the module proxy: it is a
+module in fakefleet's source (shipped in the wheel), built with ``go build`` in its directory
+and kept under a digest of its sources, so that a changed source is built anew
+(:class:`GoSourceTool`). As with the control-plane binaries
+(:mod:`operators.controlplane.binaries`), a build lands in a staging directory that is renamed
+into place only when complete, under a file lock, so two processes never build twice and an
+interrupted build leaves nothing half-made. An environment variable per tool names a binary to
+use instead.
 
 The build runs through :func:`operators.controlplane.compiling.run_go`: a progress line (elapsed
 time, packages compiled) at least every 15 s.
@@ -14,11 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import functools
+import hashlib
 import os
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from operators.controlplane.binaries import cache_root
 from operators.controlplane.compiling import Progress, Spawn, popen, run_go
@@ -39,6 +47,8 @@ class GoTool:
     override: str
     """The environment variable that names a binary to use instead."""
     ldflags: str = ""
+    tags: str = ""
+    """Build tags, comma-separated (Prometheus' ``remove_all_sd,enable_kubernetes_sd``)."""
     hint: str = "a cold build takes a few minutes"
     installs: str = ""
     """The file ``go install`` writes (the package's last element), when it is not ``name``:
@@ -49,20 +59,13 @@ class GoTool:
 
     def find(self, root: Path | None = None) -> Path | None:
         """The override, else the cached build, else None (nothing is built here)."""
-        explicit = os.environ.get(self.override)
-        if explicit:
-            path = Path(explicit)
-            if not path.is_file() or not os.access(path, os.X_OK):
-                raise BinaryError(
-                    f"{self.override}={explicit} does not name an executable {self.name} "
-                    f"binary: fix the path or unset {self.override} to use the cached build")
-            return path
-        target = self.cache_path(root)
-        return target if target.is_file() else None
+        return _find(self.name, self.override, self.cache_path(root))
 
     def install_argv(self, go: str) -> list[str]:
         """The build: static, reproducible paths, every package compiled named on stderr."""
         argv = [go, "install", "-v", "-trimpath"]
+        if self.tags:
+            argv += ["-tags", self.tags]
         if self.ldflags:
             argv += ["-ldflags", self.ldflags]
         return [*argv, f"{self.package}@{self.version}"]
@@ -73,33 +76,147 @@ class GoTool:
         found = self.find(root)
         if found is not None:
             return found
-        target = self.cache_path(root)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with (target.parent / ".lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if target.is_file():  # another process built it while we waited
-                return target
-            staging = target.parent / ".partial"
-            shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir()
-            try:
-                self._install(staging, progress, clock, spawn)
-                (staging / (self.installs or self.name)).rename(target)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
-        return target
+        return _build_into(self.cache_path(root), self.installs or self.name,
+                           lambda staging: self._install(staging, progress, clock, spawn))
 
     def _install(self, staging: Path, progress: Progress, clock: Callable[[], float],
                  spawn: Spawn) -> None:
         go = find_go(f"building {self.title} {self.version} needs the Go toolchain ('go') on "
                      f"PATH: install Go 1.26 or newer, or set {self.override} to a "
                      f"{self.name} binary")
-        env = {**os.environ, "GOBIN": str(staging), "CGO_ENABLED": "0"}
-        env.pop("GOFLAGS", None)  # a -mod=... of the caller's environment breaks go install
+        env = {**_go_environment(), "GOBIN": str(staging)}
         what = f"building {self.title} {self.version}"
         progress(f"{what} with go install (from the Go module proxy)")
-        log = staging.parent / "build.log"
-        log.unlink(missing_ok=True)
         tracker = run_go(self.install_argv(go), what=what, progress=progress, env=env,
-                         cwd=staging, log_path=log, clock=clock, spawn=spawn, hint=self.hint)
+                         cwd=staging, log_path=_fresh_log(staging), clock=clock, spawn=spawn,
+                         hint=self.hint)
         progress(tracker.done(clock()))
+
+
+#: The files of a Go module of fakefleet's own that its build depends on.
+SOURCE_FILES = ("go.mod", "go.sum", "*.go")
+
+
+@dataclasses.dataclass(frozen=True)
+class GoSourceTool:
+    """A Go program of fakefleet's own: the main package of the module in ``source`` (its
+    go.mod and go.sum committed), built with ``go build`` into the cache under
+    ``<cache>/<name>/<digest of its sources>/<name>``."""
+
+    name: str
+    title: str
+    source: Path
+    override: str
+    """The environment variable that names a binary to use instead."""
+    hint: str = "a cold build takes a few minutes"
+
+    @functools.cached_property
+    def version(self) -> str:
+        """The digest of its sources (names and contents): a build of other sources is
+        another entry of the cache."""
+        digest = hashlib.sha256()
+        for path in sorted({path for pattern in SOURCE_FILES
+                            for path in self.source.glob(pattern)}):
+            digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+            digest.update(path.read_bytes())
+        return digest.hexdigest()[:12]
+
+    def cache_path(self, root: Path | None = None) -> Path:
+        return (root or cache_root()) / self.name / self.version / self.name
+
+    def find(self, root: Path | None = None) -> Path | None:
+        """The override, else the cached build, else None (nothing is built here)."""
+        return _find(self.name, self.override, self.cache_path(root))
+
+    def build_argv(self, go: str, output: Path) -> list[str]:
+        """The build: the module's go.sum as committed (never edited: the source may be an
+        installed wheel's), static, reproducible paths, every package compiled named on
+        stderr; no VCS stamp (the digest is its version)."""
+        return [go, "build", "-v", "-trimpath", "-mod=readonly", "-buildvcs=false", "-o",
+                str(output), "."]
+
+    def ensure(self, *, root: Path | None = None, progress: Progress = lambda _: None,
+               clock: Callable[[], float] = time.monotonic, spawn: Spawn = popen) -> Path:
+        """The binary: found, or built into the cache (one builder at a time)."""
+        found = self.find(root)
+        if found is not None:
+            return found
+        if not (self.source / "go.mod").is_file():
+            raise BinaryError(f"{self.title}'s Go source is not at {self.source} (no go.mod): "
+                              f"reinstall fakefleet, or set {self.override} to a {self.name} "
+                              f"binary")
+        return _build_into(self.cache_path(root), self.name,
+                           lambda staging: self._build(staging, progress, clock, spawn))
+
+    def _build(self, staging: Path, progress: Progress, clock: Callable[[], float],
+               spawn: Spawn) -> None:
+        go = find_go(f"building {self.title} needs the Go toolchain ('go') on PATH: install "
+                     f"Go 1.26 or newer, or set {self.override} to a {self.name} binary")
+        what = f"building {self.title} ({self.version})"
+        progress(f"{what} with go build from {self.source} (its modules from the Go module "
+                 f"proxy)")
+        # GOWORK off: a go.work above the source (a checkout's) must not change the build.
+        env = {**_go_environment(), "GOWORK": "off"}
+        tracker = run_go(self.build_argv(go, staging / self.name), what=what,
+                         progress=progress, env=env, cwd=self.source,
+                         log_path=_fresh_log(staging), clock=clock, spawn=spawn,
+                         hint=self.hint)
+        progress(tracker.done(clock()))
+
+
+class Tool(Protocol):
+    """What runs an add-on's binary needs of its tool, whichever kind it is."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def title(self) -> str: ...
+
+    def find(self, root: Path | None = None) -> Path | None: ...
+
+    def ensure(self, *, root: Path | None = None, progress: Progress = ...,
+               clock: Callable[[], float] = ..., spawn: Spawn = ...) -> Path: ...
+
+
+def _find(name: str, override: str, target: Path) -> Path | None:
+    explicit = os.environ.get(override)
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise BinaryError(
+                f"{override}={explicit} does not name an executable {name} binary: fix the "
+                f"path or unset {override} to use the cached build")
+        return path
+    return target if target.is_file() else None
+
+
+def _build_into(target: Path, built: str, build: Callable[[Path], None]) -> Path:
+    """``build`` writes the file ``built`` into a staging directory, renamed to ``target``
+    once complete; under a lock, so that one process builds and the others wait for it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file():  # another process built it while we waited
+            return target
+        staging = target.parent / ".partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        try:
+            build(staging)
+            (staging / built).rename(target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _go_environment() -> dict[str, str]:
+    env = {**os.environ, "CGO_ENABLED": "0"}
+    env.pop("GOFLAGS", None)  # a -mod=... of the caller's environment breaks go install
+    return env
+
+
+def _fresh_log(staging: Path) -> Path:
+    log = staging.parent / "build.log"
+    log.unlink(missing_ok=True)
+    return log
