@@ -17,6 +17,7 @@ from operators.controlplane.pki import (
     MAX_COMMON_NAME,
     common_name,
     ensure_addon_pki,
+    ensure_client_pki,
     ensure_etcd_pki,
     ensure_pki,
 )
@@ -96,6 +97,24 @@ def test_a_torn_add_on_pki_is_made_anew_from_the_member_ca(tmp_path: Path) -> No
                              ca_name="thing-ca", serving_name="thing", hosts=("127.0.0.1",))
     assert again.serving_key.stat().st_size > 0
     _cert(again.client_cert).verify_directly_issued_by(_cert(cluster.ca_cert))
+
+
+def test_an_add_on_client_identity_is_issued_by_the_member_ca_and_follows_a_new_one(
+        tmp_path: Path) -> None:
+    cluster = ensure_pki(tmp_path / "cluster", "a")
+    client = ensure_client_pki(tmp_path / "client", cluster, "fakefleet:prometheus")
+    assert sorted(p.name for p in (tmp_path / "client").iterdir()) == ["client.crt",
+                                                                        "client.key"]
+    cert = _cert(client.client_cert)
+    cert.verify_directly_issued_by(_cert(cluster.ca_cert))
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == \
+        "fakefleet:prometheus"
+    first = client.client_cert.read_bytes()
+    assert ensure_client_pki(tmp_path / "client", cluster, "fakefleet:prometheus") \
+        .client_cert.read_bytes() == first, "reused"
+    anew = ensure_pki(tmp_path / "cluster2", "a")
+    again = ensure_client_pki(tmp_path / "client", anew, "fakefleet:prometheus")
+    _cert(again.client_cert).verify_directly_issued_by(_cert(anew.ca_cert))
 
 
 def test_interrupted_generation_leaves_no_pki_that_counts_as_complete(

@@ -142,6 +142,17 @@ class AddonPKI(_Files):
 
 
 @dataclasses.dataclass(frozen=True)
+class ClientPKI(Directory):
+    """A member's add-on that only calls the member's API server (Prometheus' discovery): its
+    client identity, issued by the member's CA."""
+
+    client_cert, client_key = _pair("client")
+
+    def files(self) -> Iterator[Path]:
+        return self.declared()
+
+
+@dataclasses.dataclass(frozen=True)
 class FrontProxyPKI(_Files):
     """A member's aggregation layer: the front-proxy CA its API server trusts for the
     requestheader identities it forwards, and the client certificate it forwards them with to
@@ -219,6 +230,18 @@ def ensure_addon_pki(directory: Path, cluster: ClusterPKI, user: str, *, ca_name
     _ensure(directory, lambda at: AddonPKI(at).files(),
             lambda staging: _generate_addon(AddonPKI(staging), cluster, user, ca_name,
                                             serving_name, hosts), derived=True)
+    return pki
+
+
+def ensure_client_pki(directory: Path, cluster: ClusterPKI, user: str) -> ClientPKI:
+    """A member's add-on client identity ``user``: reused if complete and issued by the
+    member's current CA, else generated."""
+    pki = ClientPKI(directory)
+    if not _issued_by(pki.client_cert, cluster.ca_cert):
+        shutil.rmtree(directory, ignore_errors=True)
+    _ensure(directory, lambda at: ClientPKI(at).files(),
+            lambda staging: _issue_client(ClientPKI(staging), cluster, user, _now()),
+            derived=True)
     return pki
 
 
@@ -363,6 +386,12 @@ def _generate_addon(pki: AddonPKI, cluster: ClusterPKI, user: str, ca_name: str,
     ca_cert, ca_key = _new_ca(pki.ca_cert, pki.ca_key, ca_name, now)
     _issue(pki.serving_cert, pki.serving_key, serving_name, (), ca_cert, ca_key, now,
            usages=(ExtendedKeyUsageOID.SERVER_AUTH,), sans=[_host(host) for host in hosts])
+    _issue_client(pki, cluster, user, now)
+
+
+def _issue_client(pki: AddonPKI | ClientPKI, cluster: ClusterPKI, user: str,
+                  now: datetime.datetime) -> None:
+    """The add-on's client certificate for ``user``, issued by the member's CA."""
     member_ca = x509.load_pem_x509_certificate(cluster.ca_cert.read_bytes())
     member_key = serialization.load_pem_private_key(cluster.ca_key.read_bytes(), password=None)
     assert isinstance(member_key, ec.EllipticCurvePrivateKey), "our CAs are ECDSA"
