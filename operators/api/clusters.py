@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from operators.api.appmetrics import MAX_NAME_LENGTH, NAME_PATTERN
 from operators.api.base import (
     Condition,
     CustomResource,
@@ -61,6 +62,16 @@ KARPENTER_LOCAL_RULE = rule(
     "host with the cluster's admin kubeconfig, which it has only for a cluster it runs; remove "
     "spec.addons.karpenter, or set karpenter.enabled: false",
     field_path=".spec.addons.karpenter",
+)
+CUSTOM_METRICS_LOCAL_RULE = rule(
+    "!(has(self.spec.addons) && has(self.spec.addons.customMetrics) && "
+    "self.spec.addons.customMetrics.enabled) || !has(self.spec.controlPlane) || "
+    "self.spec.controlPlane.backend == 'local'",
+    "spec.addons.customMetrics needs controlPlane.backend 'local': its Prometheus scrapes the "
+    "pods through the engine's nodes and its adapter listens on this host's loopback, which "
+    "the aggregation layer of an adopted (external) cluster cannot reach; remove "
+    "spec.addons.customMetrics, or set customMetrics.enabled: false",
+    field_path=".spec.addons.customMetrics",
 )
 KUEUE_NOT_OWN_WORKER_RULE = rule(
     f"!({_KUEUE_ON}) || !has(self.spec.addons.kueue.multiKueue) || "
@@ -221,6 +232,50 @@ class MetricsServerSpec(Model):
     HPAs see a change of usage within one or two of these."""
 
 
+#: Prometheus scrapes at least this often, and at most this often.
+MIN_SCRAPE_INTERVAL, MAX_SCRAPE_INTERVAL = "1s", "5m"
+#: Prometheus keeps samples at least this long, and at most this long.
+MIN_RETENTION, MAX_RETENTION = "10m", "720h"
+#: Metrics the adapter may be limited to.
+MAX_CUSTOM_METRICS = 64
+
+
+class CustomMetricsSpec(Model):
+    """HorizontalPodAutoscalers on application metrics (type Pods), through the path a platform
+    team runs: Prometheus (v3.16.0) scrapes the pods' metrics, which the engine serves from
+    their fakefleet.dev/metric.<name> annotations, and fakefleet's custom-metrics adapter (on
+    sigs.k8s.io/custom-metrics-apiserver, as prometheus-adapter is) serves them as
+    custom.metrics.k8s.io through the API server's aggregation layer. Prometheus scrapes a
+    pod that has the annotation prometheus.io/scrape: "true", or an annotation of a metric
+    listed in metrics."""
+
+    enabled: bool = True
+    """false: Prometheus and the adapter stop, and the adapter's APIServices are removed."""
+    scrapeInterval: str = Field(
+        default="5s", pattern=DURATION_PATTERN, max_length=DURATION_LENGTH,
+        json_schema_extra=validations(rule(
+            f"duration(self) >= duration('{MIN_SCRAPE_INTERVAL}') && "
+            f"duration(self) <= duration('{MAX_SCRAPE_INTERVAL}')",
+            f"give a scrapeInterval from {MIN_SCRAPE_INTERVAL} to {MAX_SCRAPE_INTERVAL}, "
+            f"e.g. 5s")))
+    """How often Prometheus scrapes each pod: an HPA sees a metric's change within this plus
+    its controller's sync period (5s)."""
+    retention: str = Field(
+        default="2h", pattern=DURATION_PATTERN, max_length=DURATION_LENGTH,
+        json_schema_extra=validations(rule(
+            f"duration(self) >= duration('{MIN_RETENTION}') && "
+            f"duration(self) <= duration('{MAX_RETENTION}')",
+            f"give a retention from {MIN_RETENTION} to {MAX_RETENTION}, e.g. 2h")))
+    """How long Prometheus keeps samples (in the cluster's state directory; at most 256MiB
+    whatever this says)."""
+    metrics: list[Annotated[str, Field(max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]] = \
+        Field(default_factory=list, max_length=MAX_CUSTOM_METRICS,
+              json_schema_extra={"x-kubernetes-list-type": "set"})
+    """The only metrics the adapter serves and lists (names as in the pods' annotations, e.g.
+    vllm_num_requests_waiting); Prometheus then also scrapes every pod that has an annotation
+    of one of them. Empty: every metric Prometheus has of a pod."""
+
+
 #: Karpenter's own pattern for consolidateAfter (a Go duration in whole s, m, h, or Never).
 CONSOLIDATE_AFTER_PATTERN = r"^(([0-9]+(s|m|h))+|Never)$"
 #: Karpenter's pattern for a disruption budget's nodes: a count or a percentage.
@@ -272,6 +327,10 @@ class AddonsSpec(Model):
     karpenter: KarpenterSpec | None = None
     """Karpenter with its KWOK cloud provider (sigs.k8s.io/karpenter v1.14.1), built from the
     Go module proxy on first use (a cold build takes about 17 minutes)."""
+    customMetrics: CustomMetricsSpec | None = None
+    """Prometheus (github.com/prometheus/prometheus v0.316.0) and fakefleet's custom-metrics
+    adapter, for HPAs on the pods' application metrics; built on first use (a cold build takes
+    about 15 minutes)."""
 
 
 class FakeClusterSpec(Model):
@@ -303,7 +362,7 @@ class FakeClusterSpec(Model):
 
     addons: AddonsSpec | None = None
     """Add-ons the operator runs against this cluster (backend 'local' only): kueue,
-    metricsServer (on unless disabled), karpenter."""
+    metricsServer (on unless disabled), karpenter, customMetrics."""
 
     @property
     def kueue(self) -> KueueSpec | None:
@@ -316,6 +375,12 @@ class FakeClusterSpec(Model):
         """spec.addons.karpenter when it is enabled, else None."""
         karpenter = self.addons.karpenter if self.addons else None
         return karpenter if karpenter is not None and karpenter.enabled else None
+
+    @property
+    def custom_metrics(self) -> CustomMetricsSpec | None:
+        """spec.addons.customMetrics when it is enabled, else None."""
+        found = self.addons.customMetrics if self.addons else None
+        return found if found is not None and found.enabled else None
 
     @property
     def metrics_server(self) -> MetricsServerSpec | None:
@@ -373,7 +438,7 @@ class FakeCluster(CustomResource):
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
         rules=(NAME_RULE, KUEUE_LOCAL_RULE, KUEUE_NOT_OWN_WORKER_RULE,
-               METRICS_SERVER_LOCAL_RULE, KARPENTER_LOCAL_RULE),
+               METRICS_SERVER_LOCAL_RULE, KARPENTER_LOCAL_RULE, CUSTOM_METRICS_LOCAL_RULE),
     )
     kind: str = "FakeCluster"
     spec: FakeClusterSpec = Field(default_factory=FakeClusterSpec)
