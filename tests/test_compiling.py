@@ -262,6 +262,10 @@ def test_a_program_of_our_own_is_built_in_its_source_into_the_cache_by_its_diges
                            override="FAKEFLEET_THING")
     assert changed.version != tool.version, "a changed source is another build"
     assert changed.find(root=tmp_path / "cache") is None
+    (tmp_path / "src" / "main_test.go").write_text("package main\n")
+    tested = GoSourceTool(name="thing", title="Thing", source=tmp_path / "src",
+                          override="FAKEFLEET_THING")
+    assert tested.version == changed.version, "its tests are not in the binary"
 
 
 def test_a_program_whose_source_is_missing_says_so(tmp_path: Path, go_path: Path) -> None:

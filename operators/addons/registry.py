@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from operators.addons.custommetrics.running import CustomMetricsAdapter
 from operators.addons.karpenter.running import Karpenter
 from operators.addons.kueue.running import Kueue
 from operators.addons.metricsserver.running import MetricsServer
+from operators.addons.prometheus.running import Prometheus
 from operators.addons.running import Runner
 
 
 def runners() -> tuple[Runner[Any, Any], ...]:
-    """One runner per add-on, each with nothing built or started yet (one set per operator)."""
-    return (Runner(Kueue()), Runner(MetricsServer()), Runner(Karpenter()))
+    """One runner per add-on, each with nothing built or started yet (one set per operator).
+    Prometheus comes before the custom-metrics adapter, which is started with its port."""
+    return (Runner(Kueue()), Runner(MetricsServer()), Runner(Karpenter()), Runner(Prometheus()),
+            Runner(CustomMetricsAdapter()))

@@ -112,11 +112,12 @@ class GoSourceTool:
 
     @functools.cached_property
     def version(self) -> str:
-        """The digest of its sources (names and contents): a build of other sources is
-        another entry of the cache."""
+        """The digest of its sources (names and contents, its tests aside): a build of other
+        sources is another entry of the cache."""
         digest = hashlib.sha256()
         for path in sorted({path for pattern in SOURCE_FILES
-                            for path in self.source.glob(pattern)}):
+                            for path in self.source.glob(pattern)
+                            if not path.name.endswith("_test.go")}):
             digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
             digest.update(path.read_bytes())
         return digest.hexdigest()[:12]
