@@ -26,12 +26,15 @@ from federation.client.channels import HubAddress
 from federation.client.channels import health as hub_health
 from federation.client.discovery import HubFiles, HubInfo
 from federation.telemetry.files import CollectorFiles, CollectorInfo
+from operators.addons.custommetrics import TOOL as CUSTOM_METRICS_ADAPTER
 from operators.addons.karpenter import KARPENTER_VERSION
 from operators.addons.karpenter import TOOL as KARPENTER
 from operators.addons.kueue import KUEUE_VERSION
 from operators.addons.kueue import TOOL as KUEUE
 from operators.addons.metricsserver import METRICS_SERVER_VERSION
 from operators.addons.metricsserver import TOOL as METRICS_SERVER
+from operators.addons.prometheus import PROMETHEUS_RELEASE
+from operators.addons.prometheus import TOOL as PROMETHEUS
 from operators.api.base import API_VERSION
 from operators.api.clusters import KUBECONFIG_KEY
 from operators.cli.terminal import (
@@ -87,12 +90,15 @@ def _resolve_binaries(version: str) -> binaries_.Binaries:
 @click.option("--no-karpenter", is_flag=True,
               help="Do not build Karpenter's KWOK provider (the FakeCluster add-on; a cold "
                    "build takes about 17 minutes).")
+@click.option("--no-custom-metrics", is_flag=True,
+              help="Do not build Prometheus and the custom-metrics adapter (the FakeCluster "
+                   "add-on customMetrics; a cold build takes about 15 minutes).")
 @click.option("--no-helm", is_flag=True,
               help="Do not build Helm (what 'make chart' and the chart's tests run).")
 def binaries(kubernetes_version: str, no_kueue: bool, no_metrics_server: bool,
-             no_karpenter: bool, no_helm: bool) -> None:
+             no_karpenter: bool, no_custom_metrics: bool, no_helm: bool) -> None:
     """Build (or find in the cache) etcd, the Kubernetes binaries, Kueue, metrics-server,
-    Karpenter and Helm; print their paths."""
+    Karpenter, Prometheus, the custom-metrics adapter and Helm; print their paths."""
     found = _resolve_binaries(kubernetes_version)
     for name in binaries_.OVERRIDES:
         click.echo(f"{name}\t{found.path(name)}")
@@ -104,6 +110,12 @@ def binaries(kubernetes_version: str, no_kueue: bool, no_metrics_server: bool,
     if not no_karpenter:
         click.echo("karpenter\t" + str(_resolve_tool(f"Karpenter {KARPENTER_VERSION}",
                                                      KARPENTER.ensure)))
+    if not no_custom_metrics:
+        # Prometheus first: the adapter's build reuses the packages they share.
+        click.echo("prometheus\t" + str(_resolve_tool(f"Prometheus {PROMETHEUS_RELEASE}",
+                                                      PROMETHEUS.ensure)))
+        click.echo("custom-metrics-adapter\t" + str(_resolve_tool(
+            "the custom-metrics adapter", CUSTOM_METRICS_ADAPTER.ensure)))
     if not no_helm:
         click.echo(f"helm\t{_resolve_tool(f'Helm {HELM_VERSION}', helm.ensure)}")
 
