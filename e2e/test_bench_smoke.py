@@ -1,4 +1,4 @@
-"""The engine and DRA benchmarks at toy size, so their harnesses cannot rot.
+"""The engine, DRA and HPA benchmarks at toy size, so their harnesses cannot rot.
 
 They assert that every phase completed (every node Ready, every pod Running, every pod gone;
 for DRA every slice published and every claim allocated), for fakefleet and for KWOK; they do
@@ -51,3 +51,21 @@ def test_dra_benchmark_harness_publishes_allocates_and_cleans_up(tmp_path: Path)
     assert run["phases"][0]["writes"]["POST resourceslices"] == 3, "one slice per node, once"
     assert run["slice_bytes"] > 0
     assert run["engine_peak_rss_mib"] > 0
+
+
+def test_hpa_benchmark_harness_times_both_steps_and_the_path_s_processes(tmp_path: Path) -> None:
+    out = tmp_path / "hpa.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.hpa", "--rounds", "1", "--unsafe-no-fsync", "--output",
+         str(out)],
+        capture_output=True, text=True, timeout=900, cwd=Path(__file__).parent.parent,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = json.loads(out.read_text())
+    assert [step["name"] for step in run["steps"]] == [
+        "up 1: 2 x 20 -> 4 replicas", "down 1: 4 x 5 -> 2 replicas"]
+    assert all(step["seconds"] is not None for step in run["steps"])
+    assert set(run["processes"]) == {"prometheus", "custom-metrics-adapter", "engine"}
+    assert all(usage["rss_mib"] > 0 for usage in run["processes"].values())
+    assert run["tsdb_bytes"] > 0
