@@ -10,12 +10,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from operators.addons import custommetrics, prometheus
 from operators.addons.custommetrics import planning as adapter_planning
 from operators.addons.custommetrics import rendering as adapter_rendering
 from operators.addons.lifecycle import Build, Hook, Start, Stop
 from operators.addons.prometheus import planning, rendering
 from operators.addons.registry import runners
+from operators.api import appmetrics
 from operators.api.clusters import CUSTOM_METRICS_LOCAL_RULE, CustomMetricsSpec, FakeCluster
 from operators.reconciling import clusters as cluster_planning
 from operators.reconciling.clusters import AddonState
@@ -326,3 +329,19 @@ def test_the_cluster_status_carries_both_conditions_outside_ready() -> None:
     conditions = {c.type: c for c in status.conditions}
     assert conditions["PrometheusReady"].reason == "Building"
     assert conditions["CustomMetricsReady"].reason == "Waiting"
+
+
+def test_the_example_is_valid_and_its_pods_serve_a_listed_metric() -> None:
+    examples = Path(__file__).parent.parent / "examples" / "custom-metrics"
+    kinds = {doc["kind"]: doc for doc in yaml.safe_load_all(
+        (examples / "cluster.yaml").read_text())}
+    spec = FakeCluster.model_validate(kinds["FakeCluster"]).spec.custom_metrics
+    assert spec is not None
+    workload = {doc["kind"]: doc for doc in yaml.safe_load_all(
+        (examples / "vllm.yaml").read_text())}
+    template = workload["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    metrics, problems = appmetrics.parse(appmetrics.declared(template))
+    assert not problems
+    assert [name for name, _ in metrics] == spec.metrics, "scraped without prometheus.io/scrape"
+    (target,) = workload["HorizontalPodAutoscaler"]["spec"]["metrics"]
+    assert target["pods"]["metric"]["name"] in spec.metrics
