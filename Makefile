@@ -91,6 +91,7 @@ verify: $(STAMP)
 ## operator, DRA at 5000 nodes (slices published, 2000 claims allocated by the real scheduler),
 ## the engine with usage metrics on (metrics-server scraping) against off at 5000 nodes,
 ## 10000 pods, 1000 GPU nodes, what one scrape round of those nodes costs it in-process,
+## an HPA following an application metric through Prometheus and the custom-metrics adapter,
 ## and the user path (a pool of 5000 nodes and a Deployment of 10000 replicas with kubectl,
 ## the operator killed half-way), Karpenter provisioning for 1000 pending GPU pods and
 ## consolidating the nodes away, its nodes played by the engine and by KWOK v0.8.0, and a
@@ -110,6 +111,7 @@ bench: setup kwok
 	$(BIN)/python -m bench.chart
 	$(BIN)/python -m bench.dra
 	$(BIN)/python -m bench.usage
+	$(BIN)/python -m bench.hpa
 	$(BIN)/python -m bench.userpath --kill-operator
 	$(BIN)/python -m bench.scrapes
 	$(BIN)/python -m bench.karpenter
