@@ -96,7 +96,14 @@ def test_prometheus_listens_on_loopback_and_keeps_its_memory_limit_to_itself() -
                           data=Path("/s/data"), port=19090)
     assert argv == ["/c/prometheus", "--config.file=/s/prometheus.yml",
                     "--storage.tsdb.path=/s/data", "--web.listen-address=127.0.0.1:19090",
-                    "--auto-gomemlimit=false"]
+                    "--no-auto-gomemlimit"]
+
+
+def test_prometheus_boolean_flags_are_spelled_as_kingpin_parses_them() -> None:
+    # kingpin refuses "--auto-gomemlimit=false" ("unexpected false") and Prometheus exits.
+    argv = rendering.argv(Path("/c/prometheus"), config=Path("/s/prometheus.yml"),
+                          data=Path("/s/data"), port=19090)
+    assert not [arg for arg in argv if arg.endswith(("=false", "=true"))]
 
 
 def test_durations_are_whole_units_as_prometheus_reads_them() -> None:

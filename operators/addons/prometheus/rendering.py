@@ -49,8 +49,9 @@ def argv(binary: Path, *, config: Path, data: Path, port: int) -> list[str]:
         # Its default is every interface (0.0.0.0:9090).
         f"--web.listen-address=127.0.0.1:{port}",
         # Its default sets GOMEMLIMIT to 90% of the host's memory, per process: with a
-        # Prometheus per member, each would think it had the host.
-        "--auto-gomemlimit=false",
+        # Prometheus per member, each would think it had the host. (kingpin turns a boolean
+        # off with --no-<flag>; it refuses --<flag>=false.)
+        "--no-auto-gomemlimit",
     ]
 
 
