@@ -5,7 +5,7 @@
 # from the Go module proxy) into a cache directory. Stage 2 is Python and fakefleet only, with
 # that cache copied in: no Go toolchain, so a FakeCluster of another Kubernetes version, or
 # with the Kueue or Karpenter add-on (which read their module source) or customMetrics (not
-# built here: about 15 minutes more), says in its status that it cannot be served by this
+# built here: about 30 minutes more), says in its status that it cannot be served by this
 # image.
 #
 #   docker build -t REGISTRY/fakefleet:0.1.0 --build-arg KUBERNETES_VERSION=v1.36.3 .

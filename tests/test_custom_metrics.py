@@ -222,7 +222,7 @@ def test_the_condition_says_where_its_api_is_and_which_pods_it_scrapes() -> None
                                                                building_for=60))
     assert building is not None
     assert building.reason == "Building"
-    assert "a cold build takes about 10 minutes" in building.message
+    assert "a cold build takes about 16 minutes" in building.message
 
 
 def test_a_new_configuration_restarts_prometheus_and_disabling_it_stops_it() -> None:

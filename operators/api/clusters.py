@@ -330,7 +330,7 @@ class AddonsSpec(Model):
     customMetrics: CustomMetricsSpec | None = None
     """Prometheus (github.com/prometheus/prometheus v0.316.0) and fakefleet's custom-metrics
     adapter, for HPAs on the pods' application metrics; built on first use (a cold build takes
-    about 15 minutes)."""
+    about 30 minutes)."""
 
 
 class FakeClusterSpec(Model):

@@ -92,7 +92,7 @@ def _resolve_binaries(version: str) -> binaries_.Binaries:
                    "build takes about 17 minutes).")
 @click.option("--no-custom-metrics", is_flag=True,
               help="Do not build Prometheus and the custom-metrics adapter (the FakeCluster "
-                   "add-on customMetrics; a cold build takes about 15 minutes).")
+                   "add-on customMetrics; a cold build takes about 30 minutes).")
 @click.option("--no-helm", is_flag=True,
               help="Do not build Helm (what 'make chart' and the chart's tests run).")
 def binaries(kubernetes_version: str, no_kueue: bool, no_metrics_server: bool,

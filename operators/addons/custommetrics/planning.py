@@ -66,7 +66,7 @@ def condition(cluster: FakeCluster, observed: Observed) -> AddonState | None:
         return None
     said = lifecycle.condition(observed, serving=observed.ready, title=TITLE,
                                crashed="the custom-metrics adapter",
-                               cold_build="about 5 minutes after Prometheus'")
+                               cold_build="about 14 minutes after Prometheus'")
     if said is not None and said.reason in ("BuildFailed", "Building", "Waiting"):
         return said
     if not observed.prometheus:

@@ -28,4 +28,4 @@ TOOL = GoTool(name="prometheus", title="Prometheus",
               ldflags=f"-X {_STAMP}.Version={PROMETHEUS_RELEASE} "
                       f"-X {_STAMP}.Revision={PROMETHEUS_VERSION} -X {_STAMP}.Branch=HEAD "
                       f"-X {_STAMP}.BuildUser=fakefleet",
-              hint="a cold build takes about 10 minutes on 2 cores")
+              hint="a cold build takes about 16 minutes on 2 cores")

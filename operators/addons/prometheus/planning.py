@@ -66,7 +66,7 @@ def condition(cluster: FakeCluster, observed: Observed) -> AddonState | None:
     if spec is None:
         return None
     said = lifecycle.condition(observed, serving=observed.ready, title=TITLE,
-                               crashed="Prometheus", cold_build="about 10 minutes")
+                               crashed="Prometheus", cold_build="about 16 minutes")
     if said is not None and said.reason in ("BuildFailed", "Building", "Waiting"):
         return said
     if not observed.engine_port:
