@@ -91,7 +91,7 @@ def _resolve_binaries(version: str) -> binaries_.Binaries:
                    "build takes about 17 minutes).")
 @click.option("--no-kuberay", is_flag=True,
               help="Do not build KubeRay's operator (the FakeCluster add-on; a cold build "
-                   "takes about 15 minutes).")
+                   "takes 4 to 13 minutes).")
 @click.option("--no-helm", is_flag=True,
               help="Do not build Helm (what 'make chart' and the chart's tests run).")
 def binaries(kubernetes_version: str, no_kueue: bool, no_metrics_server: bool,

@@ -46,7 +46,7 @@ def condition(cluster: FakeCluster, observed: Observed) -> AddonState | None:
     if cluster.spec.kuberay is None:
         return None
     said = lifecycle.condition(observed, serving=observed.ready, title=TITLE, crashed="KubeRay",
-                               cold_build="about 15 minutes")
+                               cold_build="4 to 13 minutes")
     if said is not None:
         return said
     where = f", webhook at https://127.0.0.1:{observed.ports.webhook}" if observed.ports else ""
