@@ -12,6 +12,7 @@ from typing import Any
 
 from operators.addons.custommetrics.running import CustomMetricsAdapter
 from operators.addons.karpenter.running import Karpenter
+from operators.addons.kuberay.running import KubeRay
 from operators.addons.kueue.running import Kueue
 from operators.addons.metricsserver.running import MetricsServer
 from operators.addons.prometheus.running import Prometheus
@@ -21,5 +22,5 @@ from operators.addons.running import Runner
 def runners() -> tuple[Runner[Any, Any], ...]:
     """One runner per add-on, each with nothing built or started yet (one set per operator).
     Prometheus comes before the custom-metrics adapter, which is started with its port."""
-    return (Runner(Kueue()), Runner(MetricsServer()), Runner(Karpenter()), Runner(Prometheus()),
-            Runner(CustomMetricsAdapter()))
+    return (Runner(Kueue()), Runner(MetricsServer()), Runner(Karpenter()), Runner(KubeRay()),
+            Runner(Prometheus()), Runner(CustomMetricsAdapter()))

@@ -63,6 +63,15 @@ KARPENTER_LOCAL_RULE = rule(
     "spec.addons.karpenter, or set karpenter.enabled: false",
     field_path=".spec.addons.karpenter",
 )
+KUBERAY_LOCAL_RULE = rule(
+    "!(has(self.spec.addons) && has(self.spec.addons.kuberay) && "
+    "self.spec.addons.kuberay.enabled) || !has(self.spec.controlPlane) || "
+    "self.spec.controlPlane.backend == 'local'",
+    "spec.addons.kuberay needs controlPlane.backend 'local': KubeRay's webhook listens on this "
+    "host's loopback, which the API server of an adopted (external) cluster cannot call; "
+    "remove spec.addons.kuberay, or set kuberay.enabled: false",
+    field_path=".spec.addons.kuberay",
+)
 CUSTOM_METRICS_LOCAL_RULE = rule(
     "!(has(self.spec.addons) && has(self.spec.addons.customMetrics) && "
     "self.spec.addons.customMetrics.enabled) || !has(self.spec.controlPlane) || "
@@ -315,6 +324,15 @@ class KarpenterSpec(Model):
     a provisioner pool's topology.zones must be among them."""
 
 
+class KubeRaySpec(Model):
+    """KubeRay's operator against this cluster: it makes the head and worker pods of every
+    RayCluster, which the engine runs, and its webhook validates RayClusters. ``{}`` turns it
+    on."""
+
+    enabled: bool = True
+    """false: KubeRay stops and its webhook is removed (its CRDs and your RayClusters stay)."""
+
+
 class AddonsSpec(Model):
     """Real upstream controllers the operator runs for this cluster, supervised like its control
     plane: started, restarted when they crash, stopped with the cluster."""
@@ -327,6 +345,9 @@ class AddonsSpec(Model):
     karpenter: KarpenterSpec | None = None
     """Karpenter with its KWOK cloud provider (sigs.k8s.io/karpenter v1.14.1), built from the
     Go module proxy on first use (a cold build takes about 17 minutes)."""
+    kuberay: KubeRaySpec | None = None
+    """KubeRay's operator (github.com/ray-project/kuberay/ray-operator v1.5.0) with its
+    webhook, built from the Go module proxy on first use."""
     customMetrics: CustomMetricsSpec | None = None
     """Prometheus (github.com/prometheus/prometheus v0.316.0) and fakefleet's custom-metrics
     adapter, for HPAs on the pods' application metrics; built on first use (a cold build takes
@@ -362,7 +383,7 @@ class FakeClusterSpec(Model):
 
     addons: AddonsSpec | None = None
     """Add-ons the operator runs against this cluster (backend 'local' only): kueue,
-    metricsServer (on unless disabled), karpenter, customMetrics."""
+    metricsServer (on unless disabled), karpenter, kuberay, customMetrics."""
 
     @property
     def kueue(self) -> KueueSpec | None:
@@ -375,6 +396,12 @@ class FakeClusterSpec(Model):
         """spec.addons.karpenter when it is enabled, else None."""
         karpenter = self.addons.karpenter if self.addons else None
         return karpenter if karpenter is not None and karpenter.enabled else None
+
+    @property
+    def kuberay(self) -> KubeRaySpec | None:
+        """spec.addons.kuberay when it is enabled, else None."""
+        kuberay = self.addons.kuberay if self.addons else None
+        return kuberay if kuberay is not None and kuberay.enabled else None
 
     @property
     def custom_metrics(self) -> CustomMetricsSpec | None:
@@ -438,7 +465,8 @@ class FakeCluster(CustomResource):
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
         rules=(NAME_RULE, KUEUE_LOCAL_RULE, KUEUE_NOT_OWN_WORKER_RULE,
-               METRICS_SERVER_LOCAL_RULE, KARPENTER_LOCAL_RULE, CUSTOM_METRICS_LOCAL_RULE),
+               METRICS_SERVER_LOCAL_RULE, KARPENTER_LOCAL_RULE, KUBERAY_LOCAL_RULE,
+               CUSTOM_METRICS_LOCAL_RULE),
     )
     kind: str = "FakeCluster"
     spec: FakeClusterSpec = Field(default_factory=FakeClusterSpec)
