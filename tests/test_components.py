@@ -9,7 +9,7 @@ import pytest
 
 from operators.controlplane import components
 from operators.controlplane.components import ClusterPorts, EtcdPorts, Profile
-from operators.controlplane.pki import ClusterPKI, EtcdPKI, FrontProxyPKI
+from operators.controlplane.pki import ClusterPKI, EtcdPKI, FrontProxyPKI, KubeletPKI
 
 PKI = ClusterPKI(Path("/state/clusters/a/pki"))
 ETCD_PKI = EtcdPKI(Path("/state/etcd/pki"))
@@ -115,6 +115,21 @@ def test_member_api_servers_run_the_aggregation_layer(tmp_path: Path) -> None:
         Path("kcm"), kubeconfig=Path("k"), port=1, pki=ClusterPKI(tmp_path / "pki"),
         profile=components.Profile.DEFAULT)
     assert "--horizontal-pod-autoscaler-sync-period=5s" in manager
+
+
+def test_member_api_servers_reach_kubelets_at_their_address_verified_with_a_client_cert(
+        tmp_path: Path) -> None:
+    """The API server's default address order starts with Hostname (a fake node's name
+    resolves to nothing); without a CA it would take any kubelet certificate."""
+    kubelet = KubeletPKI(tmp_path / "kubelet")
+    flags = _flags(components.apiserver_argv(
+        Path("kube-apiserver"), cluster="c", etcd_url="https://127.0.0.1:1",
+        etcd_pki=ETCD_PKI, port=6443, pki=PKI, profile=Profile.DEFAULT, kubelet=kubelet))
+    assert flags["--kubelet-preferred-address-types"] == "InternalIP"
+    assert flags["--kubelet-certificate-authority"] == str(kubelet.ca_cert)
+    assert flags["--kubelet-client-certificate"] == str(tmp_path / "kubelet/apiserver-client.crt")
+    assert flags["--kubelet-client-key"] == str(tmp_path / "kubelet/apiserver-client.key")
+    assert not any(flag.startswith("--feature-gates") for flag in flags)
 
 
 def test_the_health_probe_context_verifies_nothing_and_loads_no_ca() -> None:

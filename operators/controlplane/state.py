@@ -18,6 +18,9 @@
                                         command line) beside its <process>.log: what the next
                                         operator adopts (operators.controlplane.detaching)
     <state>/clusters/<key>/front-proxy/ the aggregation layer's PKI (FrontProxyPKI)
+    <state>/clusters/<key>/kubelet/     the kubelets' PKI (KubeletPKI): their CA, which the
+                                        engine issues node certificates with, and the API
+                                        server's client certificate for kubelets
     <state>/clusters/<key>/engine.json  the engine's kubelet port (EngineEndpoint), kept so its
                                         nodes' daemonEndpoints stay right across restarts
     <state>/clusters/<key>/<add-on>/    a member's add-on while it is set up there: kubeconfig,
@@ -153,6 +156,9 @@ class StateDir:
 
     def front_proxy_pki(self, key: str) -> Path:
         return self.cluster(key) / "front-proxy"
+
+    def kubelet_pki(self, key: str) -> Path:
+        return self.cluster(key) / "kubelet"
 
     def engine_file(self, key: str) -> Path:
         return self.cluster(key) / "engine.json"
