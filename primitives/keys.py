@@ -72,6 +72,9 @@ USAGE_CPU = f"{GROUP}/usage-cpu"
 USAGE_MEMORY = f"{GROUP}/usage-memory"
 USAGE_GPU_UTIL = f"{GROUP}/usage-gpu-util"
 USAGE_GPU_MEMORY = f"{GROUP}/usage-gpu-memory"
+#: What ``kubectl logs`` shows of the pod's containers: one log script (JSON or YAML, the
+#: schema of :class:`operators.api.logs.LogLines`), before the stages' ``logs`` section.
+LOGS = f"{GROUP}/logs"
 
 # -- on Jobs the hub link creates for a fleet workload --------------------------------------------
 

@@ -23,6 +23,19 @@ the field, the value and what would be accepted.
 
 Faults bring stages of their own, per object (:mod:`operators.api.injections`): they come
 before the lifecycle's, and only they may end their fault (``endFault``); either may ``hold``.
+
+The same document may say what ``kubectl logs`` shows: a ``logs`` section of log scripts
+(:mod:`operators.api.logs`), each with a name and a pod selector; the first that matches a pod
+and names the container is its script (the pod's annotation ``fakefleet.dev/logs`` before
+them; none: an empty log)::
+
+    logs:
+    - name: trainer
+      selector:
+        matchExpressions:
+        - {key: "labels[app]", operator: In, values: [trainer]}
+      start: ["starting on {gpus} GPU(s)"]
+      every: {interval: 30s, lines: ["step {n}: loss {rand:1..9}"]}
 """
 
 from __future__ import annotations
@@ -34,6 +47,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from operators.api.base import Model
 from operators.api.durations import DURATION_LENGTH, DURATION_PATTERN
+from operators.api.logs import LogLines
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=DURATION_LENGTH)]
 PodPhase = Literal["Pending", "Initializing", "Running", "BackOff", "Succeeded", "Failed"]
@@ -357,20 +371,46 @@ class NodeStage(_Stage):
 Stage = Annotated[PodStage | NodeStage, Field(discriminator="resource")]
 
 
+class LogScript(LogLines):
+    """A log script for the pods its selector matches."""
+
+    name: str = Field(min_length=1, max_length=63)
+    """Names the script in errors."""
+    selector: Selector = Field(default_factory=Selector)
+    """Which pods (empty: all): matchExpressions over the pod fields, as stages' selectors."""
+
+    @field_validator("selector")
+    @classmethod
+    def _pod_fields(cls, selector: Selector) -> Selector:
+        if selector.phases:
+            raise ValueError("phases are for stages: a log is a run's, whatever the phase; "
+                             "select pods with matchExpressions")
+        _check_keys(selector, POD_FIELDS, "pod")
+        return selector
+
+
+#: The most log scripts a document may have (each is tried in turn for a pod's log).
+MAX_LOG_SCRIPTS = 256
+
+
 class Lifecycle(Model):
     """A document of stages: ``kind: Lifecycle``."""
 
     apiVersion: Literal["fakefleet.dev/v1alpha1"] = "fakefleet.dev/v1alpha1"
     kind: Literal["Lifecycle"] = "Lifecycle"
     stages: list[Stage] = Field(min_length=1)
+    logs: list[LogScript] = Field(default_factory=list, max_length=MAX_LOG_SCRIPTS)
+    """What ``kubectl logs`` shows, by pod and container: the first script that matches."""
 
     @model_validator(mode="after")
     def _unique_names(self) -> Lifecycle:
-        seen: set[str] = set()
-        for stage in self.stages:
-            if stage.name in seen:
-                raise ValueError(f"two stages are named {stage.name!r}: names must be unique")
-            seen.add(stage.name)
+        for kind, names in (("stages", [stage.name for stage in self.stages]),
+                            ("log scripts", [script.name for script in self.logs])):
+            seen: set[str] = set()
+            for name in names:
+                if name in seen:
+                    raise ValueError(f"two {kind} are named {name!r}: names must be unique")
+                seen.add(name)
         return self
 
     @model_validator(mode="after")

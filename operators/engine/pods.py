@@ -14,7 +14,8 @@ Annotations a pod can carry to shape its life:
     fakefleet.dev/run-time: 90s     run this long, then exit (Job pods default to the pool's)
     fakefleet.dev/exit-code: "3"    exit with this code (non-zero: restartPolicy decides)
     fakefleet.dev/start-delay: 2s   time from binding to Running
-    fakefleet.dev/seed: anything    seed of this pod's random draws (jitter)
+    fakefleet.dev/seed: anything    seed of this pod's random draws (jitter, log lines)
+    fakefleet.dev/logs: <script>    what `kubectl logs` shows (:mod:`operators.api.logs`)
 
 and its simulated usage (:mod:`operators.engine.usage`): ``fakefleet.dev/usage-cpu``,
 ``fakefleet.dev/usage-memory``, ``fakefleet.dev/usage-gpu-util``,
@@ -30,8 +31,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from operators.api.durations import parse_duration
+from operators.api.logs import load_log_lines
 from operators.api.usage import quantity
 from operators.engine.claims import claim_refs, claim_statuses
+from operators.engine.logs import Script, compile_script
 from operators.k8s.times import parse
 from primitives import keys
 
@@ -108,7 +111,7 @@ class PodFacts:
     __slots__ = (
         "annotations", "claim_status", "claims", "claims_prepared", "containers", "created",
         "deleting", "deletion_asked", "exit_code", "finalizers", "gates", "grace",
-        "host_ip", "init_containers", "job", "labels", "name", "namespace", "node",
+        "host_ip", "init_containers", "job", "labels", "logs", "name", "namespace", "node",
         "owner_kind", "problems", "readiness_gates", "resources",
         "restart_policy", "run_time", "scheduled_at", "seed", "start_delay", "uid",
     )
@@ -141,6 +144,8 @@ class PodFacts:
         self.start_delay = _duration(annotations, keys.START_DELAY, self)
         self.exit_code = _integer(annotations, keys.EXIT_CODE, self)
         self.seed: str = annotations.get(keys.SEED, "")
+        self.logs: Script | None = None  # its own log script (annotation fakefleet.dev/logs)
+        self.problems += self.read_logs()
         self.scheduled_at = self.created
         for condition in (pod.get("status") or {}).get("conditions") or ():
             if condition.get("type") == "PodScheduled" and condition.get("lastTransitionTime"):
@@ -192,6 +197,21 @@ class PodFacts:
     def recorded(self, metadata: Mapping[str, Any]) -> None:
         """Take in the annotations of a newer version of the pod (as the watch shows it)."""
         self.annotations = metadata.get("annotations") or {}
+
+    def read_logs(self) -> tuple[str, ...]:
+        """Take in the log script of the annotation ``fakefleet.dev/logs`` (again, once it
+        changed); what is wrong with it, if anything (then it is ignored)."""
+        self.logs = None
+        text = self.annotations.get(keys.LOGS)
+        if text is None:
+            return ()
+        try:
+            self.logs = compile_script(load_log_lines(text, source=f"annotation {keys.LOGS}"))
+        except ValueError as error:
+            problem = f"{error}; the pod's log is its stages' script, if any"
+            logger.warning("pod %s/%s: %s", self.namespace, self.name, problem)
+            return (problem,)
+        return ()
 
     def gates_ready(self) -> bool:
         return all(self.gates.get(gate) == "True" for gate in self.readiness_gates)

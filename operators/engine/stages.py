@@ -29,6 +29,7 @@ from operators.api.injections import EntryState, FaultEntry
 from operators.api.stages import (
     Condition,
     Lifecycle,
+    LogScript,
     NodeEffect,
     NodeStage,
     NodeTaint,
@@ -39,6 +40,7 @@ from operators.api.stages import (
     load_lifecycle,
 )
 from operators.engine import pods as podlife
+from operators.engine.logs import Script, compile_script
 from operators.engine.nodes import (
     NodeFacts,
     NodeLife,
@@ -172,11 +174,22 @@ NodeRule = Rule[NodeStage, NodeFacts, NodeLife]
 
 
 @dataclasses.dataclass(frozen=True)
+class LogRule:
+    """A log script compiled for matching against a pod's facts and its life."""
+
+    name: str
+    holds: Callable[[PodFacts, PodLife], bool]
+    script: Script
+
+
+@dataclasses.dataclass(frozen=True)
 class Rules:
-    """Stages compiled for matching: a lifecycle's, or an object's (its faults' first)."""
+    """Stages compiled for matching: a lifecycle's, or an object's (its faults' first); and
+    the lifecycle's log scripts."""
 
     pods: tuple[PodRule, ...]
     nodes: tuple[NodeRule, ...]
+    logs: tuple[LogRule, ...] = ()
 
 
 def _pod_rule(stage: PodStage, entry: FaultEntry | None = None) -> PodRule:
@@ -198,9 +211,15 @@ def _carrier(entry: FaultEntry | None) -> tuple[str, EntryState | Literal[""], s
     return entry.id, entry.state, entry.traceparent or ""
 
 
+def _log_rule(script: LogScript) -> LogRule:
+    return LogRule(script.name, _compile(script.selector, POD_VIEWS, POD_MAPS),
+                   compile_script(script))
+
+
 def compile_lifecycle(lifecycle: Lifecycle) -> Rules:
     return Rules(pods=tuple(_pod_rule(stage) for stage in lifecycle.pods),
-                 nodes=tuple(_node_rule(stage) for stage in lifecycle.nodes))
+                 nodes=tuple(_node_rule(stage) for stage in lifecycle.nodes),
+                 logs=tuple(_log_rule(script) for script in lifecycle.logs))
 
 
 @functools.cache
@@ -261,10 +280,24 @@ class Rulebook:
                 pods.append(_pod_rule(stage, entry))
             else:
                 nodes.append(_node_rule(stage, entry))
-        return Rules((*pods, *self.defaults.pods), (*nodes, *self.defaults.nodes))
+        return Rules((*pods, *self.defaults.pods), (*nodes, *self.defaults.nodes),
+                     self.defaults.logs)
 
 
 # -- pods -------------------------------------------------------------------------------------
+
+def log_script(rules: Sequence[LogRule], pod: PodFacts, life: PodLife,
+               container: str) -> Script | None:
+    """The script of the container's log: the pod's own (its annotation) if it covers the
+    container, else the first of ``rules`` that matches the pod and covers it (None: an empty
+    log)."""
+    if pod.logs is not None and pod.logs.covers(container):
+        return pod.logs
+    for rule in rules:
+        if rule.script.covers(container) and rule.holds(pod, life):
+            return rule.script
+    return None
+
 
 def match_pod(rules: Sequence[PodRule], pod: PodFacts, life: PodLife) -> PodRule | None:
     """The first stage that applies to the pod (None: nothing more happens to it; a hold:
