@@ -248,6 +248,7 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
             owner=kubeconfig_owner(cluster))
     elif isinstance(action, planning.StartEngine):
         member = runtime.external.get(key)
+        kubelet_pki = None
         if member is not None:
             kubeconfig = member.kubeconfig  # an adopted cluster: the credentials it was given
         else:
@@ -256,7 +257,8 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
                                       connections=1) as admin:
                 await authorizing.grant(admin)
             kubeconfig = local.engine_kubeconfig_path
-        await runtime.start_engine(key, namespace, name, kubeconfig)
+            kubelet_pki = local.kubelet_pki.directory
+        await runtime.start_engine(key, namespace, name, kubeconfig, kubelet_pki=kubelet_pki)
     elif isinstance(action, planning.StopEngine):
         await runtime.stop_engine(key)
     elif isinstance(action, planning.DrainNodes):
