@@ -85,9 +85,13 @@ class Encrypted(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         sockname = transport.get_extra_info("sockname")
         self.local = str(sockname[0]) if sockname else ""
-        context = self._contexts(self.local)
+        try:
+            context = self._contexts(self.local)
+        except Exception:
+            logger.exception("kubelet API: no TLS context for %s", self.local)
+            context = None
         if context is None:
-            transport.close()  # no node has this address: nothing to present
+            transport.close()  # no node has this address (or no certificate for it)
             return
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
         self._open.add(self)

@@ -125,3 +125,31 @@ async def test_a_bad_log_annotation_is_warned_of_and_ignored(kubelet: KubeletPKI
     assert len(events) == 1
     assert "annotation fakefleet.dev/logs is not a log script: start.0.text: unknown placeholder " \
            "{oops}" in events[0]["message"]
+
+
+async def test_nodes_of_an_engine_without_tls_are_advertised_anew_and_logs_survive_a_restart(
+        kubelet: KubeletPKI) -> None:
+    """An engine of an older operator advertised its plain port: the next one, with the
+    kubelet PKI, moves the existing nodes to its TLS port; the log is computed from the pod's
+    status, so it is the same after the restart."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=1))
+    async with fleet.running(fleet.engine(kubelet_port=0)) as old:
+        await fleet.clock.advance(1)
+        assert old.server is not None
+        plain = old.server.port
+        assert fleet.nodes()["cpu-0"]["status"]["daemonEndpoints"]["kubeletEndpoint"][
+            "Port"] == plain
+        fleet.member.put(PODS, pod("web", "cpu-0", annotations={"fakefleet.dev/logs": LOGS}))
+        await fleet.clock.advance(25)
+    uid = fleet.nodes()["cpu-0"]["metadata"]["uid"]
+    async with fleet.running(fleet.engine(kubelet_port=plain, kubelet_pki=kubelet)) as engine:
+        await fleet.clock.advance(1)
+        node = fleet.nodes()["cpu-0"]
+        assert node["metadata"]["uid"] == uid, "the same node, re-advertised"
+        assert node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == tls_port(engine)
+        reader, writer = await connect(tls_port(engine), address(fleet, "cpu-0"),
+                                       api_server_context(kubelet))
+        assert (await get(reader, writer, "/containerLogs/default/web/main"))[2] == \
+            b"up on cpu-0\nn=1\nn=2\n"
+        writer.close()
