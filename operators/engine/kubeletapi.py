@@ -54,11 +54,23 @@ NOT_FOUND = Answer(404, b"404 page not found\n")
 def refuse_upgrade(request: Request, node: str, link: Link) -> Switch | Answer:
     """The upgrader of an engine that serves no exec, attach or port-forward: a plain 400 (not
     a dropped connection), on which clients give up cleanly or fall back to another protocol.
-    """
-    wanted = request.headers.get("upgrade", "")
+    An upgrade to anything but SPDY/3.1 (a WebSocket) gets the words of a kubelet that speaks
+    SPDY only, on which kubectl falls back to SPDY; SPDY/3.1 is then refused in plain words."""
+    if "spdy/3.1" not in request.headers.get("upgrade", "").lower():
+        return missing_upgrade(request)
     return Answer(400, f"unable to upgrade: {request.path.split('/')[1]} is not served by "
-                       f"fakefleet's kubelet (no {wanted} upgrades): its API serves "
-                       f"container logs only\n".encode())
+                       f"fakefleet's kubelet: its API serves container logs only\n".encode())
+
+
+def missing_upgrade(request: Request) -> Answer:
+    """A SPDY server's answer to a request that does not ask for SPDY/3.1
+    (``k8s.io/streaming/pkg/httpstream/spdy/upgrade.go``), headers shown as Go's ``%#v``
+    shows an ``http.Header`` (which holds no Host: Go keeps it apart)."""
+    shown = ", ".join(f'"{"-".join(part.capitalize() for part in name.split("-"))}":'
+                      f'[]string{{"{value}"}}'
+                      for name, value in sorted(request.headers.items()) if name != "host")
+    return Answer(400, f"unable to upgrade: missing upgrade headers in request: "
+                       f"http.Header{{{shown}}}".encode())
 
 
 class KubeletAPIServer:
@@ -128,8 +140,7 @@ class KubeletAPIServer:
         if path == "/metrics/resource" and self._metrics is not None:
             return Answer(200, self._metrics(node), CONTENT_TYPE)
         if path.startswith(UPGRADES):
-            return Answer(400, f"unable to upgrade: missing upgrade headers in request: "
-                               f"{_go_headers(request)}".encode())
+            return missing_upgrade(request)
         return NOT_FOUND
 
     def upgrade(self, request: Request, local: str, peer: str,
@@ -149,14 +160,6 @@ def _forbidden(request: Request, peer: str) -> Answer:
     verb = "get" if request.method in ("GET", "HEAD") else "create"
     return Answer(403, f"Forbidden (user={peer}, verb={verb}, resource=nodes, "
                        f"subresource=proxy)".encode())
-
-
-def _go_headers(request: Request) -> str:
-    """The headers as Go's ``%#v`` shows an ``http.Header`` (the kubelet's error texts do)."""
-    shown = ", ".join(f'"{"-".join(part.capitalize() for part in name.split("-"))}":'
-                      f'[]string{{"{value}"}}'
-                      for name, value in sorted(request.headers.items()))
-    return f"http.Header{{{shown}}}"
 
 
 class Channel(Protocol):

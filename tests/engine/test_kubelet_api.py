@@ -339,6 +339,12 @@ async def test_without_an_upgrader_an_upgrade_is_a_plain_refusal(kubelet: Kubele
         status, _, body = await response(reader)
         assert status == 400
         assert body.startswith(b"unable to upgrade: exec is not served by fakefleet's kubelet")
+        writer.write(b"GET /exec/default/web/main?command=ls HTTP/1.1\r\nHost: x\r\n"
+                     b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+        status, _, body = await response(reader)
+        assert status == 400, "a plain refusal, on which kubectl falls back to SPDY"
+        assert body == (b'unable to upgrade: missing upgrade headers in request: http.Header{'
+                        b'"Connection":[]string{"Upgrade"}, "Upgrade":[]string{"websocket"}}')
         writer.close()
 
 
