@@ -74,7 +74,7 @@ USAGE_GPU_UTIL = f"{GROUP}/usage-gpu-util"
 USAGE_GPU_MEMORY = f"{GROUP}/usage-gpu-memory"
 #: What commands exec'd into the pod's containers print and exit with, and what its forwarded
 #: ports answer: a list in the schema of the Lifecycle's ``exec`` and ``portForward``
-#: (JSON or YAML), matched before the stages' (:mod:`operators.engine.scripting`).
+#: (JSON), matched before the stages' (:mod:`operators.engine.scripting`).
 EXEC = f"{GROUP}/exec"
 PORT_FORWARD = f"{GROUP}/port-forward"
 

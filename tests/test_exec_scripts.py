@@ -96,7 +96,7 @@ def test_an_annotation_holds_a_list_in_the_same_schema() -> None:
     with pytest.raises(StageError, match="annotation x is invalid: the document: Input should "
                                          "be a valid list"):
         load_scripts('{"name": "a"}', PortForwardRule, source="annotation x")
-    with pytest.raises(StageError, match="not valid JSON or YAML"):
+    with pytest.raises(StageError, match="not valid JSON: "):
         load_scripts("[", ExecScript, source="annotation x")
 
 

@@ -40,6 +40,7 @@ first to last, with the pod's annotations ``fakefleet.dev/exec`` and
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Literal, TypeVar
 
@@ -594,13 +595,13 @@ ScriptT = TypeVar("ScriptT", ExecScript, PortForwardRule)
 
 
 def load_scripts(text: str, kind: type[ScriptT], *, source: str) -> list[ScriptT]:
-    """A pod annotation's list of exec scripts or port-forward rules (JSON, or YAML), in the
-    schema of the Lifecycle's ``exec`` or ``portForward``; StageError naming the place and the
-    problem."""
+    """A pod annotation's list of exec scripts or port-forward rules, in JSON (no YAML: its
+    aliases could make a short annotation a large document), in the schema of the Lifecycle's
+    ``exec`` or ``portForward``; StageError naming the place and the problem."""
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise StageError(f"{source} is not valid JSON or YAML: {error}") from error
+        document = json.loads(text)
+    except ValueError as error:
+        raise StageError(f"{source} is not valid JSON: {error}") from error
     try:
         return TypeAdapter(list[kind]).validate_python(document)  # type: ignore[valid-type]
     except ValidationError as error:

@@ -89,7 +89,8 @@ _TEXT = (
 DICTIONARY = b"".join(struct.pack(">I", len(word)) + word.encode() for word in _WORDS) + \
     _TEXT.encode()
 
-#: Header names and their values (SPDY's NUL-joined parts, split).
+#: Header names and their values (SPDY's NUL-joined parts, split), bytes as latin-1 text: Go's
+#: headers are bytes, and nothing Kubernetes sends is outside ASCII.
 Headers = Mapping[str, tuple[str, ...]]
 
 
@@ -200,7 +201,7 @@ def pack_headers(headers: Mapping[str, Iterable[str]]) -> bytes:
     """A header block before compression."""
     parts = [struct.pack(">I", len(headers))]
     for name, values in headers.items():
-        raw_name, raw_value = name.lower().encode(), "\0".join(values).encode()
+        raw_name, raw_value = name.lower().encode("latin-1"), "\0".join(values).encode("latin-1")
         parts += [struct.pack(">I", len(raw_name)), raw_name,
                   struct.pack(">I", len(raw_value)), raw_value]
     return b"".join(parts)
@@ -213,15 +214,15 @@ def unpack_headers(block: bytes) -> dict[str, tuple[str, ...]]:
         headers: dict[str, tuple[str, ...]] = {}
         for _ in range(count):
             (size,) = struct.unpack_from(">I", block, offset)
-            name = block[offset + 4:offset + 4 + size].decode()
+            name = block[offset + 4:offset + 4 + size].decode("latin-1")
             offset += 4 + size
             (size,) = struct.unpack_from(">I", block, offset)
-            value = block[offset + 4:offset + 4 + size].decode()
+            value = block[offset + 4:offset + 4 + size].decode("latin-1")
             offset += 4 + size
             if offset > len(block):
                 raise ProtocolError("a header block ends inside a name or value")
             headers[name.lower()] = headers.get(name.lower(), ()) + tuple(value.split("\0"))
-    except (struct.error, UnicodeDecodeError) as error:
+    except struct.error as error:
         raise ProtocolError(f"a header block cannot be read: {error}") from error
     if offset != len(block):
         raise ProtocolError(f"a header block has {len(block) - offset} bytes after its headers")
