@@ -73,8 +73,9 @@ class Connected:
         return self.client.read(self.link.fresh())
 
 
-def upgrader(pods: Pods, timers: Timers) -> streaming.Upgrader:
-    return streaming.Upgrader(pods=pods, scripts=Scripts(default_lifecycle()), timers=timers)
+def upgrader(pods: Pods, timers: Timers, scripts: Scripts | None = None) -> streaming.Upgrader:
+    return streaming.Upgrader(pods=pods, scripts=scripts or Scripts(default_lifecycle()),
+                              timers=timers)
 
 
 def answer(pods: Pods, target: str, **given: object) -> Answer:
@@ -83,8 +84,10 @@ def answer(pods: Pods, target: str, **given: object) -> Answer:
     return result
 
 
-def connect(pods: Pods, target: str, **given: object) -> Connected:
+def connect(pods: Pods, target: str, scripts: Scripts | None = None,
+            **given: object) -> Connected:
     timers, link = Timers(), Link()
-    result = upgrader(pods, timers)(request(target, **given), NODE, link)  # type: ignore[arg-type]
+    result = upgrader(pods, timers, scripts)(request(target, **given),  # type: ignore[arg-type]
+                                             NODE, link)
     assert isinstance(result, Switch), result
     return Connected(result, Client(), link, timers)

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 
-from operators.engine import remotecommand
+from operators.api.stages import ExecScript
+from operators.engine import remotecommand, spdy
 from operators.engine.remotecommand import Outcome, go_json
+from operators.engine.scripting import Scripts
+from operators.engine.stages import default_lifecycle
 from primitives import keys
 from tests.engine.spdyclient import Frame, status_of, stream_data
 from tests.engine.streamingkit import GPUS, Connected, Pods, connect, pod
@@ -45,6 +48,17 @@ def test_nvidia_smi_lists_the_gpus_the_container_holds_with_the_published_uuids(
     assert ends == [(0, 5), (0, 7), (0, 1), (3, 3), (7, 7)]
     assert frames[-1].word == 0
     assert connected.link.closed
+
+
+def test_a_megabyte_of_output_arrives_whole_with_no_window_granted() -> None:
+    lifecycle = default_lifecycle().model_copy(update={"exec": [ExecScript(
+        name="dump", command=["dump"], stdout="0123456789abcdef" * 65536)]})
+    connected = connect(Pods(pod()), command("dump"), scripts=Scripts(lifecycle))
+    frames = open_streams(connected)
+    stdout = [frame for frame in frames if frame.kind == 0 and frame.stream == 5]
+    assert b"".join(frame.data for frame in stdout) == b"0123456789abcdef" * 65536
+    assert max(len(frame.data) for frame in stdout) == spdy.CHUNK
+    assert status_of(frames, 1) == {"status": "Success"}
 
 
 def test_a_non_zero_exit_code_is_the_status_kubectl_exits_with() -> None:
