@@ -422,7 +422,9 @@ class Session:
     """One upgraded connection: frames read, streams kept, replies and window sent back.
 
     It is an :class:`~operators.engine.upgrading.Session`; ``protocol(session)`` makes the
-    :class:`Streams` that runs over it.
+    :class:`Streams` that runs over it. It writes only in answer to what the client sent: the
+    client reads the ``101`` through a buffer of its own (client-go's ``SpdyRoundTripper``) and
+    would lose frames that came in the same read.
     """
 
     def __init__(self, link: Link, protocol: Callable[[Session], Streams]) -> None:
