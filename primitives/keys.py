@@ -75,6 +75,11 @@ USAGE_GPU_MEMORY = f"{GROUP}/usage-gpu-memory"
 #: What ``kubectl logs`` shows of the pod's containers: one log script (JSON or YAML, the
 #: schema of :class:`operators.api.logs.LogLines`), before the stages' ``logs`` section.
 LOGS = f"{GROUP}/logs"
+#: What commands exec'd into the pod's containers print and exit with, and what its forwarded
+#: ports answer: a list in the schema of the Lifecycle's ``exec`` and ``portForward``
+#: (JSON), matched before the stages' (:mod:`operators.engine.scripting`).
+EXEC = f"{GROUP}/exec"
+PORT_FORWARD = f"{GROUP}/port-forward"
 
 # -- on Jobs the hub link creates for a fleet workload --------------------------------------------
 

@@ -223,10 +223,15 @@ def compile_lifecycle(lifecycle: Lifecycle) -> Rules:
 
 
 @functools.cache
-def default_rules() -> Rules:
+def default_lifecycle() -> Lifecycle:
     """The default lifecycles (``stages.yaml`` next to this module)."""
     text = resources.files("operators.engine").joinpath("stages.yaml").read_text()
-    return compile_lifecycle(load_lifecycle(text, source="the default stages"))
+    return load_lifecycle(text, source="the default stages")
+
+
+@functools.cache
+def default_rules() -> Rules:
+    return compile_lifecycle(default_lifecycle())
 
 
 @dataclasses.dataclass(frozen=True)
