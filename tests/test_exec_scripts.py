@@ -17,7 +17,6 @@ from operators.api.stages import (
     load_lifecycle,
     load_scripts,
 )
-from operators.engine import devices
 from operators.engine import pods as podlife
 from operators.engine.nodes import NodeLife
 from operators.engine.pods import PodFacts, PodLife
@@ -232,14 +231,3 @@ def test_the_gpus_a_container_holds_are_those_the_dcgm_series_show() -> None:
     assert [s.uuid for s in samples if s.holder and s.holder.pod == "b"] == [
         gpu.uuid for gpu in gpus_on("c", "gpu-0", "H100-SXM5-80GB", [3, 4])]
     assert usage.held("nobody", 8, NodeLife()) == {}
-
-
-def test_the_gpus_a_claim_was_allocated_are_read_from_its_results() -> None:
-    claim = {"status": {"allocation": {"devices": {"results": [
-        {"request": "gpu", "driver": "gpu.fakefleet.dev", "pool": "gpu-0", "device": "gpu-5"},
-        {"request": "gpu", "driver": "gpu.fakefleet.dev", "pool": "gpu-0", "device": "gpu-1"},
-        {"request": "nic", "driver": "other.example.com", "pool": "gpu-0", "device": "gpu-2"},
-        {"request": "gpu", "driver": "gpu.fakefleet.dev", "pool": "gpu-9", "device": "gpu-3"},
-    ]}}}}
-    assert devices.allocated(claim, "gpu-0") == (1, 5)
-    assert devices.allocated({"status": {}}, "gpu-0") == ()

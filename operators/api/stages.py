@@ -415,7 +415,7 @@ EXEC_FIELDS: dict[str, str] = {
     "name": "the pod's name",
     "namespace": "the pod's namespace",
     "container": "the name of the container exec'd into",
-    "gpus": "how many GPUs the container holds (device plugin or DRA)",
+    "gpus": "how many GPUs the container holds through the device plugin (nvidia.com/gpu)",
 }
 #: What a port-forward rule's selector may test (and labels[KEY], annotations[KEY]).
 PORT_FORWARD_FIELDS: dict[str, str] = {

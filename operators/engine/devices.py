@@ -204,17 +204,6 @@ def observe_slice(obj: Mapping[str, Any]) -> SliceFacts | None:
         resource_version=metadata.get("resourceVersion", ""), out=out)
 
 
-def allocated(claim: Mapping[str, Any], node: str) -> tuple[int, ...]:
-    """The GPUs of ``node`` (indices) a ResourceClaim was allocated from the engine's devices
-    (``status.allocation.devices.results``: the driver, the pool, which is the node, and the
-    device's name)."""
-    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}) \
-        .get("results") or ()
-    indices = (device_index(str(result.get("device", ""))) for result in results
-               if result.get("driver") == DRA_DRIVER and result.get("pool") == node)
-    return tuple(sorted(index for index in indices if index is not None))
-
-
 def with_health(out: Mapping[int, Taint], indices: Iterable[int], *, healthy: bool,
                 reason: str, gpus: int) -> dict[int, Taint]:
     """``out`` with the GPUs ``indices`` (those the node has) back in service or taken out

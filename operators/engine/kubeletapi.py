@@ -14,9 +14,10 @@ the handshake; one with another name than the API server's is answered 403.
 
 Routes, as a kubelet's: ``GET /containerLogs/{namespace}/{pod}/{container}``
 (:mod:`~operators.engine.logserving`); ``/exec``, ``/attach`` and ``/portForward`` (GET or
-POST), which upgrade the connection: the :data:`~operators.engine.upgrading.Upgrader` decides
-(by default, :func:`refuse_upgrade`), and once it takes the connection over, every byte after
-the request goes to its session; ``/healthz``; ``/metrics/resource`` (so ``kubectl get --raw
+POST), which upgrade the connection: the :data:`~operators.engine.upgrading.Upgrader`
+(:mod:`~operators.engine.streaming` in the engine) answers every request to them, refusing
+with the kubelet's words or taking the connection over, and then every byte after the request
+goes to its session; ``/healthz``; ``/metrics/resource`` (so ``kubectl get --raw
 /api/v1/nodes/<node>/proxy/metrics/resource`` works). HTTP/1.1 with keep-alive, one request at
 a time, no request bodies.
 """
@@ -51,35 +52,13 @@ UPGRADES = ("/exec/", "/attach/", "/portForward/")
 NOT_FOUND = Answer(404, b"404 page not found\n")
 
 
-def refuse_upgrade(request: Request, node: str, link: Link) -> Switch | Answer:
-    """The upgrader of an engine that serves no exec, attach or port-forward: a plain 400 (not
-    a dropped connection), on which clients give up cleanly or fall back to another protocol.
-    An upgrade to anything but SPDY/3.1 (a WebSocket) gets the words of a kubelet that speaks
-    SPDY only, on which kubectl falls back to SPDY; SPDY/3.1 is then refused in plain words."""
-    if "spdy/3.1" not in request.headers.get("upgrade", "").lower():
-        return missing_upgrade(request)
-    return Answer(400, f"unable to upgrade: {request.path.split('/')[1]} is not served by "
-                       f"fakefleet's kubelet: its API serves container logs only\n".encode())
-
-
-def missing_upgrade(request: Request) -> Answer:
-    """A SPDY server's answer to a request that does not ask for SPDY/3.1
-    (``k8s.io/streaming/pkg/httpstream/spdy/upgrade.go``), headers shown as Go's ``%#v``
-    shows an ``http.Header`` (which holds no Host: Go keeps it apart)."""
-    shown = ", ".join(f'"{"-".join(part.capitalize() for part in name.split("-"))}":'
-                      f'[]string{{"{value}"}}'
-                      for name, value in sorted(request.headers.items()) if name != "host")
-    return Answer(400, f"unable to upgrade: missing upgrade headers in request: "
-                       f"http.Header{{{shown}}}".encode())
-
-
 class KubeletAPIServer:
     """Serves the nodes' kubelet API over TLS until :meth:`close`."""
 
     def __init__(self, node_at: Callable[[str], str | None], logs: LogServer,
-                 certificates: NodeCertificates, *,
+                 certificates: NodeCertificates, *, upgrader: Upgrader,
                  metrics: Callable[[str], bytes] | None = None, port: int = 0,
-                 upgrader: Upgrader = refuse_upgrade, idle: float = IDLE) -> None:
+                 idle: float = IDLE) -> None:
         """``node_at``: the played node whose InternalIP an address is (None: no node's);
         ``metrics``: a node's ``/metrics/resource`` body (None: the engine measures no
         usage)."""
@@ -139,13 +118,12 @@ class KubeletAPIServer:
             return self._logs.answer(request, node)
         if path == "/metrics/resource" and self._metrics is not None:
             return Answer(200, self._metrics(node), CONTENT_TYPE)
-        if path.startswith(UPGRADES):
-            return missing_upgrade(request)
         return NOT_FOUND
 
     def upgrade(self, request: Request, local: str, peer: str,
                 link: Link) -> Switch | Answer:
-        """What a request that asks to upgrade the connection gets."""
+        """What a request to a path that upgrades the connection gets (a request that does
+        not ask to upgrade it too: the upgrader refuses it in the kubelet's words)."""
         if peer != KUBELET_CLIENT:
             return _forbidden(request, peer)
         node = self._node_at(local)
@@ -289,7 +267,7 @@ class Exchange:
             self._answer(Answer(400, b"the kubelet API takes no request body\n"), keep=False)
             return False
         try:
-            if request.headers.get("upgrade") and request.path.startswith(UPGRADES):
+            if request.path.startswith(UPGRADES):
                 return self._upgrade(request, keep)
             outcome = self._router.answer(request, self._channel.local, self._channel.peer)
         except Exception:

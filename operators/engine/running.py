@@ -38,7 +38,7 @@ from operators.api.faultsets import Kind
 from operators.api.injections import FaultEntry
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.controlplane.pki import KubeletPKI
-from operators.engine import nodes
+from operators.engine import nodes, streaming
 from operators.engine.alerting import NODE_GRACE, GapAlarm
 from operators.engine.caching import Bodies
 from operators.engine.certifying import NodeCertificates
@@ -54,8 +54,17 @@ from operators.engine.pooling import ClusterRef, Pools
 from operators.engine.publishing import Publisher
 from operators.engine.recording import EventRecorder
 from operators.engine.registering import Registrar
+from operators.engine.scripting import GPU, PodSight, Scripts, gpus_on, sight
 from operators.engine.serving import KubeletServer
-from operators.engine.stages import LogRule, Rulebook, Rules, Timing, default_rules
+from operators.engine.stages import (
+    LogRule,
+    Rulebook,
+    Rules,
+    Timing,
+    default_lifecycle,
+    default_rules,
+)
+from operators.engine.timers import ClockTimers
 from operators.engine.tracing import FaultBatches
 from operators.engine.usage import UsageBook
 from operators.k8s.client import Client
@@ -123,11 +132,13 @@ class ClusterEngine:
         on_latency: Callable[[float], None] | None = None,
         tracer: trace.Tracer | None = None,
         kubelet_pki: KubeletPKI | None = None,
+        scripts: Scripts | None = None,
     ) -> None:
         """``tracer`` makes the spans of fault writes (default: the API's global one, which
         makes none until the entry point configured the SDK); ``kubelet_pki``: the member's
         kubelets' CA, with which the engine serves the kubelet API over TLS (None: it serves
-        none, and the nodes advertise the plain port)."""
+        none, and the nodes advertise the plain port); ``scripts``: what exec'd commands and
+        forwarded ports answer (default: the default Lifecycle's)."""
         self.cluster = cluster
         self.client = client
         self.settings = settings = settings or EngineSettings()
@@ -167,9 +178,12 @@ class ClusterEngine:
         self.bodies = Bodies(self._render_node, clock=clock)
         self.server = KubeletServer(self, port=settings.kubelet_port or 0) if serving else None
         self.logs = LogServer(self, clock=clock)
+        self.session_timers = ClockTimers(clock=clock)
+        upgrader = streaming.Upgrader(pods=self, scripts=scripts or Scripts(default_lifecycle()),
+                                      timers=self.session_timers)
         self.kubelet_api = KubeletAPIServer(
             self.node_at, self.logs, NodeCertificates(kubelet_pki, self.node_at),
-            metrics=self.resource_metrics if serving else None,
+            upgrader=upgrader, metrics=self.resource_metrics if serving else None,
             port=settings.kubelet_tls_port) if kubelet_pki is not None else None
         self.pods = PodLifecycle(cluster, client, self, self.recorder, clock=clock,
                                  rules=rulebook, faults=self.faults,
@@ -210,6 +224,8 @@ class ClusterEngine:
             group.create_task(self.publisher.run(), name=f"engine:{self.cluster}:slices")
             group.create_task(self.faults.run(), name=f"engine:{self.cluster}:faults")
             group.create_task(self.logs.run(), name=f"engine:{self.cluster}:logs")
+            group.create_task(self.session_timers.run(),
+                              name=f"engine:{self.cluster}:session-timers")
             group.create_task(list_and_watch(
                 self.client, NODES, {"labelSelector": nodes.MANAGED_SELECTOR},
                 on_list=self._nodes_listed, on_event=self.book.changed, clock=self._clock),
@@ -353,6 +369,27 @@ class ClusterEngine:
 
     def log_rules(self, uid: str) -> Sequence[LogRule]:
         return self.rulebook(self.faults.pod(uid)).logs
+
+    # -- what exec, attach and port-forward see (streaming.Pods) ---------------------------
+
+    def pod(self, node: str, namespace: str, name: str) -> PodSight | None:
+        found = self.pods.named(namespace, name)
+        if found is None or found[0].node != node:
+            return None
+        facts, life = found
+        return sight(facts, life, self._gpus_held(facts.uid, node))
+
+    def _gpus_held(self, uid: str, node: str) -> dict[str, tuple[GPU, ...]]:
+        """The GPUs each container of pod ``uid`` holds, as the DCGM endpoint allocates them
+        (none known when the engine measures no usage)."""
+        record = self.book.records.get(node)
+        spec = self.pools.spec(record.pool) if record is not None else None
+        if self.usage is None or record is None or spec is None or spec.gpu is None:
+            return {}
+        preset = spec.gpu.preset
+        return {container: gpus_on(self.cluster, node, preset, indices)
+                for container, indices in self.usage.held(uid, spec.gpus_per_node,
+                                                          record.life).items()}
 
     # -- what the endpoints show (serving.Source) --------------------------------------------
 

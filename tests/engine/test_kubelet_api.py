@@ -10,7 +10,6 @@ import contextlib
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cryptography import x509
@@ -21,13 +20,16 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from operators.api.logs import LogLines
 from operators.controlplane import pki as pki_module
 from operators.controlplane.pki import KubeletPKI, ensure_kubelet_pki, ensure_pki
+from operators.engine import streaming
 from operators.engine.certifying import NodeCertificates
 from operators.engine.kubeletapi import Exchange, KubeletAPIServer
 from operators.engine.logs import compile_script
 from operators.engine.logserving import BATCH, LogServer, LogStream
 from operators.engine.pods import Exit, PodFacts, PodLife
 from operators.engine.responding import Answer
-from operators.engine.stages import LogRule
+from operators.engine.scripting import PodSight, Scripts, sight
+from operators.engine.stages import LogRule, default_lifecycle
+from operators.engine.timers import ClockTimers
 from operators.engine.upgrading import Link, Request, Switch
 from operators.k8s.times import rfc3339
 from tests.engine.harness import pod
@@ -70,6 +72,10 @@ class Pods:
     def log_rules(self, uid: str) -> Sequence[LogRule]:
         return self.rules
 
+    def pod(self, node: str, namespace: str, name: str) -> PodSight | None:
+        found = self.pods.get((namespace, name))
+        return sight(*found) if found is not None and found[0].node == node else None
+
 
 class Echo:
     """A session that echoes what it gets, and says when its connection is gone."""
@@ -102,8 +108,8 @@ class Served:
 
 @contextlib.asynccontextmanager
 async def serving(kubelet: KubeletPKI, *, idle: float = 15.0,
-                  refuse: bool = False) -> AsyncIterator[Served]:
-    """``refuse``: the server's own upgrader, which refuses every upgrade (else: echoes)."""
+                  engine_s: bool = False) -> AsyncIterator[Served]:
+    """``engine_s``: the engine's upgrader over the pods (else: one that echoes)."""
     clock = FakeClock(1_767_225_600.0 + 35)
     pods = Pods(clock)
     logs = LogServer(pods, clock=clock)
@@ -114,9 +120,10 @@ async def serving(kubelet: KubeletPKI, *, idle: float = 15.0,
         sessions.append(session)
         return Switch(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
                       b"Upgrade: SPDY/3.1\r\n\r\n", session)
-    extra: dict[str, Any] = {} if refuse else {"upgrader": echo}
+    upgrader = streaming.Upgrader(pods=pods, scripts=Scripts(default_lifecycle()),
+                                  timers=ClockTimers(clock=clock)) if engine_s else echo
     server = KubeletAPIServer(NODES.get, logs, NodeCertificates(kubelet, NODES.get),
-                              idle=idle, **extra)
+                              upgrader=upgrader, idle=idle)
     await server.start()
     following = asyncio.create_task(logs.run())
     try:
@@ -246,7 +253,6 @@ async def test_a_log_is_answered_chunked_and_the_connection_kept(kubelet: Kubele
      'PodLogsQuerySplitStreams feature gate in kubelet'),
     ("/containerLogs/default//main", 400, '{"message": "Missing podID."}'),
     ("/containerLogs/default/web", 404, "404 page not found\n"),
-    ("/exec/default/web/main?command=ls", 400, "unable to upgrade: missing upgrade headers"),
     ("/configz", 404, "404 page not found\n"),
 ])
 async def test_the_kubelet_s_words_for_what_it_cannot_answer(kubelet: KubeletPKI, path: str,
@@ -332,19 +338,26 @@ async def test_an_upgrade_hands_the_connection_to_a_session_that_writes_when_it_
         await asyncio.wait_for(session.lost.wait(), 5)
 
 
-async def test_without_an_upgrader_an_upgrade_is_a_plain_refusal(kubelet: KubeletPKI) -> None:
-    async with serving(kubelet, refuse=True) as served:
+async def test_exec_attach_and_port_forward_are_the_engine_s_upgrader_s(
+        kubelet: KubeletPKI) -> None:
+    async with serving(kubelet, engine_s=True) as served:
+        served.pods.add("web", "cpu-0", RUNNING)
         reader, writer = await connect(served.port, "127.64.0.1", api_server_context(kubelet))
-        writer.write(SPDY)
-        status, _, body = await response(reader)
-        assert status == 400
-        assert body.startswith(b"unable to upgrade: exec is not served by fakefleet's kubelet")
-        writer.write(b"GET /exec/default/web/main?command=ls HTTP/1.1\r\nHost: x\r\n"
-                     b"Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+        assert await get(reader, writer, "/exec/default/web/main?command=ls&output=1") == (
+            500, {"content-type": "text/plain; charset=utf-8", "content-length": "25"},
+            b"Upgrade request required\n"), "a request that does not upgrade: the kubelet's words"
+        assert (await get(reader, writer, "/portForward/default/gone"))[::2] == (
+            404, b"pod does not exist")
+        writer.write(b"GET /exec/default/web/main?command=ls&output=1 HTTP/1.1\r\nHost: x\r\n"
+                     b"Connection: Upgrade\r\nUpgrade: websocket\r\n"
+                     b"X-Stream-Protocol-Version: v4.channel.k8s.io\r\n\r\n")
         status, _, body = await response(reader)
         assert status == 400, "a plain refusal, on which kubectl falls back to SPDY"
-        assert body == (b'unable to upgrade: missing upgrade headers in request: http.Header{'
-                        b'"Connection":[]string{"Upgrade"}, "Upgrade":[]string{"websocket"}}')
+        assert body.startswith(b"unable to upgrade: missing upgrade headers in request: ")
+        writer.write(SPDY)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+        assert b"X-Stream-Protocol-Version: v4.channel.k8s.io\r\n" in head
         writer.close()
 
 
