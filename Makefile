@@ -93,7 +93,9 @@ verify: $(STAMP)
 ## 10000 pods, 1000 GPU nodes, what one scrape round of those nodes costs it in-process,
 ## and the user path (a pool of 5000 nodes and a Deployment of 10000 replicas with kubectl,
 ## the operator killed half-way), and a 30-minute soak of a fleet with FaultPlans, hub
-## workloads and pool scaling under 50 seeded kills of its processes (nothing lost or repeated)
+## workloads and pool scaling under 50 seeded kills of its processes (nothing lost or repeated),
+## and `kubectl logs` latency at 5000 nodes through the member's API server and the engine's
+## TLS kubelet API
 bench: setup kwok
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
@@ -111,6 +113,7 @@ bench: setup kwok
 	$(BIN)/python -m bench.userpath --kill-operator
 	$(BIN)/python -m bench.scrapes
 	$(BIN)/python -m bench.soak
+	$(BIN)/python -m bench.kubeletlogs
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,8 +1,8 @@
-"""The engine and DRA benchmarks at toy size, so their harnesses cannot rot.
+"""The engine, DRA and `kubectl logs` benchmarks at toy size, so their harnesses cannot rot.
 
 They assert that every phase completed (every node Ready, every pod Running, every pod gone;
-for DRA every slice published and every claim allocated), for fakefleet and for KWOK; they do
-not judge speed: figures come from `make bench`.
+for DRA every slice published and every claim allocated; every pod's log read), for fakefleet
+and for KWOK; they do not judge speed: figures come from `make bench`.
 """
 
 from __future__ import annotations
@@ -50,4 +50,20 @@ def test_dra_benchmark_harness_publishes_allocates_and_cleans_up(tmp_path: Path)
     assert all(phase["seconds"] is not None for phase in run["phases"])
     assert run["phases"][0]["writes"]["POST resourceslices"] == 3, "one slice per node, once"
     assert run["slice_bytes"] > 0
+    assert run["engine_peak_rss_mib"] > 0
+
+
+def test_kubectl_logs_benchmark_harness_reads_every_pod_s_log(tmp_path: Path) -> None:
+    out = tmp_path / "kubeletlogs.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.kubeletlogs", "--nodes", "3", "--kubectl", "2",
+         "--output", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = json.loads(out.read_text())["run"]
+    assert [(found["name"], found["requests"], found["failures"]) for found in run["passes"]] == [
+        ("API, first contact (new TLS)", 3, 0), ("API, kept connections", 3, 0),
+        ("kubectl logs (process included)", 2, 0)]
     assert run["engine_peak_rss_mib"] > 0
