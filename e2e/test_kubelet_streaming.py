@@ -130,7 +130,8 @@ def test_an_unknown_command_fails_as_the_runtime_fails_it(streams: Path, transpo
 
 
 @pytest.mark.parametrize("transport", sorted(TRANSPORTS))
-def test_a_crash_looping_container_cannot_be_exec_d_into(streams: Path, transport: str) -> None:
+def test_a_crash_looping_container_cannot_be_exec_d_into_nor_attached_to(
+        streams: Path, transport: str) -> None:
     name = f"crashy-{transport}"
     create(streams, {
         "apiVersion": "v1", "kind": "Pod",
@@ -148,6 +149,10 @@ def test_a_crash_looping_container_cannot_be_exec_d_into(streams: Path, transpor
     done = run(streams, transport, "exec", name, "--", "true")
     assert done.returncode != 0
     assert 'unable to upgrade connection: container not found ("main")' in done.stderr
+    done = run(streams, transport, "attach", name, "-c", "main")
+    assert done.returncode != 0
+    assert f"unable to upgrade connection: container main not found in pod {name}_default" \
+        in done.stderr
 
 
 @pytest.mark.parametrize("transport", sorted(TRANSPORTS))
