@@ -92,10 +92,11 @@ verify: $(STAMP)
 ## the engine with usage metrics on (metrics-server scraping) against off at 5000 nodes,
 ## 10000 pods, 1000 GPU nodes, what one scrape round of those nodes costs it in-process,
 ## and the user path (a pool of 5000 nodes and a Deployment of 10000 replicas with kubectl,
-## the operator killed half-way), and a 30-minute soak of a fleet with FaultPlans, hub
-## workloads and pool scaling under 50 seeded kills of its processes (nothing lost or repeated),
-## and `kubectl logs` latency at 5000 nodes through the member's API server and the engine's
-## TLS kubelet API
+## the operator killed half-way), Karpenter provisioning for 1000 pending GPU pods and
+## consolidating the nodes away, its nodes played by the engine and by KWOK v0.8.0, a
+## 30-minute soak of a fleet with FaultPlans, hub workloads and pool scaling under 50 seeded
+## kills of its processes (nothing lost or repeated), and `kubectl logs` latency at 5000 nodes
+## through the member's API server and the engine's TLS kubelet API
 bench: setup kwok
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
@@ -112,6 +113,7 @@ bench: setup kwok
 	$(BIN)/python -m bench.usage
 	$(BIN)/python -m bench.userpath --kill-operator
 	$(BIN)/python -m bench.scrapes
+	$(BIN)/python -m bench.karpenter
 	$(BIN)/python -m bench.soak
 	$(BIN)/python -m bench.kubeletlogs
 

@@ -38,7 +38,7 @@ same every run (:mod:`bench.hogging`).
 
 The table gives seconds and objects/s per phase, the engine's peak RSS and CPU seconds, and the
 ratios fakefleet/KWOK and fakefleet/ceiling (> 1 means fakefleet is faster). Results also go to
-``bench/results/engines-<time>.json`` (git-ignored).
+``bench/results/engines-<time>.json`` (git-ignored), each engine's log beside it.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -62,7 +63,7 @@ from rich.table import Table
 
 from bench import kwok
 from bench.hogging import hog
-from bench.metrics import mutating_requests
+from bench.metrics import mutating_requests, queue_waits, throttled_requests
 from federation.telemetry.exporting import ENDPOINT_VARIABLES, exporter_environment
 from federation.telemetry.files import CollectorFiles, CollectorInfo
 from operators.controlplane import binaries as binaries_
@@ -107,6 +108,10 @@ class Phase:
     #: Pods that were not Ready once the phase was over and READY_GRACE more had passed
     #: (phases that make pods Running only; None for the others).
     pods_not_ready: int | None = None
+    #: Requests answered 429 by API Priority and Fairness during the phase, by "VERB resource".
+    throttled: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Mean seconds a request waited in APF's queues during the phase, by priority level.
+    queue_wait: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def rate(self) -> float | None:
@@ -329,6 +334,20 @@ def deployment_body(name: str, replicas: int) -> dict[str, Any]:
     }
 
 
+def keep_log(log: Path) -> None:
+    """The engine's (or KWOK's) log, kept beside the results: the workdir goes with the run,
+    and the log is where late renewals and held-back pods are explained."""
+    if log.exists():
+        RESULTS.mkdir(exist_ok=True)
+        shutil.copyfile(log, RESULTS / f"engines-{time.strftime('%Y%m%dT%H%M%S')}-{log.name}")
+
+
+def growth(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
+    """What each counter gained between two readings (those that gained only)."""
+    return {key: after[key] - before.get(key, 0) for key in sorted(after)
+            if after[key] > before.get(key, 0)}
+
+
 class Harness:
     """Drives one engine through the phases against one fresh control plane."""
 
@@ -385,6 +404,7 @@ class Harness:
             if self.engine in FAKEFLEET:
                 result.held_back_seconds = held_back(self.workdir / f"{self.engine}.log")
         finally:
+            keep_log(self.workdir / f"{self.engine}.log")
             await node_tally.stop()
             await pod_tally.stop()
             await ready_tally.stop()
@@ -396,7 +416,7 @@ class Harness:
 
     async def _phase(self, name: str, objects: int, act: Callable[[], Awaitable[None]],
                      done: Callable[[], Awaitable[bool]], *, running: bool = False) -> Phase:
-        before = await self._writes()
+        before, throttled_before, waits_before = await self._server_counts()
         lost, pods_lost = self.node_tally.lost, self.ready_tally.lost
         self.leases.restart()
         started = time.monotonic()
@@ -406,19 +426,28 @@ class Harness:
         seconds = time.monotonic() - started if completed else None
         # The ceiling writes each Lease once and never renews it: no gaps to speak of.
         gap = self.leases.phase_worst() if self.engine != "ceiling" else None
-        after = await self._writes()
-        delta = {key: after[key] - before.get(key, 0) for key in sorted(after)
-                 if after[key] > before.get(key, 0)}
+        after, throttled_after, waits_after = await self._server_counts()
+        delta = growth(before, after)
+        waited = {}
+        for level, (total, count) in waits_after.items():
+            total_before, count_before = waits_before.get(level, (0.0, 0))
+            if count > count_before:
+                waited[level] = (total - total_before) / (count - count_before)
         not_ready = None
         if running and completed:
             await self.ready_tally.until(lambda t: t.matching >= self.pods, READY_GRACE)
             not_ready = self.ready_tally.present - self.ready_tally.matching
         return Phase(name, objects, seconds, delta, gap, self.node_tally.lost - lost,
-                     self.ready_tally.lost - pods_lost, not_ready)
+                     self.ready_tally.lost - pods_lost, not_ready,
+                     growth(throttled_before, throttled_after), waited)
 
-    async def _writes(self) -> dict[str, int]:
-        """The API server's own count of mutating requests so far (apiserver_request_total)."""
-        return mutating_requests(await self.watcher.get_text("/metrics"))
+    async def _server_counts(
+        self,
+    ) -> tuple[dict[str, int], dict[str, int], dict[str, tuple[float, int]]]:
+        """The API server's own counts so far: mutating requests (apiserver_request_total),
+        requests APF answered 429, and APF's queue waits per priority level."""
+        metrics = await self.watcher.get_text("/metrics")
+        return mutating_requests(metrics), throttled_requests(metrics), queue_waits(metrics)
 
     async def _service_account(self) -> None:
         """Pods need the namespace's default ServiceAccount, made by the controller-manager."""
@@ -699,6 +728,25 @@ def report(runs: dict[str, EngineRun], console: Console, *, nodes: int, pods: in
         gaps.add_row(*row)
     if renewing:
         console.print(gaps)
+    fairness = Table(title="API Priority and Fairness during each phase: mean queue wait at "
+                           "node-high (Leases, nodes) / system (the engine's pods) / "
+                           "workload-high (scheduler, controllers), ms; requests answered 429")
+    fairness.add_column("phase")
+    for engine in runs:
+        fairness.add_column(engine, justify="right")
+    for name in names:
+        row = [name]
+        for run in runs.values():
+            phase = next((p for p in run.phases if p.name == name), None)
+            if phase is None:
+                row.append("-")
+                continue
+            waits = " / ".join(f"{phase.queue_wait[level] * 1000:.0f}"
+                               if level in phase.queue_wait else "-"
+                               for level in ("node-high", "system", "workload-high"))
+            row.append(f"{waits}; {sum(phase.throttled.values())}")
+        fairness.add_row(*row)
+    console.print(fairness)
 
 
 def parse_limits(text: str) -> RequestLimits:

@@ -25,3 +25,45 @@ def mutating_requests(metrics: str) -> dict[str, int]:
         key = f"{labels['verb']} {resource}"
         counts[key] = counts.get(key, 0) + int(float(match.group(2)))
     return counts
+
+
+_WAIT = re.compile(
+    r"^apiserver_flowcontrol_request_wait_duration_seconds_(sum|count)\{([^}]*)\} ([0-9.e+]+)$")
+
+
+def throttled_requests(metrics: str) -> dict[str, int]:
+    """Requests the API server answered 429 so far (API Priority and Fairness had no room in
+    the request's queues), keyed "VERB resource[/subresource]"."""
+    counts: dict[str, int] = {}
+    for line in metrics.splitlines():
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        labels = dict(_LABEL.findall(match.group(1)))
+        if labels.get("code") != "429":
+            continue
+        resource = labels.get("resource", "")
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        key = f"{labels.get('verb', '')} {resource}"
+        counts[key] = counts.get(key, 0) + int(float(match.group(2)))
+    return counts
+
+
+def queue_waits(metrics: str) -> dict[str, tuple[float, int]]:
+    """Per APF priority level: the seconds requests waited in its queues so far, summed, and
+    how many requests that was (apiserver_flowcontrol_request_wait_duration_seconds)."""
+    waits: dict[str, tuple[float, int]] = {}
+    for line in metrics.splitlines():
+        match = _WAIT.match(line)
+        if not match:
+            continue
+        labels = dict(_LABEL.findall(match.group(2)))
+        level = labels.get("priority_level", "")
+        total, count = waits.get(level, (0.0, 0))
+        if match.group(1) == "sum":
+            total += float(match.group(3))
+        else:
+            count += int(float(match.group(3)))
+        waits[level] = (total, count)
+    return waits

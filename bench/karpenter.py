@@ -1,0 +1,733 @@
+"""Karpenter provisioning for pending GPU pods and consolidating the empty nodes afterwards, with
+its nodes played by fakefleet's engine and, side by side, by KWOK's own controller (the setup
+Karpenter's KWOK provider is made for):
+
+    python -m bench.karpenter [--pods 1000] [--gpus-per-pod 8] [--runs 1]
+                              [--nodes-by fakefleet,kwok] [--profile load]
+                              [--consolidate-after 10s] [--disruption-budget 100%]
+
+Each side of each run gets a fresh control plane: etcd, kube-apiserver, kube-scheduler and
+kube-controller-manager from :class:`~operators.controlplane.substrate.Substrate`, with the load
+profile unless ``--profile default``. Both sides run the same Karpenter, v1.14.1's KWOK
+provider from the per-user cache. The harness starts it as the add-on does, with everything
+rendered by :mod:`operators.addons.karpenter`: the CRDs from the module source, the instance
+types, the environment, and the NodePool and KWOKNodeClass of one provisioner pool of H100
+nodes (type ``h100-sxm5-80gb-8gpu``, 8 GPUs each). Consolidation runs after
+``--consolidate-after`` with a budget of ``--disruption-budget``. The defaults are those of
+``make demo-autoscaling``, so the scale-down measures how nodes are removed, not Karpenter's
+default pacing (10 % of the nodes at a time). The nodes Karpenter makes are played by:
+
+- ``fakefleet``: the engine (``python -m operators.engine``), run as the operator runs it for a
+  FakeCluster, with its own identity in ``system:nodes`` and its pools read from a FakeNodePool
+  with ``provisioner: karpenter``. The engine's command line has no way to declare a
+  provisioner pool, so fakefleet's CRDs and that FakeNodePool are put in the member itself,
+  which acts as the engine's host. The engine writes the pool's status there, a few requests.
+- ``kwok``: KWOK v0.8.0's controller (:mod:`bench.kwok`: kwokctl's fast stages with Lease
+  heartbeats), which manages the nodes annotated ``kwok.x-k8s.io/node=fake``. Karpenter's KWOK
+  provider puts that annotation on every node it makes.
+
+Then ``--pods`` pending pods are created at once (64 in flight). Each one asks for
+``--gpus-per-pod`` GPUs and tolerates the GPU taint. Watches on pods, NodeClaims and
+Karpenter's nodes record the moments of each object on the harness's clock. Scale-up times are
+measured from the first pod's creation:
+
+- each pod marked Unschedulable by kube-scheduler;
+- Karpenter's decision, from the first Unschedulable pod to the first NodeClaim;
+- the NodeClaims made, their nodes Ready, the NodeClaims Initialized;
+- every pod Running, which is the total.
+
+Karpenter's own account is shown beside these:
+
+- from its log: each provisioning round ("computed new nodeclaim(s) to fit pod(s)") and its
+  scheduling simulation's duration ("found provisionable pod(s)");
+- from its metrics port: the mean time from a pod being seen to Karpenter's first try to
+  schedule it, the time from pod creation to Running, and the time from a node's deletion to
+  the removal of its finalizer.
+
+Then the pods are deleted. The engine's pool finishes a deleted pod at once
+(``terminationGracePeriodCap: 0s``), and so does KWOK's fast stage. Scale-down times are
+measured from the first deletion: the pods gone, consolidation's first NodeClaim deletion, and
+every NodeClaim and node gone. For each phase the table also gives the CPU seconds and peak
+RSS of the node player (engine or KWOK), of Karpenter and of the kube-apiserver.
+
+Fairness: Karpenter, KWOK and the harness use the admin identity, which API Priority and
+Fairness exempts. The engine writes as a node, in APF's ``node-high`` and ``system`` levels,
+as a kubelet would. The engine's process also serves its nodes' kubelet endpoints and usage
+metrics, as under the operator; KWOK serves none. Results also go to
+``bench/results/karpenter-<time>.json`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from rich.table import Table
+
+from bench import kwok
+from bench.engines import (
+    CONCURRENCY,
+    NAMESPACE,
+    RESULTS,
+    Watched,
+    bounded,
+    node_ready,
+    pod_running,
+    untraced_environment,
+)
+from bench.fleet import usage
+from bench.scrapelog import go_duration
+from operators.addons.karpenter import KARPENTER_VERSION, TOOL, planning, rendering, source
+from operators.addons.karpenter.running import apply_nodepools
+from operators.api import API_VERSION, FakeCluster, FakeNodePool
+from operators.api.clusters import KarpenterSpec
+from operators.api.crdgen import crd
+from operators.api.nodepools import FakeNodePoolSpec
+from operators.controlplane import binaries as binaries_
+from operators.controlplane import health
+from operators.controlplane.components import Profile
+from operators.controlplane.ports import free_port
+from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
+from operators.controlplane.supervising import tail
+from operators.engine import authorizing
+from operators.k8s.applying import install_crds
+from operators.k8s.client import Client
+from operators.k8s.config import load_kubeconfig_file
+from operators.k8s.errors import NotFound
+
+SIDES = ("fakefleet", "kwok")
+CLUSTER = "bench"
+POOL = "gpu"
+PRESET = "H100-SXM5-80GB"
+GPUS_PER_NODE = 8
+PROVISIONED = "kwok://"
+NODECLAIMS = "/apis/karpenter.sh/v1/nodeclaims"
+NODEPOOLS = f"/apis/{rendering.NODEPOOL_API}/nodepools"
+PHASE_TIMEOUT = 1200.0
+START_TIMEOUT = 120.0
+#: After the last pod is Running: how long the last nodes may take to be Ready and their
+#: NodeClaims Initialized (Karpenter may make a node more than the pods need).
+SETTLE = 60.0
+POLL = 0.25
+#: Both node players get this long, once started, before the first pod is created (the
+#: engine's Python start-up and both sides' first lists are then outside the timing).
+IDLE = 5.0
+#: Where the node player, Karpenter and the apiserver are named in the usage rows.
+PROCESSES = ("node player", "Karpenter", "kube-apiserver")
+
+
+class Failed(Exception):
+    """A side could not be measured; the message says why (with a log's last lines)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    pods: int
+    gpus_per_pod: int
+    consolidate_after: str
+    disruption_budget: str
+
+    def karpenter(self) -> KarpenterSpec:
+        return KarpenterSpec(consolidateAfter=self.consolidate_after,
+                             disruptionBudget=self.disruption_budget)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sources:
+    """What every side reads from module sources, fetched before any timing starts."""
+
+    karpenter: Path
+    crds: tuple[dict[str, Any], ...]
+    kwok: Path | None
+    stages: str
+
+
+@dataclasses.dataclass
+class SideRun:
+    nodes_by: str
+    run: int
+    #: Seconds from the first pod's creation (scale-up) or deletion (scale-down), by moment.
+    times: dict[str, float | None] = dataclasses.field(default_factory=dict)
+    #: Karpenter's own account, from its log and its metrics port.
+    karpenter: dict[str, float | None] = dataclasses.field(default_factory=dict)
+    #: Per process (PROCESSES): CPU seconds of each phase and peak RSS (MiB).
+    usage: dict[str, dict[str, float | None]] = dataclasses.field(default_factory=dict)
+    nodeclaims: int = 0
+    error: str = ""
+
+
+class Stamps(Watched):
+    """When each object of one kind first met each mark (and was first seen, and went), on the
+    harness's clock, and which objects are there now."""
+
+    def __init__(self, client: Client, path: str, marks: Mapping[str, Callable[[Any], bool]],
+                 *, keep: Callable[[Any], bool] = lambda _: True) -> None:
+        super().__init__(client, path, {})
+        self._marks, self._keep = marks, keep
+        self.stamps: dict[str, dict[str, float]] = {}
+        self.live: set[str] = set()
+        self.listed = False  # the first list arrived
+
+    def count(self, mark: str) -> int:
+        """Objects there now that have met ``mark``."""
+        return sum(1 for name in self.live if mark in self.stamps[name])
+
+    def times(self, mark: str) -> list[float]:
+        """When each object ever seen met ``mark``."""
+        return [marks[mark] for marks in self.stamps.values() if mark in marks]
+
+    def _relisted(self, items: list[Any]) -> None:
+        now = time.time()
+        listed = {self._see(item, now) for item in items if self._keep(item)}
+        for name in self.live - listed:
+            self.stamps[name].setdefault("gone", now)
+        self.live = listed
+        self.listed = True
+
+    def _event(self, kind: str, obj: Any) -> None:
+        if not self._keep(obj):
+            return
+        now = time.time()
+        if kind == "DELETED":
+            name = obj["metadata"]["name"]
+            self.live.discard(name)
+            self.stamps.setdefault(name, {"seen": now}).setdefault("gone", now)
+        else:
+            self.live.add(self._see(obj, now))
+
+    def _see(self, obj: Any, now: float) -> str:
+        name: str = obj["metadata"]["name"]
+        marks = self.stamps.setdefault(name, {"seen": now})
+        for mark, predicate in self._marks.items():
+            if mark not in marks and predicate(obj):
+                marks[mark] = now
+        return name
+
+
+def condition(kind: str, status: str = "True") -> Callable[[Any], bool]:
+    def met(obj: Any) -> bool:
+        return any(c.get("type") == kind and c.get("status") == status
+                   for c in (obj.get("status") or {}).get("conditions") or ())
+    return met
+
+
+def deleting(obj: Any) -> bool:
+    return bool(obj["metadata"].get("deletionTimestamp"))
+
+
+def provisioned(node: Any) -> bool:
+    return bool((node.get("spec") or {}).get("providerID", "").startswith(PROVISIONED))
+
+
+def pool_body() -> dict[str, Any]:
+    """The provisioner pool: what the NodePool is rendered from, and on the fakefleet side what
+    the engine serves. A deleted pod is finished at once, as KWOK's fast stage does."""
+    return {"clusterRef": CLUSTER, "provisioner": "karpenter", "gpu": {"preset": PRESET},
+            "pods": {"terminationGracePeriodCap": "0s"}}
+
+
+def pod_body(index: int, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"gpu-{index}", "namespace": NAMESPACE,
+                     "labels": {"app": "bench-karpenter"}},
+        "spec": {"containers": [{"name": "train", "image": "fake", "resources": {
+                     "requests": {"cpu": str(gpus), "memory": f"{8 * gpus}Gi"},
+                     "limits": {"nvidia.com/gpu": str(gpus)}}}],
+                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                  "effect": "NoSchedule"}]},
+    }
+
+
+def log_figures(log: str) -> dict[str, float | None]:
+    """Karpenter's provisioning rounds, from its JSON log: the NodeClaims each computed, and how
+    long each scheduling simulation took."""
+    rounds = claims = 0
+    simulations: list[float] = []
+    for line in log.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("message") == "computed new nodeclaim(s) to fit pod(s)":
+            rounds += 1
+            claims += int(entry.get("nodeclaims") or 0)
+        elif entry.get("message") == "found provisionable pod(s)":
+            simulations.append(go_duration(str(entry.get("duration", ""))))
+    return {"provisioning rounds (log)": rounds, "NodeClaims computed (log)": claims,
+            "scheduling simulation s, sum (log)": round(sum(simulations), 3),
+            "scheduling simulation s, longest (log)":
+                round(max(simulations), 3) if simulations else None}
+
+
+def metric_figures(text: str, *, scaled_down: bool) -> dict[str, float | None]:
+    """What Karpenter's metrics port says about scale-up, or (``scaled_down``) scale-down."""
+    samples = [(sample.name, sample.labels, sample.value)
+               for family in text_string_to_metric_families(text) for sample in family.samples]
+
+    def values(name: str, **labels: str) -> list[float]:
+        return [value for found, having, value in samples if found == name and not
+                math.isnan(value) and all(having.get(k) == v for k, v in labels.items())]
+
+    def total(name: str) -> float | None:
+        found = values(name)
+        return sum(found) if found else None
+
+    def quantile(name: str, q: str) -> float | None:
+        found = values(name, quantile=q)
+        return round(max(found), 2) if found else None
+
+    if scaled_down:
+        terminating = "karpenter_nodes_termination_duration_seconds"
+        return {"node deletion → finalizer removed p50 s (metric)": quantile(terminating, "0.5"),
+                "node deletion → finalizer removed max s (metric)": quantile(terminating, "1"),
+                "disruption decisions (metric)":
+                    total("karpenter_voluntary_disruption_decisions_total")}
+    seen = "karpenter_pods_scheduling_decision_duration_seconds"
+    count, seconds = total(f"{seen}_count"), total(f"{seen}_sum")
+    startup = "karpenter_pods_startup_duration_seconds"
+    return {"NodeClaims created (metric)": total("karpenter_nodeclaims_created_total"),
+            "pod seen → first scheduling try, mean s (metric)":
+                round(seconds / count, 2) if count and seconds is not None else None,
+            "pod created → Running p50 s (metric)": quantile(startup, "0.5"),
+            "pod created → Running p99 s (metric)": quantile(startup, "0.99"),
+            "pod created → Running max s (metric)": quantile(startup, "1")}
+
+
+def since(moment: float | None, zero: float) -> float | None:
+    return None if moment is None else round(moment - zero, 2)
+
+
+def earliest(values: list[float]) -> float | None:
+    return min(values) if values else None
+
+
+def latest(values: list[float]) -> float | None:
+    return max(values) if values else None
+
+
+async def until(condition: Callable[[], bool], timeout: float) -> bool:
+    """Poll an in-memory condition (the moments come from the watches, not from this poll)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(POLL)
+    return True
+
+
+async def scrape(url: str) -> str:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session, \
+            session.get(url) as response:
+        response.raise_for_status()
+        return await response.text()
+
+
+class Harness:
+    """One side: Karpenter and a node player on a fresh cluster, through both phases."""
+
+    def __init__(self, nodes_by: str, cluster: LocalCluster, workdir: Path, settings: Settings,
+                 sources: Sources) -> None:
+        self.nodes_by, self.cluster, self.workdir = nodes_by, cluster, workdir
+        self.settings, self.sources = settings, sources
+        self.pool = FakeNodePoolSpec.model_validate(pool_body())
+        access = load_kubeconfig_file(cluster.kubeconfig_path)
+        self.client = Client.connect(access, connections=CONCURRENCY, timeout=300)
+        self.watcher = Client.connect(access, connections=8)
+        self.processes: dict[str, tuple[asyncio.subprocess.Process, Path]] = {}
+        self.ports = rendering.KarpenterPorts(metrics=free_port(), health=free_port())
+
+    async def run(self, result: SideRun) -> None:
+        await self._service_account()
+        await self._start_karpenter()
+        await self._start_node_player()
+        await asyncio.sleep(IDLE)
+        pods = Stamps(self.watcher, "/api/v1/pods", {
+            "unschedulable": condition("PodScheduled", "False"), "running": pod_running})
+        claims = Stamps(self.watcher, NODECLAIMS, {"initialized": condition("Initialized"),
+                                                    "deleting": deleting})
+        nodes = Stamps(self.watcher, "/api/v1/nodes", {"ready": node_ready}, keep=provisioned)
+        watches = (pods, claims, nodes)
+        for watch in watches:
+            watch.start()
+        try:
+            if not await until(lambda: all(watch.listed for watch in watches), START_TIMEOUT):
+                raise Failed(f"the watches had no first list after {START_TIMEOUT:.0f}s")
+            await self._phases(result, pods, claims, nodes)
+        finally:
+            for watch in watches:
+                await watch.stop()
+
+    async def _phases(self, result: SideRun, pods: Stamps, claims: Stamps,
+                      nodes: Stamps) -> None:
+        wanted = self.settings.pods
+        before = self._cpu()
+        started = time.time()
+        await bounded([functools.partial(self._create_pod, index) for index in range(wanted)])
+        running = await until(lambda: pods.count("running") >= wanted, PHASE_TIMEOUT)
+        if running:
+            await until(lambda: nodes.count("ready") == len(nodes.live) and
+                        claims.count("initialized") == len(claims.live), SETTLE)
+        result.nodeclaims = len(claims.stamps)
+        unschedulable = earliest(pods.times("unschedulable"))
+        first_claim = earliest(claims.times("seen"))
+        all_ready = bool(nodes.live) and nodes.count("ready") == len(nodes.live)
+        all_initialized = bool(claims.live) and claims.count("initialized") == len(claims.live)
+        result.times = {
+            "pods created": since(latest(pods.times("seen")), started),
+            "first pod Unschedulable": since(unschedulable, started),
+            "first NodeClaim": since(first_claim, started),
+            "Karpenter's decision (first Unschedulable → first NodeClaim)":
+                since(first_claim, unschedulable) if unschedulable else None,
+            "last NodeClaim": since(latest(claims.times("seen")), started),
+            "first node Ready": since(earliest(nodes.times("ready")), started),
+            "every node Ready": since(latest(nodes.times("ready")), started)
+            if all_ready else None,
+            "every NodeClaim Initialized": since(latest(claims.times("initialized")), started)
+            if all_initialized else None,
+            "every pod Running (total)": since(latest(pods.times("running")), started)
+            if running else None,
+        }
+        grown = self._cpu()
+        result.karpenter = metric_figures(await self._metrics(), scaled_down=False)
+        if not running:
+            self._usage(result, before, grown, None)
+            raise Failed(f"{pods.count('running')} of {wanted} pods Running after "
+                         f"{PHASE_TIMEOUT:.0f}s, {len(claims.live)} NodeClaims, "
+                         f"{nodes.count('ready')} of {len(nodes.live)} nodes Ready")
+        emptied = time.time()
+        await bounded([functools.partial(self._delete_pod, index) for index in range(wanted)])
+        gone = await until(lambda: not pods.live and not claims.live and not nodes.live,
+                           PHASE_TIMEOUT)
+        result.times |= {
+            "every pod gone": since(latest(pods.times("gone")), emptied) if not pods.live
+            else None,
+            "consolidation: first NodeClaim deleted": since(
+                earliest(claims.times("deleting")), emptied),
+            "first node gone": since(earliest(nodes.times("gone")), emptied),
+            "every NodeClaim and node gone (scale-down)": since(
+                latest(claims.times("gone") + nodes.times("gone")), emptied) if gone else None,
+        }
+        result.karpenter |= metric_figures(await self._metrics(), scaled_down=True)
+        result.karpenter |= log_figures(self.processes["Karpenter"][1].read_text(
+            errors="replace"))
+        self._usage(result, before, grown, self._cpu())
+        if not gone:
+            raise Failed(f"after {PHASE_TIMEOUT:.0f}s {len(pods.live)} pods, "
+                         f"{len(claims.live)} NodeClaims and {len(nodes.live)} nodes are left")
+
+    def _usage(self, result: SideRun, before: dict[str, float], grown: dict[str, float],
+               shrunk: dict[str, float] | None) -> None:
+        peaks = self._peaks()
+        for name in PROCESSES:
+            start = before.get(name)
+            result.usage[name] = {
+                "CPU s, scale-up": round(grown[name] - start, 1)
+                if start is not None and name in grown else None,
+                "CPU s, scale-down": round(shrunk[name] - grown[name], 1)
+                if shrunk is not None and name in shrunk and name in grown else None,
+                "peak RSS MiB": peaks.get(name),
+            }
+
+    def _pids(self) -> dict[str, int]:
+        pids = {name: process.pid for name, (process, _) in self.processes.items()
+                if process.returncode is None}
+        apiserver = self.cluster.apiserver.pid
+        if apiserver is not None:
+            pids["kube-apiserver"] = apiserver
+        return pids
+
+    def _cpu(self) -> dict[str, float]:
+        return {name: usage(name, pid).cpu_seconds for name, pid in self._pids().items()}
+
+    def _peaks(self) -> dict[str, float]:
+        return {name: usage(name, pid).peak_rss_mib for name, pid in self._pids().items()}
+
+    async def _metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.ports.metrics}/metrics"
+        try:
+            return await scrape(url)
+        except (aiohttp.ClientError, TimeoutError) as error:
+            process, log = self.processes["Karpenter"]
+            raise Failed(f"Karpenter's metrics at {url}: {error} (its exit code "
+                         f"{process.returncode}); its log ends:\n{tail(log, 20)}") from error
+
+    async def _create_pod(self, index: int) -> None:
+        await self.client.create(f"/api/v1/namespaces/{NAMESPACE}/pods",
+                                 pod_body(index, self.settings.gpus_per_pod))
+
+    async def _delete_pod(self, index: int) -> None:
+        with contextlib.suppress(NotFound):
+            await self.client.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/gpu-{index}")
+
+    async def _service_account(self) -> None:
+        """Pods need the namespace's default ServiceAccount, made by the controller-manager."""
+        path = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"
+
+        async def made() -> bool:
+            try:
+                await self.client.get(path)
+            except NotFound:
+                return False
+            return True
+
+        deadline = time.monotonic() + START_TIMEOUT
+        while not await made():
+            if time.monotonic() > deadline:
+                raise Failed(f"no ServiceAccount {NAMESPACE}/default after {START_TIMEOUT:.0f}s")
+            await asyncio.sleep(0.2)
+
+    async def _start_karpenter(self) -> None:
+        """As the add-on starts it (:meth:`operators.addons.karpenter.running.Karpenter.setup`),
+        then its NodePool and KWOKNodeClass applied as the add-on applies them."""
+        spec = self.settings.karpenter()
+        await install_crds(self.client, list(self.sources.crds))
+        types = self.workdir / "instance-types.json"
+        types.write_text(json.dumps(rendering.instance_types(spec.zones), indent=1) + "\n")
+        environ = {**untraced_environment(), **rendering.environment(
+            kubeconfig=self.cluster.kubeconfig_path, ports=self.ports, instance_types=types,
+            node_repair=spec.nodeRepair)}
+        await self._spawn("Karpenter", [str(self.sources.karpenter)], environ)
+        await self._ready("Karpenter", f"http://127.0.0.1:{self.ports.health}/readyz")
+        objects = planning.pool_objects({POOL: self.pool}, spec)
+        await apply_nodepools(self.client, planning.ApplyNodePools(
+            tuple(objects), frozenset({POOL}), fingerprint=""), key=CLUSTER)
+        ready = condition("Ready")
+
+        async def pool_ready() -> bool:
+            return ready(await self.client.get(f"{NODEPOOLS}/{POOL}"))
+
+        deadline = time.monotonic() + START_TIMEOUT
+        while not await pool_ready():
+            if time.monotonic() > deadline:
+                raise Failed(f"NodePool {POOL} not Ready after {START_TIMEOUT:.0f}s: "
+                             f"{await self.client.get(f'{NODEPOOLS}/{POOL}')}")
+            await asyncio.sleep(0.5)
+
+    async def _start_node_player(self) -> None:
+        if self.nodes_by == "kwok":
+            assert self.sources.kwok is not None, "main() builds KWOK for a kwok side"
+            config = self.workdir / "kwok.yaml"
+            config.write_text(self.sources.stages)
+            await self._spawn("node player", kwok.kwok_argv(
+                self.sources.kwok, self.cluster.kubeconfig_path, config), None)
+            return
+        # The member is the engine's host too: fakefleet's CRDs and the provisioner pool in it.
+        await install_crds(self.client, [crd(FakeCluster), crd(FakeNodePool)])
+        await self.client.create(
+            f"/apis/{API_VERSION}/namespaces/{NAMESPACE}/fakenodepools",
+            {"apiVersion": API_VERSION, "kind": "FakeNodePool",
+             "metadata": {"name": POOL, "namespace": NAMESPACE}, "spec": pool_body()})
+        await authorizing.grant(self.client)
+        port = free_port()
+        await self._spawn("node player", [
+            sys.executable, "-m", "operators.engine",
+            "--kubeconfig", str(self.cluster.engine_kubeconfig_path),
+            "--host-kubeconfig", str(self.cluster.kubeconfig_path),
+            "--cluster", f"{NAMESPACE}/{CLUSTER}", "--kubelet-port", str(port)],
+            untraced_environment())
+        await self._ready("node player", f"http://127.0.0.1:{port}/healthz")
+
+    async def _spawn(self, name: str, argv: list[str], environ: Mapping[str, str] | None) -> None:
+        log = self.workdir / f"{name.replace(' ', '-')}.log"
+        with log.open("wb") as out:
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdout=out, stderr=asyncio.subprocess.STDOUT,
+                env=dict(environ) if environ is not None else None)
+        self.processes[name] = (process, log)
+
+    async def _ready(self, name: str, url: str) -> None:
+        process, log = self.processes[name]
+        deadline = time.monotonic() + START_TIMEOUT
+        while not (await health.probe(url))[0]:
+            if process.returncode is not None or time.monotonic() > deadline:
+                how = (f"it exited with {process.returncode}" if process.returncode is not None
+                       else f"after {START_TIMEOUT:.0f}s")
+                raise Failed(f"{name} did not answer {url} ({how}); its log ends:\n"
+                             f"{tail(log, 20)}")
+            await asyncio.sleep(0.2)
+
+    async def close(self) -> None:
+        for process, _ in self.processes.values():
+            if process.returncode is None:
+                process.terminate()
+                try:
+                    await asyncio.wait_for(process.wait(), 15)
+                except TimeoutError:
+                    process.kill()
+                    await process.wait()
+        await self.client.close()
+        await self.watcher.close()
+
+
+async def run_side(nodes_by: str, run: int, binaries: binaries_.Binaries, workdir: Path, *,
+                   settings: Settings, sources: Sources, profile: Profile) -> SideRun:
+    result = SideRun(nodes_by, run)
+    state = workdir / f"{nodes_by}-{run}"
+    state.mkdir(parents=True)
+    async with Substrate(state, binaries, fsync=False,
+                         environ=untraced_environment()) as substrate:
+        cluster = await substrate.add_cluster(CLUSTER, ClusterOptions(profile=profile))
+        harness = Harness(nodes_by, cluster, state, settings, sources)
+        try:
+            await harness.run(result)
+        except Failed as error:
+            result.error = str(error)
+        finally:
+            await harness.close()
+    return result
+
+
+def figure(kind: str, label: str, run: SideRun) -> float | None:
+    """One of a run's figures: ``kind`` is "times" or "karpenter"."""
+    found: dict[str, float | None] = getattr(run, kind)
+    return found.get(label)
+
+
+def used(process: str, what: str, run: SideRun) -> float | None:
+    return run.usage.get(process, {}).get(what)
+
+
+def cell(values: list[float | None]) -> str:
+    return " / ".join("-" if value is None else f"{value:g}" for value in values)
+
+
+def median(values: list[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None
+
+
+def report(runs: list[SideRun], console: Console, *, settings: Settings, profile: Profile) -> None:
+    sides = list(dict.fromkeys(run.nodes_by for run in runs))
+    table = Table(title=f"Karpenter {KARPENTER_VERSION}: {settings.pods} pending pods of "
+                        f"{settings.gpus_per_pod} GPUs, {PRESET} nodes of {GPUS_PER_NODE}; "
+                        f"profile {profile}, consolidateAfter {settings.consolidate_after}, "
+                        f"budget {settings.disruption_budget}; {os.cpu_count()} CPUs "
+                        f"(runs separated by /; kwok/fakefleet of the medians, > 1: "
+                        f"fakefleet faster or lighter)")
+    table.add_column("")
+    for side in sides:
+        table.add_column(f"nodes by {side}", justify="right")
+    compare = set(SIDES) <= set(sides)
+    if compare:
+        table.add_column("kwok/fakefleet", justify="right")
+
+    def row(label: str, pick: Callable[[SideRun], float | None]) -> None:
+        columns = {side: [pick(run) for run in runs if run.nodes_by == side] for side in sides}
+        cells = [label, *(cell(columns[side]) for side in sides)]
+        if compare:
+            ours, theirs = median(columns["fakefleet"]), median(columns["kwok"])
+            cells.append(f"{theirs / ours:.2f}" if ours and theirs is not None else "-")
+        table.add_row(*cells)
+
+    table.add_row("[bold]scale-up, s from the first pod's creation[/]")
+    row("NodeClaims (seen by the harness)", lambda run: run.nodeclaims)
+    labels = list(dict.fromkeys(label for run in runs for label in run.times))
+    for label in labels:
+        if label == "every pod gone":
+            table.add_row("[bold]scale-down, s from the first pod's deletion[/]")
+        row(label, functools.partial(figure, "times", label))
+    table.add_row("[bold]Karpenter's own account[/]")
+    for label in dict.fromkeys(label for run in runs for label in run.karpenter):
+        row(label, functools.partial(figure, "karpenter", label))
+    table.add_row("[bold]processes (node player: the engine, or KWOK)[/]")
+    for name in PROCESSES:
+        for what in ("CPU s, scale-up", "CPU s, scale-down", "peak RSS MiB"):
+            row(f"{name}: {what}", functools.partial(used, name, what))
+    console.print(table)
+    for run in runs:
+        if run.error:
+            console.print(f"[red]{run.nodes_by} run {run.run}: {run.error}[/]")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--gpus-per-pod", type=int, default=GPUS_PER_NODE,
+                        help=f"1 to {GPUS_PER_NODE}: each node has {GPUS_PER_NODE}")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="how many times each side runs (alternating)")
+    parser.add_argument("--nodes-by", default=",".join(SIDES),
+                        help="comma-separated subset of fakefleet,kwok")
+    parser.add_argument("--profile", choices=[p.value for p in Profile],
+                        default=Profile.LOAD.value,
+                        help="the control plane's profile (default: load, as bench.engines)")
+    parser.add_argument("--consolidate-after", default="10s",
+                        help="the NodePool's consolidateAfter (default 10s)")
+    parser.add_argument("--disruption-budget", default="100%",
+                        help="the NodePool's disruption budget (default 100%%: every empty "
+                             "node in one decision)")
+    parser.add_argument("--output", type=Path, default=None, help="write the JSON here too")
+    args = parser.parse_args()
+    sides = [side for side in args.nodes_by.split(",") if side]
+    if not sides or set(sides) - set(SIDES):
+        parser.error(f"--nodes-by {args.nodes_by!r}: choose from {', '.join(SIDES)}")
+    if args.pods < 1 or args.runs < 1:
+        parser.error("--pods and --runs: at least 1")
+    if not 1 <= args.gpus_per_pod <= GPUS_PER_NODE:
+        parser.error(f"--gpus-per-pod {args.gpus_per_pod}: from 1 to {GPUS_PER_NODE} (a "
+                     f"node of {PRESET} has {GPUS_PER_NODE})")
+    settings = Settings(args.pods, args.gpus_per_pod, args.consolidate_after,
+                        args.disruption_budget)
+    try:
+        settings.karpenter()
+    except ValueError as error:
+        parser.error(f"--consolidate-after or --disruption-budget: {error}")
+    profile = Profile(args.profile)
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    binaries = binaries_.resolve()
+    # Built or found, and the module sources read, before any timing starts.
+    sources = Sources(
+        karpenter=TOOL.ensure(progress=console.print),
+        crds=source.load(source.module_dir()).crds,
+        kwok=kwok.kwok_binary(progress=console.print) if "kwok" in sides else None,
+        stages=kwok.stage_config() if "kwok" in sides else "")
+    runs: list[SideRun] = []
+    with tempfile.TemporaryDirectory(prefix="fakefleet-bench-karpenter-") as workdir:
+        for run in range(1, args.runs + 1):
+            for side in sides:
+                console.print(f"[bold]nodes by {side}[/], run {run}: {args.pods} pods of "
+                              f"{args.gpus_per_pod} GPUs ...")
+                runs.append(asyncio.run(run_side(
+                    side, run, binaries, Path(workdir), settings=settings, sources=sources,
+                    profile=profile)))
+    report(runs, console, settings=settings, profile=profile)
+    payload = {
+        "pods": args.pods, "gpusPerPod": args.gpus_per_pod, "preset": PRESET,
+        "profile": profile.value, "consolidateAfter": args.consolidate_after,
+        "disruptionBudget": args.disruption_budget, "cpus": os.cpu_count(),
+        "karpenterVersion": KARPENTER_VERSION, "kwokVersion": kwok.KWOK_VERSION,
+        "kubernetesVersion": binaries.version,
+        "runs": [dataclasses.asdict(run) for run in runs],
+    }
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"karpenter-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    for path in (out, args.output):
+        if path is not None:
+            path.write_text(json.dumps(payload, indent=2) + "\n")
+    console.print(f"results: {out}")
+    failed = [f"{run.nodes_by} run {run.run}" for run in runs if run.error]
+    if failed:
+        raise SystemExit(f"not measured to the end: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()

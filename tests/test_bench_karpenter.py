@@ -1,0 +1,118 @@
+"""bench.karpenter: Karpenter's own account read back from its log and its metrics port (lines
+and series as v1.14.1 writes them), and the moments its watches record."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from bench.karpenter import Stamps, condition, log_figures, metric_figures, provisioned
+
+
+def entry(message: str, **fields: Any) -> str:
+    return json.dumps({"level": "INFO", "time": "2026-12-03T12:50:01.123Z",
+                       "logger": "controller", "message": message, "commit": "",
+                       "controller": "provisioner", **fields})
+
+
+def test_provisioning_rounds_and_their_simulations_come_from_the_log() -> None:
+    log = "\n".join([
+        "Unable to read vcs.revision",  # not JSON: Karpenter prints it before its logger
+        entry("computed new nodeclaim(s) to fit pod(s)", nodeclaims=30, pods=30),
+        entry("found provisionable pod(s)", Pods="default/gpu-0 and 29 other(s)",
+              duration="812.5ms"),
+        entry("created nodeclaim", NodeClaim={"name": "gpu-abcde"}),
+        entry("computed new nodeclaim(s) to fit pod(s)", nodeclaims=10, pods=10),
+        entry("found provisionable pod(s)", Pods="default/gpu-30", duration="1.5s"),
+    ])
+    assert log_figures(log) == {
+        "provisioning rounds (log)": 2, "NodeClaims computed (log)": 40,
+        "scheduling simulation s, sum (log)": pytest.approx(2.312),
+        "scheduling simulation s, longest (log)": 1.5}
+
+
+def test_a_log_without_a_round_has_none() -> None:
+    figures = log_figures(entry("Starting workers", **{"worker count": 10}))
+    assert figures["provisioning rounds (log)"] == 0
+    assert figures["scheduling simulation s, longest (log)"] is None
+
+
+METRICS = """\
+# HELP karpenter_nodeclaims_created_total Number of nodeclaims created in total by Karpenter.
+# TYPE karpenter_nodeclaims_created_total counter
+karpenter_nodeclaims_created_total{nodepool="gpu",reason="provisioned",zone="zone-a"} 25
+karpenter_nodeclaims_created_total{nodepool="gpu",reason="provisioned",zone="zone-b"} 15
+# HELP karpenter_pods_scheduling_decision_duration_seconds The time it takes.
+# TYPE karpenter_pods_scheduling_decision_duration_seconds histogram
+karpenter_pods_scheduling_decision_duration_seconds_bucket{le="+Inf"} 40
+karpenter_pods_scheduling_decision_duration_seconds_sum 90
+karpenter_pods_scheduling_decision_duration_seconds_count 40
+# HELP karpenter_pods_startup_duration_seconds The time from pod creation until running.
+# TYPE karpenter_pods_startup_duration_seconds summary
+karpenter_pods_startup_duration_seconds{quantile="0"} 4.1
+karpenter_pods_startup_duration_seconds{quantile="0.5"} 9.504
+karpenter_pods_startup_duration_seconds{quantile="0.9"} 12
+karpenter_pods_startup_duration_seconds{quantile="0.99"} 14.8
+karpenter_pods_startup_duration_seconds{quantile="1"} 15.2
+karpenter_pods_startup_duration_seconds_sum 380
+karpenter_pods_startup_duration_seconds_count 40
+# HELP karpenter_nodes_termination_duration_seconds Deletion to finalizer removed.
+# TYPE karpenter_nodes_termination_duration_seconds summary
+karpenter_nodes_termination_duration_seconds{nodepool="gpu",quantile="0.5"} 6.2
+karpenter_nodes_termination_duration_seconds{nodepool="gpu",quantile="1"} 8.75
+karpenter_nodes_termination_duration_seconds_sum{nodepool="gpu"} 250
+karpenter_nodes_termination_duration_seconds_count{nodepool="gpu"} 40
+# HELP karpenter_voluntary_disruption_decisions_total Number of disruption decisions.
+# TYPE karpenter_voluntary_disruption_decisions_total counter
+karpenter_voluntary_disruption_decisions_total{decision="delete",reason="empty"} 1
+"""
+
+
+def test_scale_up_figures_come_from_karpenter_s_own_series() -> None:
+    assert metric_figures(METRICS, scaled_down=False) == {
+        "NodeClaims created (metric)": 40,
+        "pod seen → first scheduling try, mean s (metric)": 2.25,
+        "pod created → Running p50 s (metric)": 9.5,
+        "pod created → Running p99 s (metric)": 14.8,
+        "pod created → Running max s (metric)": 15.2}
+
+
+def test_scale_down_figures_come_from_karpenter_s_own_series() -> None:
+    assert metric_figures(METRICS, scaled_down=True) == {
+        "node deletion → finalizer removed p50 s (metric)": 6.2,
+        "node deletion → finalizer removed max s (metric)": 8.75,
+        "disruption decisions (metric)": 1}
+
+
+def test_a_summary_with_no_observation_yet_says_nothing() -> None:
+    empty = ('# TYPE karpenter_pods_startup_duration_seconds summary\n'
+             'karpenter_pods_startup_duration_seconds{quantile="0.5"} NaN\n')
+    assert metric_figures(empty, scaled_down=False)["pod created → Running p50 s (metric)"] \
+        is None
+
+
+def node(name: str, provider: str, ready: bool | None = None) -> dict[str, Any]:
+    status = {} if ready is None else {"conditions": [
+        {"type": "Ready", "status": "True" if ready else "False"}]}
+    return {"metadata": {"name": name}, "spec": {"providerID": provider}, "status": status}
+
+
+def test_stamps_record_each_mark_once_and_what_went(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = iter(float(second) for second in range(100, 200))
+    monkeypatch.setattr("bench.karpenter.time.time", lambda: next(now))
+    stamps = Stamps(None, "/api/v1/nodes", {"ready": condition("Ready")},  # type: ignore[arg-type]
+                    keep=provisioned)
+    stamps._relisted([node("a", "kwok://a"), node("other", "fakefleet://bench/cpu-0", True)])
+    stamps._event("MODIFIED", node("a", "kwok://a", ready=True))     # 101
+    stamps._event("ADDED", node("b", "kwok://b", ready=False))       # 102
+    stamps._event("MODIFIED", node("a", "kwok://a", ready=True))     # 103: already Ready
+    assert stamps.live == {"a", "b"}, "only Karpenter's nodes are watched"
+    assert stamps.stamps["a"] == {"seen": 100.0, "ready": 101.0}
+    assert stamps.count("ready") == 1
+    stamps._event("DELETED", node("a", "kwok://a", ready=True))      # 104
+    stamps._relisted([])                                             # 105: b went unseen
+    assert stamps.live == set()
+    assert sorted(stamps.times("gone")) == [104.0, 105.0]
+    assert stamps.times("ready") == [101.0], "a node gone keeps its moments"
