@@ -4,8 +4,8 @@
 # fakefleet's own build code (`fakefleet binaries`: a wrapper module over k8s.io/kubernetes,
 # from the Go module proxy) into a cache directory. Stage 2 is Python and fakefleet only, with
 # that cache copied in: no Go toolchain, so a FakeCluster of another Kubernetes version, or
-# with the Kueue or Karpenter add-on (which read their module source), says in its status that
-# it cannot be served by this image.
+# with the Kueue, Karpenter or KubeRay add-on (which read their module source), says in its
+# status that it cannot be served by this image.
 #
 #   docker build -t REGISTRY/fakefleet:0.1.0 --build-arg KUBERNETES_VERSION=v1.36.3 .
 #
@@ -32,7 +32,7 @@ COPY primitives ./primitives
 RUN python3 -m venv /venv && /venv/bin/pip install --no-cache-dir -c constraints.txt .
 ENV FAKEFLEET_CACHE_DIR=/opt/fakefleet/cache
 RUN /venv/bin/fakefleet binaries --kubernetes-version "${KUBERNETES_VERSION}" \
-      --no-kueue --no-karpenter --no-helm \
+      --no-kueue --no-karpenter --no-kuberay --no-helm \
  && find /opt/fakefleet/cache -name '.*.work' -prune -exec rm -rf {} + \
  && find /opt/fakefleet/cache -name '.*.lock' -delete
 

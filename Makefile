@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) binaries
 
 ## binaries: build etcd, the Kubernetes binaries, Kueue, metrics-server, Karpenter's KWOK
-## provider and Helm into the per-user cache (cached after once; a progress line at least
+## provider, KubeRay's operator and Helm into the per-user cache (cached after once; a progress line at least
 ## every 15 s while Go builds)
 binaries: $(STAMP)
 	$(BIN)/fakefleet binaries --kubernetes-version $(KUBERNETES_VERSION)

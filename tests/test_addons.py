@@ -206,8 +206,8 @@ async def test_a_failed_setup_names_the_step_and_the_addon(tmp_path: Path, thing
 def test_the_registry_makes_a_fresh_runner_for_each_addon_in_status_order() -> None:
     first, second = runners(), runners()
     assert [r.addon.condition.type for r in first] == ["KueueReady", "MetricsServerReady",
-                                                      "KarpenterReady"]
-    assert [r.addon.name for r in first] == ["kueue", "metrics-server", "karpenter"]
+                                                      "KarpenterReady", "KubeRayReady"]
+    assert [r.addon.name for r in first] == ["kueue", "metrics-server", "karpenter", "kuberay"]
     assert first[0].instances is not second[0].instances
 
 

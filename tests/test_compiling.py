@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from operators.controlplane import building, compiling, helm, modules
+from operators.controlplane import building, compiling, helm, modules, wrapping
 from operators.controlplane.errors import BinaryError, BuildError
 from operators.controlplane.tools import GoTool
 
@@ -227,12 +227,14 @@ def test_a_module_is_found_where_go_mod_download_says(tmp_path: Path, go_path: P
     fake_go(go_path, """
         echo "$@" > "$PWD/argv"
         echo '{"Path": "example.com/thing", "Version": "v1.2.3", "Dir": "/cache/thing@v1.2.3",'
-        echo ' "GoMod": "/cache/download/thing/@v/v1.2.3.mod"}'
+        echo ' "GoMod": "/cache/download/thing/@v/v1.2.3.mod", "Sum": "h1:t=",'
+        echo ' "GoModSum": "h1:m="}'
     """)
     found = modules.download(modules.find_go("unused"), "example.com/thing", "v1.2.3",
                              cwd=tmp_path, failed=lambda reason: reason)
     assert found == modules.Module(source=Path("/cache/thing@v1.2.3"),
-                                   gomod=Path("/cache/download/thing/@v/v1.2.3.mod"))
+                                   gomod=Path("/cache/download/thing/@v/v1.2.3.mod"),
+                                   sum="h1:t=", gomod_sum="h1:m=")
     assert (tmp_path / "argv").read_text().split() == [
         "mod", "download", "-json", "example.com/thing@v1.2.3"]
 
@@ -258,3 +260,30 @@ def test_no_go_on_path_says_what_needs_it(monkeypatch: pytest.MonkeyPatch,
     with pytest.raises(BuildError) as raised:
         modules.find_go("reading Thing needs Go")
     assert str(raised.value) == "reading Thing needs Go"
+
+
+# -- a wrapper module: a main package with files of ours ---------------------------------------
+
+UPSTREAM_GOMOD = ("module github.com/ray-project/kuberay/ray-operator\n\ngo 1.24.0\n\n"
+                  "require (\n\tk8s.io/api v0.34.1\n)\n")
+
+
+def test_the_wrapper_s_go_mod_is_upstream_s_under_another_path_requiring_upstream() -> None:
+    gomod = wrapping.render_gomod(UPSTREAM_GOMOD, version="v1.5.0",
+                                  module="github.com/ray-project/kuberay/ray-operator")
+    assert gomod.splitlines()[0] == f"module {wrapping.WRAPPER_MODULE}"
+    assert "\tk8s.io/api v0.34.1" in gomod
+    assert gomod.endswith("\nrequire github.com/ray-project/kuberay/ray-operator v1.5.0\n")
+    gosum = wrapping.render_gosum("k8s.io/api v0.34.1 h1:a=\n", module="m", version="v1",
+                                  sums=("h1:tree=", "h1:mod="))
+    assert gosum == "k8s.io/api v0.34.1 h1:a=\nm v1 h1:tree=\nm v1/go.mod h1:mod=\n"
+
+
+@pytest.mark.parametrize(("gomod", "problem"), [
+    (UPSTREAM_GOMOD + "replace k8s.io/api => ./staging/api\n", "has a replace directive"),
+    (UPSTREAM_GOMOD + "exclude k8s.io/api v0.1.0\n", "has a exclude directive"),
+    ("go 1.24.0\n", "has no module directive"),
+])
+def test_a_go_mod_a_wrapper_cannot_carry_is_refused(gomod: str, problem: str) -> None:
+    with pytest.raises(BuildError, match=problem):
+        wrapping.render_gomod(gomod, module="m", version="v1")

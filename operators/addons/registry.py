@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from operators.addons.karpenter.running import Karpenter
+from operators.addons.kuberay.running import KubeRay
 from operators.addons.kueue.running import Kueue
 from operators.addons.metricsserver.running import MetricsServer
 from operators.addons.running import Runner
@@ -18,4 +19,4 @@ from operators.addons.running import Runner
 
 def runners() -> tuple[Runner[Any, Any], ...]:
     """One runner per add-on, each with nothing built or started yet (one set per operator)."""
-    return (Runner(Kueue()), Runner(MetricsServer()), Runner(Karpenter()))
+    return (Runner(Kueue()), Runner(MetricsServer()), Runner(Karpenter()), Runner(KubeRay()))

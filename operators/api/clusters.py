@@ -62,6 +62,15 @@ KARPENTER_LOCAL_RULE = rule(
     "spec.addons.karpenter, or set karpenter.enabled: false",
     field_path=".spec.addons.karpenter",
 )
+KUBERAY_LOCAL_RULE = rule(
+    "!(has(self.spec.addons) && has(self.spec.addons.kuberay) && "
+    "self.spec.addons.kuberay.enabled) || !has(self.spec.controlPlane) || "
+    "self.spec.controlPlane.backend == 'local'",
+    "spec.addons.kuberay needs controlPlane.backend 'local': KubeRay's webhook listens on this "
+    "host's loopback, which the API server of an adopted (external) cluster cannot call; "
+    "remove spec.addons.kuberay, or set kuberay.enabled: false",
+    field_path=".spec.addons.kuberay",
+)
 KUEUE_NOT_OWN_WORKER_RULE = rule(
     f"!({_KUEUE_ON}) || !has(self.spec.addons.kueue.multiKueue) || "
     "!(self.metadata.name in self.spec.addons.kueue.multiKueue.workers)",
@@ -260,6 +269,15 @@ class KarpenterSpec(Model):
     a provisioner pool's topology.zones must be among them."""
 
 
+class KubeRaySpec(Model):
+    """KubeRay's operator against this cluster: it makes the head and worker pods of every
+    RayCluster, which the engine runs, and its webhook validates RayClusters. ``{}`` turns it
+    on."""
+
+    enabled: bool = True
+    """false: KubeRay stops and its webhook is removed (its CRDs and your RayClusters stay)."""
+
+
 class AddonsSpec(Model):
     """Real upstream controllers the operator runs for this cluster, supervised like its control
     plane: started, restarted when they crash, stopped with the cluster."""
@@ -272,6 +290,9 @@ class AddonsSpec(Model):
     karpenter: KarpenterSpec | None = None
     """Karpenter with its KWOK cloud provider (sigs.k8s.io/karpenter v1.14.1), built from the
     Go module proxy on first use (a cold build takes about 17 minutes)."""
+    kuberay: KubeRaySpec | None = None
+    """KubeRay's operator (github.com/ray-project/kuberay/ray-operator v1.5.0) with its
+    webhook, built from the Go module proxy on first use."""
 
 
 class FakeClusterSpec(Model):
@@ -303,7 +324,7 @@ class FakeClusterSpec(Model):
 
     addons: AddonsSpec | None = None
     """Add-ons the operator runs against this cluster (backend 'local' only): kueue,
-    metricsServer (on unless disabled), karpenter."""
+    metricsServer (on unless disabled), karpenter, kuberay."""
 
     @property
     def kueue(self) -> KueueSpec | None:
@@ -316,6 +337,12 @@ class FakeClusterSpec(Model):
         """spec.addons.karpenter when it is enabled, else None."""
         karpenter = self.addons.karpenter if self.addons else None
         return karpenter if karpenter is not None and karpenter.enabled else None
+
+    @property
+    def kuberay(self) -> KubeRaySpec | None:
+        """spec.addons.kuberay when it is enabled, else None."""
+        kuberay = self.addons.kuberay if self.addons else None
+        return kuberay if kuberay is not None and kuberay.enabled else None
 
     @property
     def metrics_server(self) -> MetricsServerSpec | None:
@@ -373,7 +400,7 @@ class FakeCluster(CustomResource):
             PrinterColumn("Age", ".metadata.creationTimestamp", "date"),
         ),
         rules=(NAME_RULE, KUEUE_LOCAL_RULE, KUEUE_NOT_OWN_WORKER_RULE,
-               METRICS_SERVER_LOCAL_RULE, KARPENTER_LOCAL_RULE),
+               METRICS_SERVER_LOCAL_RULE, KARPENTER_LOCAL_RULE, KUBERAY_LOCAL_RULE),
     )
     kind: str = "FakeCluster"
     spec: FakeClusterSpec = Field(default_factory=FakeClusterSpec)

@@ -28,6 +28,8 @@ from federation.client.discovery import HubFiles, HubInfo
 from federation.telemetry.files import CollectorFiles, CollectorInfo
 from operators.addons.karpenter import KARPENTER_VERSION
 from operators.addons.karpenter import TOOL as KARPENTER
+from operators.addons.kuberay import KUBERAY_VERSION
+from operators.addons.kuberay import TOOL as KUBERAY
 from operators.addons.kueue import KUEUE_VERSION
 from operators.addons.kueue import TOOL as KUEUE
 from operators.addons.metricsserver import METRICS_SERVER_VERSION
@@ -87,12 +89,15 @@ def _resolve_binaries(version: str) -> binaries_.Binaries:
 @click.option("--no-karpenter", is_flag=True,
               help="Do not build Karpenter's KWOK provider (the FakeCluster add-on; a cold "
                    "build takes about 17 minutes).")
+@click.option("--no-kuberay", is_flag=True,
+              help="Do not build KubeRay's operator (the FakeCluster add-on; a cold build "
+                   "takes 4 to 13 minutes).")
 @click.option("--no-helm", is_flag=True,
               help="Do not build Helm (what 'make chart' and the chart's tests run).")
 def binaries(kubernetes_version: str, no_kueue: bool, no_metrics_server: bool,
-             no_karpenter: bool, no_helm: bool) -> None:
+             no_karpenter: bool, no_kuberay: bool, no_helm: bool) -> None:
     """Build (or find in the cache) etcd, the Kubernetes binaries, Kueue, metrics-server,
-    Karpenter and Helm; print their paths."""
+    Karpenter, KubeRay and Helm; print their paths."""
     found = _resolve_binaries(kubernetes_version)
     for name in binaries_.OVERRIDES:
         click.echo(f"{name}\t{found.path(name)}")
@@ -104,6 +109,8 @@ def binaries(kubernetes_version: str, no_kueue: bool, no_metrics_server: bool,
     if not no_karpenter:
         click.echo("karpenter\t" + str(_resolve_tool(f"Karpenter {KARPENTER_VERSION}",
                                                      KARPENTER.ensure)))
+    if not no_kuberay:
+        click.echo(f"kuberay\t{_resolve_tool(f'KubeRay {KUBERAY_VERSION}', KUBERAY.ensure)}")
     if not no_helm:
         click.echo(f"helm\t{_resolve_tool(f'Helm {HELM_VERSION}', helm.ensure)}")
 

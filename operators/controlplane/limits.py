@@ -1,7 +1,8 @@
 """Kernel limits that the processes of a fleet run into, checked before starting more of them.
 
 inotify instances: each kube-apiserver and kube-controller-manager watches its certificate
-files through inotify (6 and 5 instances at v1.36), Kueue 3, metrics-server 1, and Linux allows
+files through inotify (6 and 5 instances at v1.36), Kueue 3, metrics-server 1, KubeRay 1 (its
+webhook's certificate watcher), and Linux allows
 each user 128 by default (``fs.inotify.max_user_instances``). Ten members on one machine use
 them up; past that, a new component fails at start-up with Go's bare "too many open files" (a
 Kueue crash-looping for minutes until another cluster went away is how it showed). Starting a
@@ -16,14 +17,15 @@ from pathlib import Path
 from operators.controlplane.errors import LimitError
 
 MAX_USER_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
-#: What the components of this Kubernetes version, Kueue and metrics-server each hold (counted
-#: in /proc of running ones: anonymous inodes named inotify).
+#: What the components of this Kubernetes version, Kueue, metrics-server and KubeRay each hold
+#: (counted in /proc of running ones: anonymous inodes named inotify).
 INOTIFY_INSTANCES = {
     "kube-apiserver": 6,
     "kube-controller-manager": 5,
     "kube-scheduler": 0,
     "kueue": 3,
     "metrics-server": 1,
+    "kuberay": 1,
 }
 #: What a member control plane, with its add-ons, holds: the limit's suggested value gives
 #: room for about sixty of them.

@@ -27,6 +27,10 @@ class Module:
     """Its source tree (``Dir``)."""
     gomod: Path
     """Its go.mod (``GoMod``)."""
+    sum: str = ""
+    """The hash of its source tree, as a go.sum line gives it (``Sum``)."""
+    gomod_sum: str = ""
+    """The hash of its go.mod (``GoModSum``)."""
 
 
 def find_go(missing: str) -> str:
@@ -51,4 +55,5 @@ def download(go: str, module: str, version: str, *, failed: Callable[[str], str]
         info = {}
     if proc.returncode != 0 or "Dir" not in info or "GoMod" not in info:
         raise BuildError(failed(info.get("Error") or proc.stderr.strip() or "no answer"))
-    return Module(source=Path(info["Dir"]), gomod=Path(info["GoMod"]))
+    return Module(source=Path(info["Dir"]), gomod=Path(info["GoMod"]), sum=info.get("Sum", ""),
+                  gomod_sum=info.get("GoModSum", ""))

@@ -26,7 +26,8 @@
     <state>/clusters/<key>/<add-on>/    a member's add-on while it is set up there: kubeconfig,
                                         pki/, <add-on>.log and its own files (kueue/:
                                         config.yaml, ports.json; metrics-server/: port;
-                                        karpenter/: ports.json, instance-types.json), spelled
+                                        karpenter/: ports.json, instance-types.json;
+                                        kuberay/: ports.json), spelled
                                         by its package (operators.addons.running.Files)
 
 ``host`` is the key of the daemon's host cluster; members are keyed ``<namespace>.<name>``.

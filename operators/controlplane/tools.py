@@ -1,10 +1,14 @@
 """Tools that ``go install`` builds as they are (Kueue, Helm), each kept in the per-user cache.
 
 ``go install MODULE/cmd/NAME@VERSION`` needs no wrapper module when the tool's go.mod has no
-replaces. As with the control-plane binaries (:mod:`operators.controlplane.binaries`), a build
-lands in a staging directory that is renamed into place only when complete, under a file lock,
-so two processes never build twice and an interrupted build leaves nothing half-made. An
-environment variable per tool names a binary to use instead.
+replaces. A tool whose main package gets files of ours (KubeRay) is built with ``go build`` in a
+wrapper module (:mod:`operators.controlplane.wrapping`), and its cache entry is named after
+those files too, so that a change of them builds it anew.
+
+As with the control-plane binaries (:mod:`operators.controlplane.binaries`), a build lands in a
+staging directory that is renamed into place only when complete, under a file lock, so two
+processes never build twice and an interrupted build leaves nothing half-made. An environment
+variable per tool names a binary to use instead.
 
 The build runs through :func:`operators.controlplane.compiling.run_go`: a progress line (elapsed
 time, packages compiled) at least every 15 s.
@@ -14,16 +18,18 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import hashlib
 import os
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from operators.controlplane import wrapping
 from operators.controlplane.binaries import cache_root
 from operators.controlplane.compiling import Progress, Spawn, popen, run_go
 from operators.controlplane.errors import BinaryError
-from operators.controlplane.modules import find_go
+from operators.controlplane.modules import download, find_go
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,9 +49,22 @@ class GoTool:
     installs: str = ""
     """The file ``go install`` writes (the package's last element), when it is not ``name``:
     Karpenter's KWOK provider is the package ``.../kwok``, a name KWOK's own binary has."""
+    module: str = ""
+    """The module the package is in; needed with ``additions``."""
+    additions: tuple[Path, ...] = ()
+    """Go files of ours added to the main package: it is then built in a wrapper module."""
 
     def cache_path(self, root: Path | None = None) -> Path:
-        return (root or cache_root()) / self.name / self.version / self.name
+        return (root or cache_root()) / self.name / self.release() / self.name
+
+    def release(self) -> str:
+        """The version, and with ``additions`` a digest of them (``v1.5.0+0123abcd``)."""
+        if not self.additions:
+            return self.version
+        digest = hashlib.sha256()
+        for path in self.additions:
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        return f"{self.version}+{digest.hexdigest()[:8]}"
 
     def find(self, root: Path | None = None) -> Path | None:
         """The override, else the cached build, else None (nothing is built here)."""
@@ -62,10 +81,14 @@ class GoTool:
 
     def install_argv(self, go: str) -> list[str]:
         """The build: static, reproducible paths, every package compiled named on stderr."""
-        argv = [go, "install", "-v", "-trimpath"]
-        if self.ldflags:
-            argv += ["-ldflags", self.ldflags]
-        return [*argv, f"{self.package}@{self.version}"]
+        return [go, "install", *self._flags(), f"{self.package}@{self.version}"]
+
+    def build_argv(self, go: str, output: Path) -> list[str]:
+        """The build of a wrapper module's main package (in its directory), into ``output``."""
+        return [go, "build", *self._flags(), "-o", str(output), "."]
+
+    def _flags(self) -> list[str]:
+        return ["-v", "-trimpath", *(["-ldflags", self.ldflags] if self.ldflags else [])]
 
     def ensure(self, *, root: Path | None = None, progress: Progress = lambda _: None,
                clock: Callable[[], float] = time.monotonic, spawn: Spawn = popen) -> Path:
@@ -97,9 +120,21 @@ class GoTool:
         env = {**os.environ, "GOBIN": str(staging), "CGO_ENABLED": "0"}
         env.pop("GOFLAGS", None)  # a -mod=... of the caller's environment breaks go install
         what = f"building {self.title} {self.version}"
-        progress(f"{what} with go install (from the Go module proxy)")
         log = staging.parent / "build.log"
         log.unlink(missing_ok=True)
-        tracker = run_go(self.install_argv(go), what=what, progress=progress, env=env,
-                         cwd=staging, log_path=log, clock=clock, spawn=spawn, hint=self.hint)
+        if self.additions:
+            progress(f"{what} with go build, its main package in a wrapper module with "
+                     f"fakefleet's {', '.join(path.name for path in self.additions)}")
+            wrapper = staging / "module"
+            wrapper.mkdir()
+            wrapping.write(wrapper, download(go, self.module, self.version, failed=lambda why: (
+                f"cannot fetch {self.module}@{self.version} from the Go module proxy ({why})")),
+                module=self.module, package=self.package, version=self.version,
+                additions=self.additions)
+            argv, cwd = self.build_argv(go, staging / (self.installs or self.name)), wrapper
+        else:
+            progress(f"{what} with go install (from the Go module proxy)")
+            argv, cwd = self.install_argv(go), staging
+        tracker = run_go(argv, what=what, progress=progress, env=env, cwd=cwd, log_path=log,
+                         clock=clock, spawn=spawn, hint=self.hint)
         progress(tracker.done(clock()))
