@@ -38,8 +38,8 @@ def test_prefixes_differ_per_cluster() -> None:
 
 
 def test_load_profile_lifts_client_limits_and_keeps_the_server_s_priorities() -> None:
-    """Issue 24: with APF off, no FlowSchema keeps heartbeats ahead of workload traffic; with
-    600 seats on two cores, APF never queues. So APF stays on, with fewer seats."""
+    """Issue 24: with APF off, no FlowSchema keeps heartbeats ahead of workload traffic. So APF
+    stays on, with the seats measured to keep node-high served (bench/README.md)."""
     api = _flags(components.apiserver_argv(
         Path("kube-apiserver"), cluster="a", etcd_url="https://127.0.0.1:1", etcd_pki=ETCD_PKI,
         port=1, pki=PKI, profile=Profile.LOAD,
@@ -49,7 +49,7 @@ def test_load_profile_lifts_client_limits_and_keeps_the_server_s_priorities() ->
     assert limits is not None
     assert api["--max-requests-inflight"] == str(limits.inflight)
     assert api["--max-mutating-requests-inflight"] == str(limits.mutating)
-    assert 0 < limits.inflight + limits.mutating < 400 + 200, "fewer seats than upstream's"
+    assert limits.inflight + limits.mutating >= 400 + 200, "60 + 40 starved node-high"
     scheduler = _flags(components.scheduler_argv(
         Path("kube-scheduler"), kubeconfig=Path("k"), port=2, profile=Profile.LOAD))
     kcm = _flags(components.controller_manager_argv(
