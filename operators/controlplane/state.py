@@ -18,6 +18,8 @@
                                         command line) beside its <process>.log: what the next
                                         operator adopts (operators.controlplane.detaching)
     <state>/clusters/<key>/front-proxy/ the aggregation layer's PKI (FrontProxyPKI)
+    <state>/snapshots/<name>.snapshot   saved snapshots, private: they hold secrets
+                                        (operators.snapshots.storing)
     <state>/clusters/<key>/engine.json  the engine's kubelet port (EngineEndpoint), kept so its
                                         nodes' daemonEndpoints stay right across restarts
     <state>/clusters/<key>/<add-on>/    a member's add-on while it is set up there: kubeconfig,
@@ -124,6 +126,10 @@ class StateDir:
 
     def cluster(self, key: str) -> Path:
         return self.clusters / key
+
+    @property
+    def snapshots(self) -> Path:
+        return self.root / "snapshots"
 
     def kubeconfig(self, key: str, client: str = "admin") -> Path:
         """A cluster's kubeconfig for ``client`` (admin, kube-scheduler, ...)."""
