@@ -62,7 +62,8 @@ def test_save_change_restore(fleet: Fleet, member: Path) -> None:
         "metadata": {"name": f"{NAME}-later", "namespace": "default"},
         "spec": {"clusters": [NAME], "steps": [{
             "name": "cordon", "target": {"clusters": {"names": [NAME]},
-                                         "nodes": {"mode": "one"}},
+                                         "nodes": {"pools": [f"{NAME}-pool"]},
+                                         "mode": "one"},
             "at": f"{STEP_AT}s", "duration": "10s", "fault": {"type": "Cordon"}}]}}))
 
     def settled() -> bool:
@@ -82,10 +83,10 @@ def test_save_change_restore(fleet: Fleet, member: Path) -> None:
 
     state = str(fleet.state)
     saved = fakefleet("snapshot", "save", "before", "--cluster", NAME, "--state-dir", state)
-    assert "mode 0600" in saved.stdout
+    assert "mode 0600" in saved.stderr
     path = StateDir(fleet.state).snapshots / "before.snapshot"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    listed = fakefleet("snapshot", "ls", "--state-dir", state).stdout
+    listed = fakefleet("snapshot", "ls", "--state-dir", state).stderr
     assert "before" in listed
     assert "default/snap" in listed
 
@@ -95,8 +96,8 @@ def test_save_change_restore(fleet: Fleet, member: Path) -> None:
     time.sleep(5)
 
     restored = fakefleet("snapshot", "restore", str(path), "--state-dir", state)
-    assert "restored default/snap" in restored.stdout, restored.stdout + restored.stderr
-    shifted = int(restored.stdout.split("times shifted by ")[1].split("s")[0])
+    assert "restored default/snap" in restored.stderr, restored.stderr
+    shifted = int(restored.stderr.split("times shifted by ")[1].split("s")[0])
     assert shifted >= 5
 
     # Same objects, same UIDs; what was made after the save is gone.
@@ -148,5 +149,5 @@ def test_bad_input_is_refused_with_the_file_and_the_fix(fleet: Fleet, tmp_path: 
     result = fakefleet("snapshot", "restore", str(broken), "--state-dir", str(fleet.state),
                        check=False)
     assert result.returncode != 0
-    assert str(broken) in result.stdout
-    assert "copy" in result.stdout
+    assert str(broken) in result.stderr
+    assert "copy" in result.stderr

@@ -207,7 +207,8 @@ async def hold_for_restore(runtime: Runtime, cluster: FakeCluster, key: str,
             wanted = apiserver and component == "kube-apiserver"
             if process is not None and process.supervised and not wanted:
                 logger.info("cluster %s: stopping %s for restore %s", key, component, hold.id)
-                await process.stop()
+                # Killed after a moment rather than drained: its data is about to be replaced.
+                await process.stop(timeout=FAULT_STOP_TIMEOUT)
                 runtime.versions.pop(key, None)
             elif process is not None and wanted and not process.supervised:
                 await process.start()

@@ -227,7 +227,7 @@ async def _answering(client: Client, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            await client.get("/readyz")
+            await client.get_text("/readyz")
             return
         except K8sError:
             if time.monotonic() > deadline:
