@@ -193,13 +193,22 @@ async def hold_for_restore(runtime: Runtime, cluster: FakeCluster, key: str,
                   f"remove annotation {keys.RESTORE}", stalled=True), cluster.status)
         return
     await addons.remove(runtime, key)
-    if "engine" not in hold.run:
-        await runtime.stop_engine(key)
+    state = StateDir(runtime.state_dir)
     apiserver = "kube-apiserver" in hold.run
     local = runtime.substrate.clusters.get(key)
-    if local is None and apiserver:
+    # An operator that starts while a hold is on knows nothing of the member yet: what an
+    # earlier one left running is adopted first, so that it can be stopped.
+    components = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+    left = [kind for kind in components
+            if running_as_recorded(record_path(state.component_log(key, kind)))]
+    if local is None and (apiserver or left):
         await execute(runtime, cluster, key, planning.StartControlPlane())
         local = runtime.substrate.clusters[key]
+    if not runtime.engine_running(key) and running_as_recorded(
+            record_path(state.engine_log(key))):
+        await execute(runtime, cluster, key, planning.StartEngine())
+    if "engine" not in hold.run:
+        await runtime.stop_engine(key)
     if local is not None:
         # Dependants first, as a member stops; the API server last.
         for component in ("kube-controller-manager", "kube-scheduler", "kube-apiserver"):
@@ -209,7 +218,8 @@ async def hold_for_restore(runtime: Runtime, cluster: FakeCluster, key: str,
                 logger.info("cluster %s: stopping %s for restore %s", key, component, hold.id)
                 # Killed after a moment rather than drained: its data is about to be replaced.
                 await process.stop(timeout=FAULT_STOP_TIMEOUT)
-                runtime.versions.pop(key, None)
+                if component == "kube-apiserver":
+                    runtime.versions.pop(key, None)
             elif process is not None and wanted and not process.supervised:
                 await process.start()
     if "engine" in hold.run and not runtime.engine_running(key):
@@ -219,10 +229,11 @@ async def hold_for_restore(runtime: Runtime, cluster: FakeCluster, key: str,
     if restores.held(cluster.metadata.get("annotations")) != hold.token:
         await _acknowledge(runtime, cluster, hold.token)
     observed = await observe(runtime, cluster, key)
+    # Never Ready while held, whatever runs: its scheduler and controller-manager do not.
     await report(runtime, cluster, planning.Observed(**{
-        **observed.__dict__, "error": f"held by the restore of a snapshot ({hold.id}): "
-                                      f"{', '.join(hold.run) or 'nothing'} running"}),
-        cluster.status)
+        **observed.__dict__, "control_plane_running": False,
+        "error": f"held by the restore of a snapshot ({hold.id}): "
+                 f"{', '.join(hold.run) or 'nothing'} running"}), cluster.status)
 
 
 async def _answers(runtime: Runtime, cluster: FakeCluster, key: str,
