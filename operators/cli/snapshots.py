@@ -9,6 +9,7 @@ etcd. docs/snapshots.md holds the design.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -124,22 +125,30 @@ def restore_(state_dir: Path, name_or_path: str, clusters: tuple[str, ...],
                             f"{', '.join(header.clusters)}")
     etcd = shared_etcd(state_dir)
 
-    async def work() -> list[restoring.Restored]:
-        done = []
+    async def work() -> list[restoring.Restored | BaseException]:
         async with host_client(state_dir) as host:
-            for cluster in chosen:
-                done.append(await restoring.restore(
-                    taken, cluster, source=str(path), host=host, etcd=etcd,
-                    state=StateDir(state_dir), clock=SYSTEM_CLOCK, timeout=timeout,
-                    progress=lambda step: console.print(f"[dim]{step}[/]", highlight=False)))
-        return done
+            # Each cluster is held and restored on its own: they wait for their own
+            # processes, so together they take about as long as one.
+            return await asyncio.gather(*(restoring.restore(
+                taken, cluster, source=str(path), host=host, etcd=etcd,
+                state=StateDir(state_dir), clock=SYSTEM_CLOCK, timeout=timeout,
+                progress=lambda step: console.print(f"[dim]{step}[/]", highlight=False))
+                for cluster in chosen), return_exceptions=True)
 
+    failed = []
     for done in run_k8s(work()):
+        if isinstance(done, SnapshotError):
+            failed.append(done)
+            continue
+        if isinstance(done, BaseException):
+            raise done
         console.print(f"[green]restored[/] {done.member}: {done.keys} keys, times shifted by "
                       f"{done.shifted_by}s in {done.objects_shifted} objects, Ready in "
                       f"{done.seconds:.1f}s", highlight=False)
         for note in done.notes:
             console.print(f"[yellow]note:[/] {note}", highlight=False)
+    if failed:
+        raise SnapshotError("\n".join(str(error) for error in failed))
 
 
 async def _local_members(state_dir: Path) -> list[tuple[str, str]]:

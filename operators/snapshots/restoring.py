@@ -35,7 +35,7 @@ from operators.controlplane.etcd import EtcdEndpoint, replace_prefix
 from operators.controlplane.state import StateDir
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
-from operators.k8s.errors import K8sError, NotFound
+from operators.k8s.errors import Conflict, K8sError, NotFound
 from operators.k8s.times import parse
 from operators.reconciling.clusters import cluster_key
 from operators.snapshots.encoding import ClusterSnapshot, Snapshot, SnapshotError
@@ -145,6 +145,10 @@ async def _hold(host: Client, cluster: ClusterSnapshot, hold: RestoreHold, *,
     except NotFound:
         if not create:
             raise
+        with contextlib.suppress(Conflict):  # a fresh host may lack the namespace
+            await host.create("/api/v1/namespaces", {
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": cluster.namespace}})
         await host.create(_path(cluster, "fakeclusters"),
                           _created(cluster.fake_cluster, patch["metadata"]["annotations"]))
     if create:  # its spec as saved, while nothing of it runs
