@@ -151,3 +151,32 @@ def test_bad_input_is_refused_with_the_file_and_the_fix(fleet: Fleet, tmp_path: 
     assert result.returncode != 0
     assert str(broken) in result.stderr
     assert "copy" in result.stderr
+
+
+def test_a_copied_snapshot_restores_into_a_fresh_fakefleet(fleet: Fleet, member: Path,
+                                                           cli_state: Path,
+                                                           tmp_path: Path) -> None:
+    if kubectl(member, "get", "deployment", "copied", check=False).returncode != 0:
+        kubectl(member, "create", "deployment", "copied", "--image=nginx:1.27", "--replicas=2")
+    eventually(lambda: kubectl_json(member, "get", "deployment", "copied").get(
+        "status", {}).get("readyReplicas") == 2, timeout=90, what="the Deployment Ready")
+    uid = kubectl_json(member, "get", "deployment", "copied")["metadata"]["uid"]
+    fakefleet("snapshot", "save", "to-copy", "--force", "--cluster", NAME,
+              "--state-dir", str(fleet.state))
+    copy = tmp_path / "elsewhere" / "to-copy.snapshot"
+    copy.parent.mkdir()
+    copy.write_bytes((StateDir(fleet.state).snapshots / "to-copy.snapshot").read_bytes())
+
+    fakefleet("up", "--state-dir", str(cli_state), "--unsafe-no-fsync", "--no-hub",
+              "--no-collector")
+    restored = fakefleet("snapshot", "restore", str(copy), "--state-dir", str(cli_state))
+    assert "restored default/snap" in restored.stderr, restored.stderr
+    fresh = Fleet(cli_state)
+    fresh.wait_cluster_ready(NAME)
+    kubeconfig = fresh.member(NAME)
+    deployment = kubectl_json(kubeconfig, "get", "deployment", "copied")
+    assert deployment["metadata"]["uid"] == uid
+    eventually(lambda: kubectl_json(kubeconfig, "get", "deployment", "copied").get(
+        "status", {}).get("readyReplicas") == 2, timeout=90, what="the Deployment Ready")
+    for node in objects(kubeconfig, "nodes").values():
+        assert ready_condition(node)["status"] == "True"
