@@ -85,3 +85,16 @@ PORT_FORWARD = f"{GROUP}/port-forward"
 
 #: The hub's workload id, set by the hub on every Job; a workload cannot set it.
 WORKLOAD = f"{GROUP}/workload"
+
+# -- on FakeClusters a snapshot is restored into --------------------------------------------------
+# Under their own prefix: kopf leaves every annotation under the operator's prefix
+# (``fakefleet.dev/``) out of the changes it reacts to, and the operator must react to these at
+# once rather than on its next timer.
+
+#: A restore in progress (JSON ``{"id": "...", "run": ["kube-apiserver", "engine"]}``): the
+#: member runs only what ``run`` names, everything else of it stays stopped. Written by
+#: ``fakefleet snapshot restore``, read by the operator.
+RESTORE = f"snapshots.{GROUP}/restore"
+#: The hold the operator has carried out (the ``token`` of :data:`RESTORE`'s value): the restore
+#: waits for it before it touches etcd. Removed by the operator once the hold is released.
+RESTORE_HELD = f"snapshots.{GROUP}/restore-held"

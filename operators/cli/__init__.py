@@ -13,7 +13,17 @@ from typing import Any
 
 import click
 
-from operators.cli import etcd, fleets, hosting, kueue, plans, traces, views, workloads
+from operators.cli import (
+    etcd,
+    fleets,
+    hosting,
+    kueue,
+    plans,
+    snapshots,
+    traces,
+    views,
+    workloads,
+)
 from operators.cli.terminal import console
 from operators.controlplane.errors import ControlPlaneError
 
@@ -42,6 +52,7 @@ for command in (
     kueue.kueue,
     traces.trace,
     etcd.etcd,
+    snapshots.snapshot,
 ):
     main.add_command(command)
 

@@ -21,6 +21,8 @@
     <state>/clusters/<key>/kubelet/     the kubelets' PKI (KubeletPKI): their CA, which the
                                         engine issues node certificates with, and the API
                                         server's client certificate for kubelets
+    <state>/snapshots/<name>.snapshot   saved snapshots, private: they hold secrets
+                                        (operators.snapshots.storing)
     <state>/clusters/<key>/engine.json  the engine's kubelet ports (EngineEndpoint), kept so its
                                         nodes' daemonEndpoints stay right across restarts
     <state>/clusters/<key>/<add-on>/    a member's add-on while it is set up there: kubeconfig,
@@ -129,6 +131,10 @@ class StateDir:
 
     def cluster(self, key: str) -> Path:
         return self.clusters / key
+
+    @property
+    def snapshots(self) -> Path:
+        return self.root / "snapshots"
 
     def kubeconfig(self, key: str, client: str = "admin") -> Path:
         """A cluster's kubeconfig for ``client`` (admin, kube-scheduler, ...)."""
