@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from operators.api.clusters import FakeCluster
+from operators.api.nodepools import FakeNodePool
 from operators.conformance import checklists, reporting, validating
 from operators.conformance.checking import Evidence
 from operators.conformance.checks import AUTOMATABLE_MUSTS, CHECKS
@@ -195,3 +197,14 @@ def test_by_design_lists_musts_not_implemented_placeholders_and_the_network_chec
     assert "CNCF member" in failing[-1]
 
 
+
+
+def test_the_example_cluster_is_valid_and_has_what_the_checks_on_main_need() -> None:
+    docs = list(yaml.safe_load_all((Path(__file__).parent.parent / "examples" / "conformance"
+                                    / "cluster.yaml").read_text()))
+    cluster = FakeCluster.model_validate(docs[0])
+    assert cluster.spec.kueue is not None and cluster.spec.karpenter is not None
+    pools = [FakeNodePool.model_validate(doc) for doc in docs[1:]]
+    assert {p.spec.clusterRef for p in pools} == {cluster.metadata["name"]}
+    assert any(p.spec.provisioner and p.spec.gpu for p in pools), "cluster_autoscaling's pool"
+    assert any(p.spec.gpu and p.spec.gpu.allocation == "dra" for p in pools), "DRA's"
