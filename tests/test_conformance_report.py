@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from operators.api.clusters import FakeCluster
 from operators.api.nodepools import FakeNodePool
+from operators.cli import main
 from operators.conformance import checklists, reporting, validating
 from operators.conformance.checking import Evidence
 from operators.conformance.checks import AUTOMATABLE_MUSTS, CHECKS
@@ -203,8 +205,27 @@ def test_the_example_cluster_is_valid_and_has_what_the_checks_on_main_need() -> 
     docs = list(yaml.safe_load_all((Path(__file__).parent.parent / "examples" / "conformance"
                                     / "cluster.yaml").read_text()))
     cluster = FakeCluster.model_validate(docs[0])
-    assert cluster.spec.kueue is not None and cluster.spec.karpenter is not None
+    assert cluster.spec.kueue is not None
+    assert cluster.spec.karpenter is not None
     pools = [FakeNodePool.model_validate(doc) for doc in docs[1:]]
     assert {p.spec.clusterRef for p in pools} == {cluster.metadata["name"]}
     assert any(p.spec.provisioner and p.spec.gpu for p in pools), "cluster_autoscaling's pool"
     assert any(p.spec.gpu and p.spec.gpu.allocation == "dra" for p in pools), "DRA's"
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--version", "v1.99"], "no AI-conformance checklist 'v1.99' in this build of fakefleet: "
+                             "give --version one of v1.36"),
+    (["--set", "vendor=x"], "metadata field(s) vendor are not the program's: give any of "
+                            "kubernetesVersion,"),
+    (["--set", "vendorName"], "--set 'vendorName': give FIELD=VALUE"),
+    (["--only", "gang"], "--only names gang, which checklist v1.36 does not have"),
+])
+def test_the_command_refuses_what_it_cannot_run_before_it_starts(
+        tmp_path: Path, args: list[str], said: str) -> None:
+    done = CliRunner().invoke(main, ["conformance", "run", "--cluster", "c", "-o",
+                                     str(tmp_path / "out"), "--state-dir",
+                                     str(tmp_path / "none"), *args])
+    assert done.exit_code == 2, done.output
+    assert said in done.output
+    assert not (tmp_path / "out").exists()

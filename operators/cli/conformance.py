@@ -135,10 +135,9 @@ def _given(metadata_file: Path | None, settings: tuple[str, ...]) -> dict[str, s
             raise ConformanceError(f"--set {setting!r}: give FIELD=VALUE, e.g. "
                                    f"--set vendorName=Example")
         given[field] = value
-    unknown = sorted(set(given) - set(reporting.METADATA_FIELDS))
-    if unknown:
-        raise ConformanceError(f"metadata field(s) {', '.join(unknown)} are not the program's: "
-                               f"give any of {', '.join(reporting.METADATA_FIELDS)}")
+    refusal = reporting.unknown_fields(given)
+    if refusal:  # said before the run, not after minutes of checks
+        raise ConformanceError(refusal)
     return given
 
 

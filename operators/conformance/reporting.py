@@ -36,14 +36,20 @@ def metadata(given: Mapping[str, str], *, kubernetes_version: str,
     cluster's Kubernetes minor version, and a placeholder for every vendor field.
 
     A field that is not the program's is refused, naming those that are."""
-    unknown = sorted(set(given) - set(METADATA_FIELDS))
-    if unknown:
-        raise ValueError(f"metadata field(s) {', '.join(unknown)} are not the program's: give "
-                         f"any of {', '.join(METADATA_FIELDS)}")
+    refusal = unknown_fields(given)
+    if refusal:
+        raise ValueError(refusal)
     defaults = {"kubernetesVersion": minor(kubernetes_version), "platformName": "fakefleet",
                 "platformVersion": platform_version}
     return {field: given.get(field) or defaults.get(field, PLACEHOLDER)
             for field in METADATA_FIELDS}
+
+
+def unknown_fields(given: Mapping[str, str]) -> str:
+    """Why ``given`` cannot be a submission's metadata, or "" when it can."""
+    unknown = sorted(set(given) - set(METADATA_FIELDS))
+    return (f"metadata field(s) {', '.join(unknown)} are not the program's: give any of "
+            f"{', '.join(METADATA_FIELDS)}") if unknown else ""
 
 
 def minor(version: str) -> str:
