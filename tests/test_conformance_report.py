@@ -145,6 +145,9 @@ def test_junit_has_a_case_per_requirement_failures_skips_and_the_deadline(
     rows = reporting.table(checklist, found)
     assert [r.requirement for r in rows][-1] == "dra_resource_claims"
     assert rows[-1].level == "extra"
+    by_id = {r.requirement: r for r in rows}
+    assert by_id["gang_scheduling"].automated
+    assert not by_id["secure_accelerator_access"].automated, "stated: no time to show"
 
 
 def upstream_shaped(tmp: Path) -> dict[str, Any]:

@@ -170,7 +170,7 @@ async def _run(state_dir: Path, namespace: str, name: str, checklist: checklists
                                     metrics_endpoint=metrics_endpoint)
 
             def say(id: str, line: str) -> None:
-                console.print(f"[dim][{id}][/] {line}", highlight=False, soft_wrap=True)
+                console.print(f"[dim]{id}:[/] {line}", highlight=False, soft_wrap=True)
             results = await running.run(checklist, target, clock=SYSTEM_CLOCK, only=only,
                                         say=say)
     return results, found
@@ -185,5 +185,5 @@ def _table(checklist: checklists.Checklist, results: list[Result], seconds: floa
     for row in reporting.table(checklist, results):
         colour = colours.get(row.status, "red")
         table.add_row(row.requirement, row.level, f"[{colour}]{row.status}[/]",
-                      f"{row.seconds:.1f}s", row.deadline)
+                      f"{row.seconds:.1f}s" if row.automated else "-", row.deadline)
     stdout.print(table, soft_wrap=True)

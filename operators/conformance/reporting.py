@@ -137,6 +137,7 @@ class Row:
     status: str
     seconds: float
     deadline: str
+    automated: bool
 
 
 def table(checklist: Checklist, results: Sequence[Result]) -> list[Row]:
@@ -144,7 +145,7 @@ def table(checklist: Checklist, results: Sequence[Result]) -> list[Row]:
     levels = {r.id: r.level for r in checklist.requirements}
     order = {id: index for index, id in enumerate(checklist.ids)}
     ranked = sorted(results, key=lambda r: order.get(r.id, len(order)))
-    return [Row(r.id, levels.get(r.id, "extra"), r.status, r.seconds, r.deadline)
+    return [Row(r.id, levels.get(r.id, "extra"), r.status, r.seconds, r.deadline, r.automated)
             for r in ranked]
 
 
