@@ -5,15 +5,17 @@ cluster without GPUs, an add-on that is off, and an add-on this build lacks."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from operators.conformance import checklists, running
+from operators.conformance import checklists, faulting, running
 from operators.conformance.checking import Context, Evidence, Unmet, Verdict, available
 from operators.conformance.checks import CHECKS, Check
 from operators.conformance.checks import metrics as metric_checks
+from operators.conformance.results import Result
 from operators.k8s.client import Client
 from tests.fakes.clocks import FakeClock
 from tests.fakes.k8s import MemoryTransport
@@ -149,3 +151,62 @@ def test_dcgm_samples_are_read_with_their_labels() -> None:
     assert found["DCGM_FI_DEV_GPU_UTIL"][0][0]["modelName"] == "NVIDIA H100 80GB HBM3"
     assert len(found["DCGM_FI_DEV_FB_USED"]) == 1
     assert found["DCGM_FI_DEV_POWER_USAGE"] == []
+
+
+POOLS = [{"metadata": {"name": "h100"}, "spec": {"gpu": {"preset": "H100-SXM5-80GB"}}},
+         {"metadata": {"name": "burst"}, "spec": {"provisioner": "karpenter",
+                                                  "gpu": {"preset": "H100-SXM5-80GB"}}},
+         {"metadata": {"name": "cpu"}, "spec": {}}]
+CLUSTER = {"metadata": {"name": "c", "namespace": "default"}, "spec": {}, "status": {}}
+
+
+def test_a_fault_plan_hits_only_the_checked_cluster_s_pools_with_a_fixed_seed() -> None:
+    plan = faulting.plan(CLUSTER, POOLS, "gang_scheduling", "ab12")
+    assert plan is not None
+    assert plan["metadata"] == {"name": "ffc-ab12-gang-scheduling", "namespace": "default",
+                                "labels": {"fakefleet.dev/conformance": "ab12"}}
+    [step] = plan["spec"]["steps"]
+    assert plan["spec"]["seed"] == faulting.SEED
+    assert step["target"] == {"clusters": {"names": ["c"]}, "nodes": {"pools": ["h100"]},
+                              "mode": "one"}, "a static GPU pool, never Karpenter's"
+    assert step["fault"] == {"type": "GPUXid", "xid": 79}
+    lost = faulting.plan(CLUSTER, POOLS, "robust_controller", "ab12")
+    assert lost is not None
+    assert lost["spec"]["steps"][0]["target"]["nodes"]["pools"] == ["h100", "cpu"]
+    assert faulting.plan(CLUSTER, [POOLS[1]], "gang_scheduling", "ab12") is None
+
+
+async def test_under_faults_runs_what_held_again_under_its_plan_and_deletes_it(
+        tmp_path: Path) -> None:
+    member = Member(tmp_path, cluster=CLUSTER, nodes=[{
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "h100-0"},
+        "spec": {"taints": [{"key": "fakefleet.dev/gpu-xid", "value": "79",
+                             "effect": "NoExecute"}]}}])
+    target = dataclasses.replace(member.target, pools=POOLS)
+    plans = "/apis/fakefleet.dev/v1alpha1/namespaces/default/faultplans"
+    seen: list[str] = []
+
+    async def gang(ctx: Context) -> Verdict:
+        seen.extend(p["metadata"]["name"] for p in member.host_api.objects(plans))
+        seen.append(ctx.run)
+        # The fault ends as the engine would end it once the plan is gone.
+        await ctx.member.patch("/api/v1/nodes/h100-0", {"spec": {"taints": None}})
+        return Verdict("Implemented", "admitted whole")
+
+    clean = [Result("gang_scheduling", "Implemented", "held"),
+             Result("robust_controller", "Not Implemented", "no KubeRay"),
+             Result("accelerator_metrics", "Implemented", "held")]
+    found = await running.under_faults(target, clean, clock=member.clock,
+                                       checks={"gang_scheduling": Check(gang, 5)})
+    assert [r.id for r in found] == ["gang_scheduling-under-gpu-xid-79",
+                                     "robust_controller-under-node-lost"]
+    gang_result, ray = found
+    assert gang_result.passed
+    assert gang_result.extra
+    assert gang_result.notes == ("under Xid 79 (GPU fallen off the bus) on one GPU node while "
+                                 "the gangs run: admitted whole")
+    assert seen == ["ffc-t1f-gang-scheduling", "t1f"], "a plan and names of the rerun's own"
+    assert "evidence/gang_scheduling-under-gpu-xid-79/faultplan.yaml" in gang_result.evidence
+    assert member.host_api.objects(plans) == [], "the plan deleted after the check"
+    assert ray.status == "N/A"
+    assert "does not hold without it" in ray.notes

@@ -11,5 +11,6 @@ is reported N/A or Not Implemented with notes that say why, never Implemented.
     validating   the offline subset of upstream's validator, and what the file fails by design
     checking     what a check is given: the member, its FakeCluster, evidence, a deadline
     checks       one module per automated requirement
-    running      every check of a checklist, each within its deadline
+    running      every check of a checklist, each within its deadline; again under faults
+    faulting     the FaultPlan each check runs under with --under-faults (pure)
 """
