@@ -29,11 +29,8 @@ POLL = 1.0
 
 
 class Unmet(Exception):
-    """The requirement does not hold; the message says what failed and how to fix it."""
-
-    def __init__(self, message: str, status: Status = "Not Implemented") -> None:
-        super().__init__(message)
-        self.status = status
+    """The requirement does not hold (Not Implemented); the message says what failed and how
+    to fix it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +53,7 @@ class Evidence:
         """``data`` as YAML (text as it is) in evidence/<id>/<name>; written again, replaced."""
         path = self._root / self._folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
+        # Through JSON: API objects as plain mappings and lists, whatever held them.
         text = data if isinstance(data, str) else yaml.safe_dump(
             json.loads(json.dumps(data)), sort_keys=False, width=100)
         path.write_text(text)

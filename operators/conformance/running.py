@@ -85,7 +85,7 @@ async def _one(id: str, check: Check, target: Target, *, clock: Clock,
         status, notes = "Not Implemented", (f"the check's deadline of {check.deadline:.0f}s "
                                             f"passed while {ctx.step}")
     except Unmet as unmet:
-        status, notes = unmet.status, str(unmet)
+        status, notes = "Not Implemented", str(unmet)
     except K8sError as error:
         status, notes = "Not Implemented", f"the member answered unexpectedly while " \
                                            f"{ctx.step}: {error}"
