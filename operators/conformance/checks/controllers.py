@@ -1,6 +1,7 @@
 """robust_controller: KubeRay's ray-operator as an add-on (spec.addons.kuberay, its
-``KubeRayReady`` condition): its CRDs Established, its validating webhook refusing an invalid
-RayCluster, and a RayCluster going ready on fake nodes, scaling its workers and being deleted.
+``KubeRayReady`` condition): its CRDs Established, its validating webhook configured and
+refusing an invalid RayCluster in its own words, and a RayCluster going ready on fake nodes,
+scaling its workers and being deleted.
 
 A RayJob is not checked: it completes only after its submitter reads the Ray dashboard at the
 head Service's cluster DNS name, which nothing serves in a simulation.
@@ -25,6 +26,9 @@ from operators.k8s.errors import K8sError
 CRDS = ("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io")
 RAY = "/apis/ray.io/v1"
 NAME = "raycluster"
+WEBHOOK = "kuberay-validating-webhook-configuration"
+#: The webhook's own words (the CRD's schema has no such rule): the refusal is the webhook's.
+REFUSAL = "worker group names must be unique"
 NOT_CHECKED = ("A RayJob is not checked: its submitter reads the Ray dashboard at the head "
                "Service's cluster DNS name, which nothing serves in a simulation.")
 
@@ -48,6 +52,7 @@ async def check(ctx: Context) -> Verdict:
         raise Unmet("add-on KubeRay (spec.addons.kuberay) is not available in this build of "
                     f"fakefleet: its FakeCluster schema has no spec.addons.kuberay. {NOT_CHECKED}")
     await addon_ready(ctx, "kuberay", "KubeRayReady", "set spec.addons.kuberay: {}")
+    ctx.at("reading KubeRay's CRDs")
     crds = []
     for crd in CRDS:
         found = await ctx.member.get(
@@ -60,6 +65,10 @@ async def check(ctx: Context) -> Verdict:
     ns = namespace(ctx, "robust_controller")
     await make_namespace(ctx, ns)
     clusters = f"{RAY}/namespaces/{ns}/rayclusters"
+    ctx.at(f"reading KubeRay's ValidatingWebhookConfiguration {WEBHOOK}")
+    hook = await ctx.member.get("/apis/admissionregistration.k8s.io/v1/"
+                                f"validatingwebhookconfigurations/{WEBHOOK}")
+    ctx.evidence.write("webhook.yaml", hook)
     ctx.at("creating a RayCluster with two worker groups of one name, for the webhook to refuse")
     try:
         await ctx.member.create(clusters, raycluster("invalid", 1, groups=("same", "same")))
@@ -69,8 +78,9 @@ async def check(ctx: Context) -> Verdict:
         raise Unmet("KubeRay's webhook admitted a RayCluster with two worker groups named "
                     "'same'")
     ctx.evidence.write("webhook-refusal.txt", refusal + "\n")
-    if "webhook" not in refusal:
-        raise Unmet(f"the invalid RayCluster was refused, but not by a webhook: {refusal}")
+    if REFUSAL not in refusal:
+        raise Unmet(f"the invalid RayCluster was refused, but not with KubeRay's webhook's "
+                    f"words ({REFUSAL!r}): {refusal}")
     await ctx.member.create(clusters, raycluster(NAME, 1))
     path = f"{clusters}/{NAME}"
 
