@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# AI-conformance rehearsal on a fresh GPU FakeCluster: Kueue and Karpenter on, a static H100
+# AI-conformance rehearsal on a fresh GPU FakeCluster: Kueue, Karpenter and KubeRay on, a static H100
 # node, a pool Karpenter makes H100 nodes for, and a node offering its GPUs through DRA; then
 # 'fakefleet conformance run' checks it against the Kubernetes AI Conformance checklist v1.36,
 # writes PRODUCT.yaml, junit.xml and evidence/ to $DEMO_OUTPUT (default: a temporary directory,
@@ -22,11 +22,12 @@ host=$state_dir/host.kubeconfig
 fakefleet kubeconfig >"$host"
 k() { kubectl --kubeconfig "$host" "$@"; }
 
-step "kubectl apply -f examples/conformance/cluster.yaml (FakeCluster 'rehearsal': Kueue, Karpenter, three GPU pools)"
+step "kubectl apply -f examples/conformance/cluster.yaml (FakeCluster 'rehearsal': Kueue, Karpenter, KubeRay, three GPU pools)"
 k apply -f examples/conformance/cluster.yaml
 fakefleet wait --timeout 900
 k wait --for=condition=KueueReady fc/rehearsal --timeout=300s
 k wait --for=condition=KarpenterReady fc/rehearsal --timeout=300s
+k wait --for=condition=KubeRayReady fc/rehearsal --timeout=300s
 
 step "fakefleet conformance run --cluster rehearsal -o $output"
 code=0
