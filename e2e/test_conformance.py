@@ -6,9 +6,10 @@ absent), so that none of them can only pass.
 
 Then gang scheduling again under an Xid 79 FaultPlan, reported in junit.xml and the evidence.
 
-One cluster for the module: a static H100 node (Kueue's gangs, DCGM), a pool Karpenter makes
-H100 nodes for, and a node offering its GPUs through DRA. The checks on add-ons this build
-lacks (custom metrics, KubeRay) must say so; with the add-on, they must hold.
+One cluster for the module: a static H100 node (Kueue's gangs, DCGM, the RayCluster), a pool
+Karpenter makes H100 nodes for, and a node offering its GPUs through DRA. The checks on add-ons
+this build lacks (custom metrics; KubeRay before its merge) must say so; with the add-on, they
+must hold.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def conditions(fleet: Fleet) -> dict[str, str]:
 def cluster(fleet: Fleet) -> Iterator[str]:
     kubectl(fleet.host, "create", "namespace", NAMESPACE, check=False)
     fleet.apply(manifest())
-    wanted = {"Ready", "KueueReady", "KarpenterReady"}
+    wanted = {"Ready", "KueueReady", "KarpenterReady"} | (
+        {"KubeRayReady"} if available("kuberay") else set())
     eventually(lambda: all(conditions(fleet).get(kind) == "True" for kind in wanted),
                timeout=300, what=f"{CLUSTER} Ready with Kueue and Karpenter")
     eventually(lambda: (fleet.get("fnp", "h100", "-n", NAMESPACE).get("status") or {}).get(
@@ -103,7 +105,7 @@ def test_a_full_run_implements_what_main_can_check_with_evidence(
                 assert f"spec.addons.{field}) is not available in this build" in \
                     items[id]["notes"]
     for id in implemented:
-        assert items[id]["status"] == "Implemented", items[id]
+        assert items[id]["status"] == "Implemented", (id, items[id]["notes"], printed[-3000:])
         assert items[id]["evidence"], id
         for path in items[id]["evidence"]:
             assert (tmp_path / path).is_file(), path
