@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 KUBERNETES_VERSION ?= v1.36.3
 
-.PHONY: setup binaries kwok demo demo-multikueue demo-autoscaling chart test test-unit test-e2e lint generate verify constraints bench clean
+.PHONY: setup binaries kwok demo demo-multikueue demo-autoscaling demo-conformance chart test test-unit test-e2e lint generate verify constraints bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,13 @@ demo-multikueue: setup
 ## removes the nodes; prints times and counts, exits 0 once every node is gone
 demo-autoscaling: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/demo-autoscaling.sh
+
+## demo-conformance: the AI-conformance rehearsal on a fresh GPU FakeCluster (Kueue, Karpenter,
+## KubeRay, three GPU pools): fakefleet conformance run writes PRODUCT.yaml, junit.xml and evidence/ to
+## $$DEMO_OUTPUT (default: a temporary directory) and prints requirement, level, status, time;
+## exits 0 when every automatable MUST is Implemented
+demo-conformance: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH hack/demo-conformance.sh
 
 ## chart: helm lint and helm template charts/fakefleet, then server-side dry-run of what it renders
 ## (and of examples/gitops) on a fresh host control plane; exits 0 when all of it passed

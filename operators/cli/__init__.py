@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from operators.cli import (
+    conformance,
     etcd,
     fleets,
     hosting,
@@ -50,6 +51,7 @@ for command in (
     plans.plan,
     fleets.fleet,
     kueue.kueue,
+    conformance.conformance,
     traces.trace,
     etcd.etcd,
     snapshots.snapshot,
