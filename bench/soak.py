@@ -371,8 +371,8 @@ def judge(status: dict[str, Any], seen: list[Sighting], scales: list[Scale],
     zero = parse(status["startedAt"]) - run_started if status.get("startedAt") else 0.0
     injections = status.get("injections") or []
     faults = {"nodes-down": "NotReady", "pods-exit": "ContainerExit"}
-    found = soakcheck.windows("soak", zero, injections, faults,
-                              lambda text: parse(text) - run_started)
+    found = soakcheck.allow_backoff(soakcheck.windows(
+        "soak", zero, injections, faults, lambda text: parse(text) - run_started), seen)
     verdicts = [
         Verdict(f"soak/{i['step']}#{i.get('occurrence', 0)}/{e['name']}",
                 e.get("outcome", "Pending"), zero + float(i.get("injectAt") or 0),

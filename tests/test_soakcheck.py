@@ -224,3 +224,20 @@ def test_failed_pods_of_workloads_are_reported_once_each() -> None:
         [pod_of(1, "Running", label), pod_of(5, "Failed", label), pod_of(6, "Failed", label),
          pod_of(7, "Failed", {"app": "soak"})], "fakefleet.dev/workload") == [
         "b/w1-0-x (workload w1): Failed at 5"]
+
+
+def test_a_container_exit_window_allows_the_kubelets_back_off() -> None:
+    """Defect: a flat 45 s judged a pod hit 3 times in ten minutes, which a real kubelet makes
+    wait 20 s more (at once, then 10 s, then 20 s), unrecovered."""
+    history = [pod(0.0, "p"),
+               pod(100.0, "p", restarts=1),  # exited, restarted at once
+               pod(200.0, "p", ready="False", restarts=2), pod(210.0, "p", restarts=2)]
+    assert soakcheck.kubelet_wait(history, 300.0) == 20.0
+    assert soakcheck.kubelet_wait(history, 811.0) == 0.0  # 600 s after its last restart
+    exit_window = window("Pod", "p", 298.0, 345.0, fault="ContainerExit")
+    node_window = window("Node", "a-cpu-0", 298.0, 345.0)
+    assert [w.end for w in soakcheck.allow_backoff([exit_window, node_window], history)] == \
+        [365.0, 345.0]
+    late = [*history, pod(300.0, "p", ready="False", restarts=3), pod(360.0, "p", restarts=3)]
+    assert soakcheck.occurrences(late, soakcheck.allow_backoff([exit_window], late)) == {
+        "once": [exit_window.label], "missed": [], "repeated": [], "unrecovered": []}

@@ -12,7 +12,6 @@ Also here: the stage schema, validated on load with errors that say what to fix.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import os
@@ -24,7 +23,7 @@ import pytest
 from operators.api.stages import StageError, load_lifecycle
 from operators.engine import pods as podlife
 from operators.engine import stages
-from operators.engine.pods import PodFacts, PodLife
+from operators.engine.pods import PodFacts
 from tests.engine.harness import PODS, POOLS, Fleet, pool
 
 GOLDEN = Path(__file__).parent / "golden" / "pods"
@@ -118,17 +117,16 @@ def _stamp(seconds: float) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _crash_loop(runs: list[float], start: float = 1_000_000.0) -> list[float]:
+def _crash_loop(runs: list[float]) -> list[float]:
     """The waits of a container that runs each of ``runs`` seconds, then exits, restarted by
     the kubelet's rule (crash_wait at each exit, next_backoff at each restart)."""
-    life, now, waits = PodLife(), start, []
+    backoff, restarted, now, waits = 0.0, None, 1_000_000.0, []
     for run in runs:
         now += run
-        wait = podlife.crash_wait(life, now)
+        wait = podlife.crash_wait(backoff, restarted, now)
         waits.append(wait)
         now += wait
-        life = dataclasses.replace(life, backoff=podlife.next_backoff(wait),
-                                   restarted_at=_stamp(now))
+        backoff, restarted = podlife.next_backoff(wait), now
     return waits
 
 

@@ -233,14 +233,14 @@ def _requests(container: Mapping[str, Any]) -> Requests:
 _NOTHING = Requests()
 
 
-def crash_wait(life: PodLife, crashed: float) -> float:
-    """The kubelet's wait before restarting containers that exited at ``crashed`` (seconds
-    since the epoch), as kuberuntime's doBackOff decides it: none when they have no back-off
-    entry or it expired (more than BACKOFF_RESET since the last restart), else the entry's."""
-    if not life.backoff or not life.restarted_at or \
-            crashed - parse(life.restarted_at) > BACKOFF_RESET:
+def crash_wait(backoff: float, restarted: float | None, crashed: float) -> float:
+    """The kubelet's wait before restarting containers that exited at ``crashed``, given their
+    back-off entry (``backoff``, 0: none) and their last restart (seconds since the epoch), as
+    kuberuntime's doBackOff decides it: none when they have no entry or it expired (an exit
+    more than BACKOFF_RESET after the last restart), else the entry's."""
+    if not backoff or restarted is None or crashed - restarted > BACKOFF_RESET:
         return 0.0
-    return life.backoff
+    return backoff
 
 
 def next_backoff(wait: float) -> float:

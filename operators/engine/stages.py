@@ -334,7 +334,9 @@ def apply_pod(effect: PodEffect, pod: PodFacts, life: PodLife, now: str, *,
             changes.update(phase=podlife.FAILED, exit=ended)
         else:
             changes.update(phase=podlife.BACKOFF, last_exit=ended, restarts=life.restarts + 1,
-                           backoff=podlife.crash_wait(life, parse(now)))
+                           backoff=podlife.crash_wait(
+                               life.backoff, parse(life.restarted_at) if life.restarted_at
+                               else None, parse(now)))
     conditions = list(effect.conditions)
     if effect.evict is not None:
         # As the kubelet's eviction manager: Failed whatever the restartPolicy, the pod's
