@@ -309,13 +309,15 @@ class Soak:
             status = await self.finished(api, submitted)
             await asyncio.sleep(SETTLE)
             workloads = await self.workloads(submitted)
+            jobs = await failed_jobs(members)
             until = time.time() - started
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return judge(status, sightings.seen, scales, killer.kills, workloads, started,
-                     planned(occurrences), until, unconfirmed=len(unconfirmed))
+                     planned(occurrences), until, unconfirmed=len(unconfirmed)) | {
+                         "failedWorkloadJobs": jobs}
 
     async def progress(self, api: Client, sightings: Sightings, killer: Killer,
                        submitted: list[str]) -> None:
@@ -360,6 +362,20 @@ class Soak:
                                         "attempt": j.attempt, "cluster": j.cluster}
                                        for j in got.jobs]})
         return found
+
+
+async def failed_jobs(members: dict[str, Client]) -> list[dict[str, Any]]:
+    """Every member's failed workload Jobs with their conditions; a member whose API does not
+    answer says so instead."""
+    found: list[dict[str, Any]] = []
+    for cluster, member in members.items():
+        try:
+            listed = await member.get("/apis/batch/v1/namespaces/default/jobs")
+        except K8sError as error:
+            found.append({"cluster": cluster, "error": str(error)})
+            continue
+        found += soakcheck.failed_jobs(cluster, listed.get("items") or (), keys.WORKLOAD)
+    return found
 
 
 def judge(status: dict[str, Any], seen: list[Sighting], scales: list[Scale],

@@ -397,6 +397,25 @@ def workloads_done(workloads: Iterable[Mapping[str, Any]], sightings: Iterable[S
     return verdict
 
 
+def failed_jobs(cluster: str, jobs: Iterable[Mapping[str, Any]],
+                label: str) -> list[dict[str, Any]]:
+    """The workload Jobs (labelled ``label``) of one member that failed, with their counts and
+    conditions (type, reason, message, when), so a run says why each failed."""
+    found = []
+    for job in jobs:
+        meta, status = job.get("metadata") or {}, job.get("status") or {}
+        conditions = status.get("conditions") or ()
+        if label not in (meta.get("labels") or {}) or not (status.get("failed") or any(
+                c.get("type") == "Failed" and c.get("status") == "True" for c in conditions)):
+            continue
+        found.append({"cluster": cluster, "name": meta.get("name", ""),
+                      "failed": status.get("failed", 0), "succeeded": status.get("succeeded", 0),
+                      "conditions": [{key: c.get(key, "") for key in (
+                          "type", "status", "reason", "message", "lastTransitionTime")}
+                          for c in conditions]})
+    return found
+
+
 def failed_workload_pods(sightings: Iterable[Sighting], label: str) -> list[str]:
     """Pods of workloads (labelled ``label``) seen Failed: no plan of the soak targets them."""
     failed: dict[tuple[str, str], Sighting] = {}

@@ -241,3 +241,16 @@ def test_a_container_exit_window_allows_the_kubelets_back_off() -> None:
     late = [*history, pod(300.0, "p", ready="False", restarts=3), pod(360.0, "p", restarts=3)]
     assert soakcheck.occurrences(late, soakcheck.allow_backoff([exit_window], late)) == {
         "once": [exit_window.label], "missed": [], "repeated": [], "unrecovered": []}
+
+
+def test_failed_workload_jobs_are_kept_with_their_conditions() -> None:
+    failed = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+              "message": "Job has reached the specified backoff limit",
+              "lastTransitionTime": "2026-12-03T12:36:00Z"}
+    jobs = [{"metadata": {"name": "w-0", "labels": {"fakefleet.dev/workload": "w"}},
+             "status": {"failed": 1, "conditions": [failed]}},
+            {"metadata": {"name": "w-1", "labels": {"fakefleet.dev/workload": "w"}},
+             "status": {"succeeded": 1}},
+            {"metadata": {"name": "other"}, "status": {"failed": 1}}]
+    assert soakcheck.failed_jobs("a", jobs, "fakefleet.dev/workload") == [
+        {"cluster": "a", "name": "w-0", "failed": 1, "succeeded": 0, "conditions": [failed]}]
