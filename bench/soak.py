@@ -32,8 +32,10 @@ runs the same seeded scenario without kills (for ``--baseline-duration`` seconds
 ``--duration``) on a fresh state directory, and expects its verdicts; without it, every
 expectation is expected to pass (its own fault makes it true). A verdict that differs is
 reported apart when a kill's downtime overlapped its window. Everything it starts is stopped
-(``fakefleet down``) however it ends. Results also go to ``bench/results/soak-<time>.json``;
-it exits 1 when a check failed that no kill explains.
+(``fakefleet down``) however it ends. Results also go to ``bench/results/soak-<time>.json``
+(with each failed workload Job's conditions), and with ``--keep DIR`` each run's state
+directory (every process's log) to ``DIR/<run>``; it exits 1 when a check failed that no kill
+explains.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -551,6 +554,20 @@ def soak_once(args: argparse.Namespace, console: Console, *, kills: int, duratio
             if down.returncode:
                 console.print(f"[{title}] fakefleet down failed ({down.returncode}): "
                               f"{down.stderr[-2000:]}", markup=False, highlight=False)
+            if args.keep is not None:
+                kept = args.keep / title.replace(" ", "-")
+                keep_state(host.state, kept)
+                console.print(f"[{title}] state kept in {kept}", markup=False)
+
+
+def keep_state(state: Path, dest: Path) -> None:
+    """The run's state directory (every process's log: the operator's, the engines', the
+    hub's, the members') copied to ``dest`` before the temporary one goes; sockets and other
+    special files left out (copytree cannot copy them, and they mean nothing after the run)."""
+    def special(directory: str, names: list[str]) -> set[str]:
+        return {name for name in names if not (
+            (path := Path(directory) / name).is_symlink() or path.is_file() or path.is_dir())}
+    shutil.copytree(state, dest, symlinks=True, ignore=special, dirs_exist_ok=True)
 
 
 def interrupted(signum: int, frame: FrameType | None) -> None:
@@ -569,6 +586,9 @@ def main() -> None:
                         help="seconds of the run without kills (default: --duration)")
     parser.add_argument("--targets", default=",".join(TARGETS),
                         help="comma-separated processes to kill: " + ", ".join(TARGETS))
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="copy each run's state directory (every process's log) into "
+                             "DIR/<run> when it ends, to diagnose a failure afterwards")
     args = parser.parse_args()
     args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     if not args.targets or set(args.targets) - set(TARGETS):
