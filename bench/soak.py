@@ -362,7 +362,8 @@ class Soak:
                 found.append({"id": workload, "name": got.name, "phase": phase_name(got.phase),
                               "counts": json_format.MessageToDict(got.report.counts),
                               "jobs": [{"index": j.index, "name": j.name, "state": j.state,
-                                        "attempt": j.attempt, "cluster": j.cluster}
+                                        "attempt": j.attempt, "cluster": j.cluster,
+                                        "message": j.message}
                                        for j in got.jobs]})
         return found
 
