@@ -416,6 +416,7 @@ def judge(status: dict[str, Any], seen: list[Sighting], scales: list[Scale],
         "jobs": jobs, "jobsRepeated": repeated_jobs,
         "workloadsDone": soakcheck.workloads_done(workloads, seen, keys.WORKLOAD, JOBS),
         "failedWorkloadPods": soakcheck.failed_workload_pods(seen, keys.WORKLOAD),
+        "unfinishedWorkloadPods": soakcheck.unfinished_workload_pods(seen, keys.WORKLOAD),
         "verdicts": [asdict(v) for v in verdicts],
     }
 

@@ -416,6 +416,20 @@ def failed_jobs(cluster: str, jobs: Iterable[Mapping[str, Any]],
     return found
 
 
+def unfinished_workload_pods(sightings: Iterable[Sighting], label: str) -> list[str]:
+    """Pods of workloads (labelled ``label``) deleted, or marked for deletion, before they
+    finished, earliest first: the Job controller counts such a pod as failed (isPodFailed), so
+    under backoffLimit 0 the first of them fails its Job without any pod turning Failed."""
+    found: dict[str, tuple[float, str]] = {}
+    for s in sorted(sightings, key=lambda s: s.at):
+        if s.kind == "Pod" and label in s.labels and (s.deleted or s.deleting) and \
+                s.phase not in ("Succeeded", "Failed") and s.uid not in found:
+            found[s.uid] = (s.at, f"{s.cluster}/{s.name} (workload {s.labels[label]}): "
+                                  f"{'deleted' if s.deleted else 'deleting'} while "
+                                  f"{s.phase or 'unknown'} at {s.at:.0f}")
+    return [line for _, line in sorted(found.values())]
+
+
 def failed_workload_pods(sightings: Iterable[Sighting], label: str) -> list[str]:
     """Pods of workloads (labelled ``label``) seen Failed: no plan of the soak targets them."""
     failed: dict[tuple[str, str], Sighting] = {}

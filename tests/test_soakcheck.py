@@ -254,3 +254,17 @@ def test_failed_workload_jobs_are_kept_with_their_conditions() -> None:
             {"metadata": {"name": "other"}, "status": {"failed": 1}}]
     assert soakcheck.failed_jobs("a", jobs, "fakefleet.dev/workload") == [
         {"cluster": "a", "name": "w-0", "failed": 1, "succeeded": 0, "conditions": [failed]}]
+
+
+def test_workload_pods_deleted_before_they_finished_are_listed_earliest_first() -> None:
+    """The Job controller counts them failed: the first one names why a Job failed."""
+    def job_pod(at: float, uid: str, phase: str, **flags: bool) -> Sighting:
+        return Sighting(at=at, cluster="a", kind="Pod", name=f"w-{uid}", uid=uid, phase=phase,
+                        labels={"fakefleet.dev/workload": "w"}, **flags)
+    seen = [job_pod(5.0, "1", "Running", deleting=True), job_pod(6.0, "1", "Running",
+                                                                 deleted=True),
+            job_pod(3.0, "2", "Pending", deleting=True),
+            job_pod(4.0, "3", "Succeeded", deleted=True)]
+    assert soakcheck.unfinished_workload_pods(seen, "fakefleet.dev/workload") == [
+        "a/w-2 (workload w): deleting while Pending at 3",
+        "a/w-1 (workload w): deleting while Running at 5"]
