@@ -105,7 +105,8 @@ DELAY_SOURCES: dict[str, str] = {
     "initDelay": "the pool's initDelay",
     "runTime": "annotation fakefleet.dev/run-time, else the pool's jobRunTime plus up to its "
                "jobRunJitter",
-    "crashLoopBackOff": "10 s doubling per restart, at most 300 s, as the kubelet waits",
+    "crashLoopBackOff": "the kubelet's wait: none after a first exit, then 10 s doubling "
+                        "to 300 s, from none again after 600 s of running",
     "gracePeriod": "the pod's deletion grace period, at most the pool's "
                    "terminationGracePeriodCap",
 }

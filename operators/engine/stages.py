@@ -332,7 +332,7 @@ def pod_due(rule: PodRule, pod: PodFacts, life: PodLife, timing: Timing,
             seconds += timing.job_run_time + (rng.uniform(0, timing.job_run_jitter)
                                               if timing.job_run_jitter else 0.0)
     elif source == "crashLoopBackOff":
-        seconds += podlife.backoff(life.restarts)
+        seconds += life.backoff
     elif source == "gracePeriod":
         seconds += min(pod.grace if pod.grace is not None else 0.0, timing.grace_cap)
     if delay.since == "deletion":
@@ -358,6 +358,8 @@ def apply_pod(effect: PodEffect, pod: PodFacts, life: PodLife, now: str, *,
         if effect.phase == podlife.RUNNING and life.phase != podlife.RUNNING:
             changes.update(ip=life.ip or allocate(pod), start_time=life.start_time or now,
                            started_at=now, ready_since=now)
+        if effect.phase == podlife.RUNNING and life.phase == podlife.BACKOFF:
+            changes.update(backoff=podlife.next_backoff(life.backoff), restarted_at=now)
     if effect.wait is not None:
         changes["waiting"] = (effect.wait.reason, effect.wait.message)
     if effect.exit is not None:
@@ -369,7 +371,10 @@ def apply_pod(effect: PodEffect, pod: PodFacts, life: PodLife, now: str, *,
         elif pod.restart_policy == "Never":
             changes.update(phase=podlife.FAILED, exit=ended)
         else:
-            changes.update(phase=podlife.BACKOFF, last_exit=ended, restarts=life.restarts + 1)
+            changes.update(phase=podlife.BACKOFF, last_exit=ended, restarts=life.restarts + 1,
+                           backoff=podlife.crash_wait(
+                               life.backoff, parse(life.restarted_at) if life.restarted_at
+                               else None, parse(now)))
     conditions = list(effect.conditions)
     if effect.evict is not None:
         # As the kubelet's eviction manager: Failed whatever the restartPolicy, the pod's
