@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 KUBERNETES_VERSION ?= v1.36.3
 
-.PHONY: setup binaries kwok demo demo-multikueue demo-autoscaling chart test test-unit test-e2e lint generate verify constraints bench clean
+.PHONY: setup binaries kwok demo demo-multikueue demo-autoscaling demo-conformance chart test test-unit test-e2e lint generate verify constraints bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,13 @@ demo-multikueue: setup
 ## removes the nodes; prints times and counts, exits 0 once every node is gone
 demo-autoscaling: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/demo-autoscaling.sh
+
+## demo-conformance: the AI-conformance rehearsal on a fresh GPU FakeCluster (Kueue, Karpenter,
+## KubeRay, three GPU pools): fakefleet conformance run writes PRODUCT.yaml, junit.xml and evidence/ to
+## $$DEMO_OUTPUT (default: a temporary directory) and prints requirement, level, status, time;
+## exits 0 when every automatable MUST is Implemented
+demo-conformance: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH hack/demo-conformance.sh
 
 ## chart: helm lint and helm template charts/fakefleet, then server-side dry-run of what it renders
 ## (and of examples/gitops) on a fresh host control plane; exits 0 when all of it passed
@@ -94,9 +101,10 @@ verify: $(STAMP)
 ## an HPA following an application metric through Prometheus and the custom-metrics adapter,
 ## and the user path (a pool of 5000 nodes and a Deployment of 10000 replicas with kubectl,
 ## the operator killed half-way), Karpenter provisioning for 1000 pending GPU pods and
-## consolidating the nodes away, its nodes played by the engine and by KWOK v0.8.0, and a
+## consolidating the nodes away, its nodes played by the engine and by KWOK v0.8.0, a
 ## 30-minute soak of a fleet with FaultPlans, hub workloads and pool scaling under 50 seeded
-## kills of its processes (nothing lost or repeated)
+## kills of its processes (nothing lost or repeated), and `kubectl logs` latency at 5000 nodes
+## through the member's API server and the engine's TLS kubelet API
 bench: setup kwok
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
@@ -116,6 +124,7 @@ bench: setup kwok
 	$(BIN)/python -m bench.scrapes
 	$(BIN)/python -m bench.karpenter
 	$(BIN)/python -m bench.soak
+	$(BIN)/python -m bench.kubeletlogs
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

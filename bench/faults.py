@@ -16,8 +16,8 @@ fault (node Ready=False; pod container terminated with the fault's exit code) an
 the recovery (node Ready=True again; pod Running again). Latency is measured from the
 *scheduled* moment (``status.startedAt`` + the step's ``at``), so it includes the operator's
 timer, its writes of the fault entries, the engine's reaction and the API server's watch.
-Pod recovery includes the kubelet's crash-loop back-off (10 s after the last crash), as a real
-kubelet's would.
+Pod recovery includes the kubelet's crash-loop back-off (none after a first crash, 10 s after a
+second), as a real kubelet's would.
 
 Tracing off against on (``--tracing off,on``, the default, runs the whole measurement once
 each, on fresh state): ``off`` is ``fakefleet up`` with no collector and no OTLP endpoint, so

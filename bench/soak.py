@@ -32,8 +32,10 @@ runs the same seeded scenario without kills (for ``--baseline-duration`` seconds
 ``--duration``) on a fresh state directory, and expects its verdicts; without it, every
 expectation is expected to pass (its own fault makes it true). A verdict that differs is
 reported apart when a kill's downtime overlapped its window. Everything it starts is stopped
-(``fakefleet down``) however it ends. Results also go to ``bench/results/soak-<time>.json``;
-it exits 1 when a check failed that no kill explains.
+(``fakefleet down``) however it ends. Results also go to ``bench/results/soak-<time>.json``
+(with each failed workload Job's conditions), and with ``--keep DIR`` each run's state
+directory (every process's log) to ``DIR/<run>``; it exits 1 when a check failed that no kill
+explains.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -309,13 +312,15 @@ class Soak:
             status = await self.finished(api, submitted)
             await asyncio.sleep(SETTLE)
             workloads = await self.workloads(submitted)
+            jobs = await failed_jobs(members)
             until = time.time() - started
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return judge(status, sightings.seen, scales, killer.kills, workloads, started,
-                     planned(occurrences), until, unconfirmed=len(unconfirmed))
+                     planned(occurrences), until, unconfirmed=len(unconfirmed)) | {
+                         "failedWorkloadJobs": jobs}
 
     async def progress(self, api: Client, sightings: Sightings, killer: Killer,
                        submitted: list[str]) -> None:
@@ -357,9 +362,24 @@ class Soak:
                 found.append({"id": workload, "name": got.name, "phase": phase_name(got.phase),
                               "counts": json_format.MessageToDict(got.report.counts),
                               "jobs": [{"index": j.index, "name": j.name, "state": j.state,
-                                        "attempt": j.attempt, "cluster": j.cluster}
+                                        "attempt": j.attempt, "cluster": j.cluster,
+                                        "message": j.message}
                                        for j in got.jobs]})
         return found
+
+
+async def failed_jobs(members: dict[str, Client]) -> list[dict[str, Any]]:
+    """Every member's failed workload Jobs with their conditions; a member whose API does not
+    answer says so instead."""
+    found: list[dict[str, Any]] = []
+    for cluster, member in members.items():
+        try:
+            listed = await member.get("/apis/batch/v1/namespaces/default/jobs")
+        except K8sError as error:
+            found.append({"cluster": cluster, "error": str(error)})
+            continue
+        found += soakcheck.failed_jobs(cluster, listed.get("items") or (), keys.WORKLOAD)
+    return found
 
 
 def judge(status: dict[str, Any], seen: list[Sighting], scales: list[Scale],
@@ -371,8 +391,8 @@ def judge(status: dict[str, Any], seen: list[Sighting], scales: list[Scale],
     zero = parse(status["startedAt"]) - run_started if status.get("startedAt") else 0.0
     injections = status.get("injections") or []
     faults = {"nodes-down": "NotReady", "pods-exit": "ContainerExit"}
-    found = soakcheck.windows("soak", zero, injections, faults,
-                              lambda text: parse(text) - run_started)
+    found = soakcheck.allow_backoff(soakcheck.windows(
+        "soak", zero, injections, faults, lambda text: parse(text) - run_started), seen)
     verdicts = [
         Verdict(f"soak/{i['step']}#{i.get('occurrence', 0)}/{e['name']}",
                 e.get("outcome", "Pending"), zero + float(i.get("injectAt") or 0),
@@ -396,6 +416,7 @@ def judge(status: dict[str, Any], seen: list[Sighting], scales: list[Scale],
         "jobs": jobs, "jobsRepeated": repeated_jobs,
         "workloadsDone": soakcheck.workloads_done(workloads, seen, keys.WORKLOAD, JOBS),
         "failedWorkloadPods": soakcheck.failed_workload_pods(seen, keys.WORKLOAD),
+        "unfinishedWorkloadPods": soakcheck.unfinished_workload_pods(seen, keys.WORKLOAD),
         "verdicts": [asdict(v) for v in verdicts],
     }
 
@@ -535,6 +556,20 @@ def soak_once(args: argparse.Namespace, console: Console, *, kills: int, duratio
             if down.returncode:
                 console.print(f"[{title}] fakefleet down failed ({down.returncode}): "
                               f"{down.stderr[-2000:]}", markup=False, highlight=False)
+            if args.keep is not None:
+                kept = args.keep / title.replace(" ", "-")
+                keep_state(host.state, kept)
+                console.print(f"[{title}] state kept in {kept}", markup=False)
+
+
+def keep_state(state: Path, dest: Path) -> None:
+    """The run's state directory (every process's log: the operator's, the engines', the
+    hub's, the members') copied to ``dest`` before the temporary one goes; sockets and other
+    special files left out (copytree cannot copy them, and they mean nothing after the run)."""
+    def special(directory: str, names: list[str]) -> set[str]:
+        return {name for name in names if not (
+            (path := Path(directory) / name).is_symlink() or path.is_file() or path.is_dir())}
+    shutil.copytree(state, dest, symlinks=True, ignore=special, dirs_exist_ok=True)
 
 
 def interrupted(signum: int, frame: FrameType | None) -> None:
@@ -553,6 +588,9 @@ def main() -> None:
                         help="seconds of the run without kills (default: --duration)")
     parser.add_argument("--targets", default=",".join(TARGETS),
                         help="comma-separated processes to kill: " + ", ".join(TARGETS))
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="copy each run's state directory (every process's log) into "
+                             "DIR/<run> when it ends, to diagnose a failure afterwards")
     args = parser.parse_args()
     args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     if not args.targets or set(args.targets) - set(TARGETS):

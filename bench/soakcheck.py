@@ -12,7 +12,8 @@ The rules it checks, each a list of problems (empty: it held):
 - no node leaves Ready, and no pod of the steady Deployment turns not-Ready, fails, restarts or
   goes away, unless a fault window of the node (or of the pod, or of its node) covers it;
 - every fault occurrence was injected and recovered exactly once: each NotReady victim left
-  Ready once inside its window and came back; each ContainerExit victim restarted once;
+  Ready once inside its window and came back; each ContainerExit victim restarted once,
+  its window allowing the back-off a real kubelet would apply to it;
 - every workload Job was created once: one UID per Job name in the whole fleet;
 - nothing lost: each planned occurrence due within the run was injected and finished (its
   count against occurrences x steps), each workload reached Succeeded with all its Jobs seen in
@@ -24,17 +25,21 @@ The rules it checks, each a list of problems (empty: it held):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from operators.engine import pods as podlife
 
 #: Seconds after a node fault's recovery for the node-lifecycle controller and the watch to show
 #: the node (and its pods) Ready again.
 NODE_GRACE = 45.0
-#: Seconds after a pod fault for the container to run again and the pod to turn Ready.
+#: Seconds after a pod fault, beyond the kubelet's back-off (:func:`allow_backoff`), for the
+#: container to run again and the pod to turn Ready.
 POD_GRACE = 45.0
 #: Seconds before the planned moment that a window opens (clocks of two processes).
 LEAD = 2.0
@@ -139,6 +144,33 @@ def windows(plan: str, started: float, injections: Iterable[Mapping[str, Any]],
             found.append(Window(cluster, kind, name, fault, start, end, plan, step,
                                 int(injection.get("occurrence") or 0)))
     return found
+
+
+def kubelet_wait(history: Sequence[Sighting], crashed: float) -> float:
+    """The back-off a real kubelet applies to a container that exits at ``crashed``, by its rule
+    (:func:`operators.engine.pods.crash_wait`) over the restarts the pod's ``history`` shows
+    before then: an exit where its restartCount grows, the restart where it is Ready again."""
+    backoff, restarted, wait, crashing = 0.0, None, 0.0, False
+    previous = history[0].restarts if history else 0
+    for sighting in history:
+        if sighting.at >= crashed or sighting.deleted:
+            break
+        if sighting.restarts > previous:
+            wait, crashing = podlife.crash_wait(backoff, restarted, sighting.at), True
+        if crashing and sighting.ready == "True":
+            backoff, restarted, crashing = podlife.next_backoff(wait), sighting.at, False
+        previous = sighting.restarts
+    return podlife.crash_wait(backoff, restarted, crashed)
+
+
+def allow_backoff(found: Iterable[Window], sightings: Iterable[Sighting]) -> list[Window]:
+    """The windows, each ContainerExit victim's made longer by the back-off a real kubelet
+    would apply to that exit, so the check judges the engine against a kubelet, not a flat
+    grace (a pod hit often in ten minutes waits up to 300 s)."""
+    pods = _histories(sightings, "Pod")
+    return [dataclasses.replace(w, end=w.end + kubelet_wait(
+        pods.get((w.cluster, w.name), []), w.end - POD_GRACE))
+        if w.fault == "ContainerExit" else w for w in found]
 
 
 @dataclass(frozen=True)
@@ -363,6 +395,39 @@ def workloads_done(workloads: Iterable[Mapping[str, Any]], sightings: Iterable[S
             if int(job.get("attempt") or 1) > 1:
                 verdict["retried"].append(f"{where}: attempt {job['attempt']}")
     return verdict
+
+
+def failed_jobs(cluster: str, jobs: Iterable[Mapping[str, Any]],
+                label: str) -> list[dict[str, Any]]:
+    """The workload Jobs (labelled ``label``) of one member that failed, with their counts and
+    conditions (type, reason, message, when), so a run says why each failed."""
+    found = []
+    for job in jobs:
+        meta, status = job.get("metadata") or {}, job.get("status") or {}
+        conditions = status.get("conditions") or ()
+        if label not in (meta.get("labels") or {}) or not (status.get("failed") or any(
+                c.get("type") == "Failed" and c.get("status") == "True" for c in conditions)):
+            continue
+        found.append({"cluster": cluster, "name": meta.get("name", ""),
+                      "failed": status.get("failed", 0), "succeeded": status.get("succeeded", 0),
+                      "conditions": [{key: c.get(key, "") for key in (
+                          "type", "status", "reason", "message", "lastTransitionTime")}
+                          for c in conditions]})
+    return found
+
+
+def unfinished_workload_pods(sightings: Iterable[Sighting], label: str) -> list[str]:
+    """Pods of workloads (labelled ``label``) deleted, or marked for deletion, before they
+    finished, earliest first: the Job controller counts such a pod as failed (isPodFailed), so
+    under backoffLimit 0 the first of them fails its Job without any pod turning Failed."""
+    found: dict[str, tuple[float, str]] = {}
+    for s in sorted(sightings, key=lambda s: s.at):
+        if s.kind == "Pod" and label in s.labels and (s.deleted or s.deleting) and \
+                s.phase not in ("Succeeded", "Failed") and s.uid not in found:
+            found[s.uid] = (s.at, f"{s.cluster}/{s.name} (workload {s.labels[label]}): "
+                                  f"{'deleted' if s.deleted else 'deleting'} while "
+                                  f"{s.phase or 'unknown'} at {s.at:.0f}")
+    return [line for _, line in sorted(found.values())]
 
 
 def failed_workload_pods(sightings: Iterable[Sighting], label: str) -> list[str]:

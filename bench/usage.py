@@ -246,7 +246,7 @@ class Bench:
         return await self._spawn("metrics-server", [*rendering.argv(
             self.metrics_server_binary, kubeconfig=self.cluster.kubeconfig_path,
             port=free_port(), cert=pki.serving_cert, key=pki.serving_key,
-            resolution=f"{self.args.resolution}s"), VERBOSITY])
+            resolution=f"{self.args.resolution}s", kubelet_port=self.port), VERBOSITY])
 
     @staticmethod
     async def _latency(http: aiohttp.ClientSession, url: str, count: int, *,

@@ -1,8 +1,9 @@
-"""The engine, DRA and HPA benchmarks at toy size, so their harnesses cannot rot.
+"""The engine, DRA, HPA and `kubectl logs` benchmarks at toy size, so their harnesses cannot
+rot.
 
 They assert that every phase completed (every node Ready, every pod Running, every pod gone;
-for DRA every slice published and every claim allocated), for fakefleet and for KWOK; they do
-not judge speed: figures come from `make bench`.
+for DRA every slice published and every claim allocated; every pod's log read), for fakefleet
+and for KWOK; they do not judge speed: figures come from `make bench`.
 """
 
 from __future__ import annotations
@@ -69,3 +70,19 @@ def test_hpa_benchmark_harness_times_both_steps_and_the_path_s_processes(tmp_pat
     assert set(run["processes"]) == {"prometheus", "custom-metrics-adapter", "engine"}
     assert all(usage["rss_mib"] > 0 for usage in run["processes"].values())
     assert run["tsdb_bytes"] > 0
+
+
+def test_kubectl_logs_benchmark_harness_reads_every_pod_s_log(tmp_path: Path) -> None:
+    out = tmp_path / "kubeletlogs.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.kubeletlogs", "--nodes", "3", "--kubectl", "2",
+         "--output", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = json.loads(out.read_text())["run"]
+    assert [(found["name"], found["requests"], found["failures"]) for found in run["passes"]] == [
+        ("API, first contact (new TLS)", 3, 0), ("API, kept connections", 3, 0),
+        ("kubectl logs (process included)", 2, 0)]
+    assert run["engine_peak_rss_mib"] > 0

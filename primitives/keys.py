@@ -75,8 +75,29 @@ USAGE_GPU_MEMORY = f"{GROUP}/usage-gpu-memory"
 #: The prefix of a pod's application metrics: ``fakefleet.dev/metric.<name>: <profile>``, served
 #: by the engine in Prometheus' text format (:mod:`operators.api.appmetrics`).
 METRIC_PREFIX = f"{GROUP}/metric."
+#: What ``kubectl logs`` shows of the pod's containers: one log script (JSON or YAML, the
+#: schema of :class:`operators.api.logs.LogLines`), before the stages' ``logs`` section.
+LOGS = f"{GROUP}/logs"
+#: What commands exec'd into the pod's containers print and exit with, and what its forwarded
+#: ports answer: a list in the schema of the Lifecycle's ``exec`` and ``portForward``
+#: (JSON), matched before the stages' (:mod:`operators.engine.scripting`).
+EXEC = f"{GROUP}/exec"
+PORT_FORWARD = f"{GROUP}/port-forward"
 
 # -- on Jobs the hub link creates for a fleet workload --------------------------------------------
 
 #: The hub's workload id, set by the hub on every Job; a workload cannot set it.
 WORKLOAD = f"{GROUP}/workload"
+
+# -- on FakeClusters a snapshot is restored into --------------------------------------------------
+# Under their own prefix: kopf leaves every annotation under the operator's prefix
+# (``fakefleet.dev/``) out of the changes it reacts to, and the operator must react to these at
+# once rather than on its next timer.
+
+#: A restore in progress (JSON ``{"id": "...", "run": ["kube-apiserver", "engine"]}``): the
+#: member runs only what ``run`` names, everything else of it stays stopped. Written by
+#: ``fakefleet snapshot restore``, read by the operator.
+RESTORE = f"snapshots.{GROUP}/restore"
+#: The hold the operator has carried out (the ``token`` of :data:`RESTORE`'s value): the restore
+#: waits for it before it touches etcd. Removed by the operator once the hold is released.
+RESTORE_HELD = f"snapshots.{GROUP}/restore-held"

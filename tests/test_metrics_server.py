@@ -18,6 +18,7 @@ from operators.addons.lifecycle import Build, Hook, Start, Stop
 from operators.addons.metricsserver import TOOL, planning, rendering, source
 from operators.addons.metricsserver.planning import Observed
 from operators.api.clusters import METRICS_SERVER_LOCAL_RULE, FakeCluster
+from operators.controlplane import state as state_module
 from operators.controlplane.errors import BinaryError
 from operators.controlplane.state import EngineEndpoint, StateDir, publish
 from operators.handlers import runtime as runtime_module
@@ -143,12 +144,15 @@ def test_the_apiservice_reaches_loopback_through_an_externalname_service(
 
 
 def test_metrics_server_scrapes_the_engine_s_nodes_at_their_addresses() -> None:
+    """At the engine's plain port: the port the nodes advertise is the kubelet API over TLS."""
     argv = rendering.argv(Path("/c/metrics-server"), kubeconfig=Path("/s/kubeconfig"), port=9444,
-                          cert=Path("/s/tls.crt"), key=Path("/s/tls.key"), resolution="10s")
+                          cert=Path("/s/tls.crt"), key=Path("/s/tls.key"), resolution="10s",
+                          kubelet_port=41000)
     assert argv[0] == "/c/metrics-server"
+    assert "--kubelet-use-node-status-port" not in argv
     for flag in ("--bind-address=127.0.0.1", "--secure-port=9444", "--metric-resolution=10s",
                  "--kubelet-preferred-address-types=InternalIP",
-                 "--kubelet-use-node-status-port", "--deprecated-kubelet-completely-insecure",
+                 "--kubelet-port=41000", "--deprecated-kubelet-completely-insecure",
                  "--node-selector=fakefleet.dev/pool", "--kubelet-request-timeout=5s",
                  "--authentication-kubeconfig=/s/kubeconfig"):
         assert flag in argv
@@ -223,15 +227,32 @@ def test_an_engine_s_port_is_chosen_once_and_never_another_member_s(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     state = StateDir(tmp_path)
     (state.cluster("default.east")).mkdir(parents=True)
-    publish(state.engine_file("default.east"), EngineEndpoint(kubeletPort=41001))
-    offered = iter([41001, 41002])
-    monkeypatch.setattr(runtime_module, "free_port", lambda: next(offered))
+    publish(state.engine_file("default.east"), EngineEndpoint(kubeletPort=41001,
+                                                              kubeletTlsPort=41003))
+    offered = iter([41001, 41002, 41003, 41004])
+    monkeypatch.setattr(state_module, "free_port", lambda: next(offered))
     runtime = runtime_module.Runtime(state_dir=tmp_path, host=None,  # type: ignore[arg-type]
                                      host_config=HostConfig(kubeconfig=tmp_path / "k"),
                                      substrate=None,  # type: ignore[arg-type]
                                      resolve_binaries=lambda version: None)  # type: ignore
     assert runtime.engine_endpoint("default.west") is None
     chosen = runtime.engine_endpoint("default.west", choose=True)
-    assert chosen == EngineEndpoint(kubeletPort=41002)
+    assert chosen == EngineEndpoint(kubeletPort=41002, kubeletTlsPort=41004)
     assert runtime.engine_endpoint("default.west", choose=True) == chosen, "kept"
     assert chosen.dcgm_url == "http://127.0.0.1:41002/metrics"
+
+
+def test_an_engine_s_tls_port_is_added_to_what_an_older_operator_chose(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plain port stays (metrics-server and the nodes' old endpoint used it); the TLS
+    port is chosen once and written down."""
+    state = StateDir(tmp_path)
+    state.cluster("default.west").mkdir(parents=True)
+    state.engine_file("default.west").write_text('{"kubeletPort": 41001}')
+    assert state_module.read_engine_endpoint(state, "default.west") == EngineEndpoint(
+        kubeletPort=41001)
+    offered = iter([41001, 41005])
+    monkeypatch.setattr(state_module, "free_port", lambda: next(offered))
+    chosen = state_module.choose_engine_endpoint(state, "default.west")
+    assert chosen == EngineEndpoint(kubeletPort=41001, kubeletTlsPort=41005)
+    assert state_module.read_engine_endpoint(state, "default.west") == chosen

@@ -61,6 +61,7 @@ def test_the_wheel_holds_every_package_and_its_data_and_no_test_fake(tmp_path: P
     assert shipped == _packages_in_tree()
     assert "operators/engine/stages.yaml" in names
     assert "operators/addons/kuberay/fakefleet_webhook.go" in names  # what KubeRay is built with
+    assert "operators/conformance/checklists/v1.36.yaml" in names
     adapter = "operators/addons/custommetrics/adapter"
     assert {f"{adapter}/{name}" for name in ("go.mod", "go.sum", "main.go", "provider.go")} \
         <= names, "the operator builds the custom-metrics adapter from its source"

@@ -274,3 +274,47 @@ def test_an_engine_key_without_its_certificate_is_issued_again(tmp_path: Path) -
     again = ensure_pki(tmp_path / "pki", "a")
     assert again.ca_cert.read_bytes() == ca
     assert all(path.exists() for path in again.files())
+
+
+def test_kubelets_have_a_ca_of_their_own_and_the_api_server_a_client_cert_from_it(
+        tmp_path: Path) -> None:
+    """Nothing the member's CA issued opens a kubelet, and the API server's kubelet client
+    certificate opens nothing but kubelets."""
+    cluster = ensure_pki(tmp_path / "pki", "west")
+    kubelet = pki_module.ensure_kubelet_pki(tmp_path / "kubelet", "west")
+    ca = _cert(kubelet.ca_cert)
+    assert ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == \
+        "fakefleet-west-kubelet-ca"
+    assert ca.subject != _cert(cluster.ca_cert).subject
+    client = _cert(kubelet.client_cert)
+    assert client.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == \
+        "kube-apiserver-kubelet-client"
+    client.verify_directly_issued_by(ca)
+    assert list(client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert pki_module.ensure_kubelet_pki(tmp_path / "kubelet", "west").ca_cert.read_bytes() \
+        == kubelet.ca_cert.read_bytes(), "reused"
+    kubelet.client_key.unlink()
+    with pytest.raises(StateError, match=r"apiserver-client\.key is missing"):
+        pki_module.ensure_kubelet_pki(tmp_path / "kubelet", "west")
+
+
+def test_a_node_s_serving_certificate_names_the_node_and_its_address(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    kubelet = pki_module.ensure_kubelet_pki(tmp_path / "kubelet", "west")
+    authority = pki_module.load_authority(kubelet)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = x509.load_pem_x509_certificate(pki_module.node_serving_certificate(
+        authority, key, "gpu-3", "127.64.0.4"))
+    cert.verify_directly_issued_by(_cert(kubelet.ca_cert))
+    subject = cert.subject
+    assert subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "system:node:gpu-3"
+    assert [a.value for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == [
+        "system:nodes"]
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("127.64.0.4")]
+    assert sans.get_values_for_type(x509.DNSName) == ["gpu-3"]
+    assert list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.SERVER_AUTH]
+    assert cert.public_key() == key.public_key()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from operators.controlplane.components import ClusterPorts
-from operators.controlplane.pki import ensure_pki
+from operators.controlplane.pki import KubeletPKI, ensure_pki
 from operators.controlplane.state import StateDir
 from operators.controlplane.substrate import ClusterOptions, LocalCluster, write_kubeconfigs
 from primitives.files import private_directory, write_private
@@ -79,6 +79,7 @@ def test_kubeconfigs_are_0600(tmp_path: Path) -> None:
     cluster = LocalCluster(
         "a", state, ClusterPorts(apiserver=1, scheduler=2, controller_manager=3),
         ClusterOptions(), ensure_pki(directory / "pki", "a"), processes={},
+        kubelet_pki=KubeletPKI(directory / "kubelet"),
     )
     write_kubeconfigs(cluster)
     written = sorted(p.name for p in directory.iterdir() if p.name.endswith("kubeconfig"))

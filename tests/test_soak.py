@@ -4,6 +4,7 @@ checks expect, and what it says keeps its bracketed prefix (rich would read it a
 from __future__ import annotations
 
 import io
+import socket
 from pathlib import Path
 
 from rich.console import Console
@@ -31,3 +32,19 @@ def test_what_a_run_says_keeps_its_prefix(tmp_path: Path) -> None:
     run.say("kill [1/6]")
     assert out.getvalue().startswith("[with kills")
     assert out.getvalue().rstrip().endswith("kill [1/6]")
+
+
+def test_the_state_is_kept_with_its_logs_and_without_its_sockets(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "clusters" / "a").mkdir(parents=True)
+    (state / "operator.log").write_text("operator\n")
+    (state / "clusters" / "a" / "engine.log").write_text("engine\n")
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(state / "hub.sock"))
+    try:
+        soak.keep_state(state, tmp_path / "kept" / "with-kills")
+    finally:
+        listening.close()
+    kept = tmp_path / "kept" / "with-kills"
+    assert (kept / "clusters" / "a" / "engine.log").read_text() == "engine\n"
+    assert sorted(p.name for p in kept.iterdir()) == ["clusters", "operator.log"]

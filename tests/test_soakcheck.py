@@ -224,3 +224,47 @@ def test_failed_pods_of_workloads_are_reported_once_each() -> None:
         [pod_of(1, "Running", label), pod_of(5, "Failed", label), pod_of(6, "Failed", label),
          pod_of(7, "Failed", {"app": "soak"})], "fakefleet.dev/workload") == [
         "b/w1-0-x (workload w1): Failed at 5"]
+
+
+def test_a_container_exit_window_allows_the_kubelets_back_off() -> None:
+    """Defect: a flat 45 s judged a pod hit 3 times in ten minutes, which a real kubelet makes
+    wait 20 s more (at once, then 10 s, then 20 s), unrecovered."""
+    history = [pod(0.0, "p"),
+               pod(100.0, "p", restarts=1),  # exited, restarted at once
+               pod(200.0, "p", ready="False", restarts=2), pod(210.0, "p", restarts=2)]
+    assert soakcheck.kubelet_wait(history, 300.0) == 20.0
+    assert soakcheck.kubelet_wait(history, 811.0) == 0.0  # 600 s after its last restart
+    exit_window = window("Pod", "p", 298.0, 345.0, fault="ContainerExit")
+    node_window = window("Node", "a-cpu-0", 298.0, 345.0)
+    assert [w.end for w in soakcheck.allow_backoff([exit_window, node_window], history)] == \
+        [365.0, 345.0]
+    late = [*history, pod(300.0, "p", ready="False", restarts=3), pod(360.0, "p", restarts=3)]
+    assert soakcheck.occurrences(late, soakcheck.allow_backoff([exit_window], late)) == {
+        "once": [exit_window.label], "missed": [], "repeated": [], "unrecovered": []}
+
+
+def test_failed_workload_jobs_are_kept_with_their_conditions() -> None:
+    failed = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+              "message": "Job has reached the specified backoff limit",
+              "lastTransitionTime": "2026-12-03T12:36:00Z"}
+    jobs = [{"metadata": {"name": "w-0", "labels": {"fakefleet.dev/workload": "w"}},
+             "status": {"failed": 1, "conditions": [failed]}},
+            {"metadata": {"name": "w-1", "labels": {"fakefleet.dev/workload": "w"}},
+             "status": {"succeeded": 1}},
+            {"metadata": {"name": "other"}, "status": {"failed": 1}}]
+    assert soakcheck.failed_jobs("a", jobs, "fakefleet.dev/workload") == [
+        {"cluster": "a", "name": "w-0", "failed": 1, "succeeded": 0, "conditions": [failed]}]
+
+
+def test_workload_pods_deleted_before_they_finished_are_listed_earliest_first() -> None:
+    """The Job controller counts them failed: the first one names why a Job failed."""
+    def job_pod(at: float, uid: str, phase: str, **flags: bool) -> Sighting:
+        return Sighting(at=at, cluster="a", kind="Pod", name=f"w-{uid}", uid=uid, phase=phase,
+                        labels={"fakefleet.dev/workload": "w"}, **flags)
+    seen = [job_pod(5.0, "1", "Running", deleting=True), job_pod(6.0, "1", "Running",
+                                                                 deleted=True),
+            job_pod(3.0, "2", "Pending", deleting=True),
+            job_pod(4.0, "3", "Succeeded", deleted=True)]
+    assert soakcheck.unfinished_workload_pods(seen, "fakefleet.dev/workload") == [
+        "a/w-2 (workload w): deleting while Pending at 3",
+        "a/w-1 (workload w): deleting while Running at 5"]

@@ -12,6 +12,7 @@ Also here: the stage schema, validated on load with errors that say what to fix.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from pathlib import Path
@@ -20,8 +21,9 @@ from typing import Any
 import pytest
 
 from operators.api.stages import StageError, load_lifecycle
+from operators.engine import pods as podlife
 from operators.engine import stages
-from operators.engine.pods import PodFacts, backoff
+from operators.engine.pods import PodFacts
 from tests.engine.harness import PODS, POOLS, Fleet, pool
 
 GOLDEN = Path(__file__).parent / "golden" / "pods"
@@ -111,8 +113,48 @@ async def test_golden(case: str) -> None:
     assert got == expected["writes"]
 
 
-def test_backoff_doubles_and_caps_like_the_kubelet() -> None:
-    assert [backoff(restarts) for restarts in (1, 2, 3, 6, 9)] == [10, 20, 40, 300, 300]
+def _stamp(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _crash_loop(runs: list[float]) -> list[float]:
+    """The waits of a container that runs each of ``runs`` seconds, then exits, restarted by
+    the kubelet's rule (crash_wait at each exit, next_backoff at each restart)."""
+    backoff, restarted, now, waits = 0.0, None, 1_000_000.0, []
+    for run in runs:
+        now += run
+        wait = podlife.crash_wait(backoff, restarted, now)
+        waits.append(wait)
+        now += wait
+        backoff, restarted = podlife.next_backoff(wait), now
+    return waits
+
+
+def test_backoff_restarts_at_once_then_doubles_and_caps_like_the_kubelet() -> None:
+    """Defect: the wait came from the cumulative restartCount. kuberuntime's doBackOff
+    restarts a container with no back-off entry at once, then waits 10 s doubling to 300 s."""
+    assert _crash_loop([1.0] * 9) == [0, 10, 20, 40, 80, 160, 300, 300, 300]
+
+
+def test_backoff_starts_over_after_600_s_of_running_like_the_kubelet() -> None:
+    """Defect: a pod hit by an exit every ~8 minutes waited longer each time (restartCount
+    never falls); the kubelet forgets the entry of a container that ran over 600 s."""
+    assert _crash_loop([1.0, 1.0, 1.0, 601.0, 1.0, 599.0]) == [0, 10, 20, 0, 10, 20]
+
+
+def test_backoff_is_read_back_from_the_status_the_engine_wrote() -> None:
+    """A restarted engine goes on as its kubelets (which did not restart) would."""
+    running = {"state": {"running": {"startedAt": _stamp(1040.4)}},
+               "lastState": {"terminated": {"startedAt": _stamp(1000), "finishedAt":
+                                            _stamp(1020)}}}
+    assert podlife.backoff_from_status(running) == (40.0, _stamp(1040.4))
+    waiting = {"state": {"waiting": {"reason": "CrashLoopBackOff",
+                                     "message": "back-off 1m20s restarting failed"}},
+               "lastState": {"terminated": {"startedAt": _stamp(1000)}}}
+    assert podlife.backoff_from_status(waiting) == (80.0, _stamp(1000))
+    assert podlife.backoff_from_status({"state": {"running": {"startedAt": _stamp(1)}}}) == \
+        (0.0, "")
+    assert [podlife.go_duration(s) for s in (0, 10, 80, 300)] == ["0s", "10s", "1m20s", "5m0s"]
 
 
 def test_bad_annotations_are_ignored_with_a_problem_that_names_the_fix() -> None:

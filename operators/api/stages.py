@@ -23,17 +23,46 @@ the field, the value and what would be accepted.
 
 Faults bring stages of their own, per object (:mod:`operators.api.injections`): they come
 before the lifecycle's, and only they may end their fault (``endFault``); either may ``hold``.
+
+The same document may say what ``kubectl logs`` shows: a ``logs`` section of log scripts
+(:mod:`operators.api.logs`), each with a name and a pod selector; the first that matches a pod
+and names the container is its script (the pod's annotation ``fakefleet.dev/logs`` before
+them; none: an empty log)::
+
+    logs:
+    - name: trainer
+      selector:
+        matchExpressions:
+        - {key: "labels[app]", operator: In, values: [trainer]}
+      start: ["starting on {gpus} GPU(s)"]
+      every: {interval: 30s, lines: ["step {n}: loss {rand:1..9}"]}
+
+It also says what a fake container answers: ``exec`` (what a command exec'd into it
+prints and exits with) and ``portForward`` (what a forwarded port answers), each a list matched
+first to last, with the pod's annotations ``fakefleet.dev/exec`` and
+``fakefleet.dev/port-forward`` (lists in the same schema) before them::
+
+    exec:
+    - name: nvidia-smi-list
+      selector: {matchExpressions: [{key: gpus, operator: NotIn, values: ["0"]}]}
+      command: [nvidia-smi, -L]
+      stdout: "{nvidiaSmiL}"
+    portForward:
+    - {name: api, ports: [8000], http: {contentType: application/json, body: '{"ok":true}'}}
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import json
+import re
+from typing import Annotated, Literal, TypeVar
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from operators.api.base import Model
 from operators.api.durations import DURATION_LENGTH, DURATION_PATTERN
+from operators.api.logs import LogLines
 
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=DURATION_LENGTH)]
 PodPhase = Literal["Pending", "Initializing", "Running", "BackOff", "Succeeded", "Failed"]
@@ -76,7 +105,8 @@ DELAY_SOURCES: dict[str, str] = {
     "initDelay": "the pool's initDelay",
     "runTime": "annotation fakefleet.dev/run-time, else the pool's jobRunTime plus up to its "
                "jobRunJitter",
-    "crashLoopBackOff": "10 s doubling per restart, at most 300 s, as the kubelet waits",
+    "crashLoopBackOff": "the kubelet's wait: none after a first exit, then 10 s doubling "
+                        "to 300 s, from none again after 600 s of running",
     "gracePeriod": "the pod's deletion grace period, at most the pool's "
                    "terminationGracePeriodCap",
 }
@@ -357,20 +387,207 @@ class NodeStage(_Stage):
 Stage = Annotated[PodStage | NodeStage, Field(discriminator="resource")]
 
 
+class LogScript(LogLines):
+    """A log script for the pods its selector matches."""
+
+    name: str = Field(min_length=1, max_length=63)
+    """Names the script in errors."""
+    selector: Selector = Field(default_factory=Selector)
+    """Which pods (empty: all): matchExpressions over the pod fields, as stages' selectors."""
+
+    @field_validator("selector")
+    @classmethod
+    def _pod_fields(cls, selector: Selector) -> Selector:
+        if selector.phases:
+            raise ValueError("phases are for stages: a log is a run's, whatever the phase; "
+                             "select pods with matchExpressions")
+        _check_keys(selector, POD_FIELDS, "pod")
+        return selector
+
+
+#: The most log scripts a document may have (each is tried in turn for a pod's log).
+MAX_LOG_SCRIPTS = 256
+
+
+# -- exec and port-forward: what a fake container answers ----------------------------------
+
+#: What an exec script's selector may test (and labels[KEY], annotations[KEY] of the pod).
+EXEC_FIELDS: dict[str, str] = {
+    "name": "the pod's name",
+    "namespace": "the pod's namespace",
+    "container": "the name of the container exec'd into",
+    "gpus": "how many GPUs the container holds through the device plugin (nvidia.com/gpu)",
+}
+#: What a port-forward rule's selector may test (and labels[KEY], annotations[KEY]).
+PORT_FORWARD_FIELDS: dict[str, str] = {
+    "name": "the pod's name",
+    "namespace": "the pod's namespace",
+}
+#: Placeholders an exec script's stdout and stderr may hold, as ``{name}``; also
+#: ``{labels[KEY]}`` and ``{annotations[KEY]}`` (empty when the pod has no such key).
+EXEC_PLACEHOLDERS: dict[str, str] = {
+    "pod": "the pod's name",
+    "namespace": "the pod's namespace",
+    "container": "the container's name",
+    "node": "the node's name",
+    "args": "the command's arguments after its name, joined by spaces",
+    "nvidiaSmiL": "what nvidia-smi -L prints for the GPUs the container holds: a line "
+                  "'GPU i: <model> (UUID: <uuid>)' each, numbered from 0 as in the container",
+}
+#: ``{name}`` or ``{labels[KEY]}``: any other text between braces (JSON, say) is literal.
+PLACEHOLDER = re.compile(r"\{([A-Za-z]+)(?:\[([^\]{}]*)\])?\}")
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: Most bytes a scripted output or answer may hold.
+MAX_OUTPUT = 1024 * 1024
+
+Output = Annotated[str, Field(max_length=MAX_OUTPUT)]
+#: The most exec scripts, or port-forward rules, a document may have (each is tried in turn).
+MAX_SCRIPTS = 256
+
+
+def placeholders_known(text: str) -> str:
+    """``text`` if every placeholder in it is known; ValueError naming the first that is not."""
+    for match in PLACEHOLDER.finditer(text):
+        name, key = match.group(1), match.group(2)
+        if (name in MAP_FIELDS) if key is not None else (name in EXEC_PLACEHOLDERS):
+            continue
+        raise ValueError(
+            f"placeholder {match.group(0)!r} is not known; known: "
+            f"{', '.join('{' + known + '}' for known in EXEC_PLACEHOLDERS)}, "
+            f"{{labels[KEY]}}, {{annotations[KEY]}}")
+    return text
+
+
+class ExecScript(Model):
+    """What a command exec'd into a fake container prints and exits with: the first script
+    whose selector holds and whose command matches answers (the pod's annotation
+    fakefleet.dev/exec before the Lifecycle's ``exec``). A command no script matches fails as a
+    container runtime fails it: executable file not found in $PATH."""
+
+    name: str = Field(min_length=1, max_length=63)
+    """Names the script in errors."""
+    selector: Selector = Field(default_factory=Selector)
+    """Which pods and containers (keys: EXEC_FIELDS, labels[KEY], annotations[KEY]); no phases:
+    only a running container can be exec'd into."""
+    command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        default=None, min_length=1, max_length=64)
+    """The whole command, word for word (also matched when run as sh -c "<the same words>");
+    its first word also matches a path that ends in it (/usr/bin/nvidia-smi)."""
+    commandPrefix: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        default=None, max_length=64)
+    """The command's first words; [] matches every command."""
+    stdout: Output = ""
+    """What the command prints on stdout (placeholders: EXEC_PLACEHOLDERS)."""
+    stderr: Output = ""
+    """What it prints on stderr (with a TTY both go to the terminal)."""
+    exitCode: int = Field(default=0, ge=0, le=255)
+    """Non-zero: kubectl prints "command terminated with exit code N" and exits N."""
+    delay: Duration = "0s"
+    """How long the command runs before it prints and exits."""
+
+    @field_validator("selector")
+    @classmethod
+    def _exec_fields(cls, selector: Selector) -> Selector:
+        if selector.phases:
+            raise ValueError("phases are for stages: an exec script applies to running "
+                             "containers only")
+        _check_keys(selector, EXEC_FIELDS, "pod or container")
+        return selector
+
+    @field_validator("stdout", "stderr")
+    @classmethod
+    def _placeholders(cls, text: str) -> str:
+        return placeholders_known(text)
+
+    @model_validator(mode="after")
+    def _one_command(self) -> ExecScript:
+        if (self.command is None) == (self.commandPrefix is None):
+            raise ValueError("give command (the whole command) or commandPrefix (its first "
+                             "words), one of them")
+        return self
+
+
+class HTTPReply(Model):
+    """An HTTP response, sent once the request's head has arrived, then the connection ends."""
+
+    status: int = Field(default=200, ge=100, le=599)
+    contentType: str = Field(default="text/plain; charset=utf-8", max_length=256)
+    headers: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, max_length=64)
+    """More response headers (Content-Length and Connection: close are always sent)."""
+    body: Output = ""
+
+    @field_validator("headers")
+    @classmethod
+    def _header_lines(cls, headers: dict[str, str]) -> dict[str, str]:
+        for name, value in headers.items():
+            if not HEADER_NAME.fullmatch(name) or "\r" in value or "\n" in value:
+                raise ValueError(f"header {name!r}: a name is a token (letters, digits, "
+                                 f"-_.!#$%&'*+^`|~) and a value one line")
+        return headers
+
+    @field_validator("contentType")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        if "\r" in value or "\n" in value:
+            raise ValueError("a content type is one line")
+        return value
+
+
+class PortForwardRule(Model):
+    """What a forwarded connection to a port of a fake pod gets: the first rule whose selector
+    holds and that names the port answers (the pod's annotation fakefleet.dev/port-forward before
+    the Lifecycle's ``portForward``). A port no rule names refuses the connection, as a port
+    nothing listens on."""
+
+    name: str = Field(min_length=1, max_length=63)
+    selector: Selector = Field(default_factory=Selector)
+    """Which pods (keys: PORT_FORWARD_FIELDS, labels[KEY], annotations[KEY])."""
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(min_length=1, max_length=64)
+    http: HTTPReply | None = None
+    """Answer each connection with this HTTP response."""
+    raw: Output | None = None
+    """Or send these bytes (UTF-8) as soon as the connection opens, then end it."""
+
+    @field_validator("selector")
+    @classmethod
+    def _port_fields(cls, selector: Selector) -> Selector:
+        if selector.phases:
+            raise ValueError("phases are for stages: a pod is forwarded to while it runs")
+        _check_keys(selector, PORT_FORWARD_FIELDS, "pod")
+        return selector
+
+    @model_validator(mode="after")
+    def _one_answer(self) -> PortForwardRule:
+        if (self.http is None) == (self.raw is None):
+            raise ValueError("give http (an HTTP response) or raw (bytes), one of them")
+        return self
+
+
 class Lifecycle(Model):
     """A document of stages: ``kind: Lifecycle``."""
 
     apiVersion: Literal["fakefleet.dev/v1alpha1"] = "fakefleet.dev/v1alpha1"
     kind: Literal["Lifecycle"] = "Lifecycle"
     stages: list[Stage] = Field(min_length=1)
+    logs: list[LogScript] = Field(default_factory=list, max_length=MAX_LOG_SCRIPTS)
+    """What ``kubectl logs`` shows, by pod and container: the first script that matches."""
+    exec: list[ExecScript] = Field(default_factory=list, max_length=MAX_SCRIPTS)
+    """What commands exec'd into containers print and exit with, first match first."""
+    portForward: list[PortForwardRule] = Field(default_factory=list, max_length=MAX_SCRIPTS)
+    """What forwarded ports answer, first match first."""
 
     @model_validator(mode="after")
     def _unique_names(self) -> Lifecycle:
-        seen: set[str] = set()
-        for stage in self.stages:
-            if stage.name in seen:
-                raise ValueError(f"two stages are named {stage.name!r}: names must be unique")
-            seen.add(stage.name)
+        for kind, names in (("stages", [stage.name for stage in self.stages]),
+                            ("log scripts", [script.name for script in self.logs]),
+                            ("exec scripts", [script.name for script in self.exec]),
+                            ("port-forward rules", [rule.name for rule in self.portForward])):
+            seen: set[str] = set()
+            for name in names:
+                if name in seen:
+                    raise ValueError(f"two {kind} are named {name!r}: names must be unique")
+                seen.add(name)
         return self
 
     @model_validator(mode="after")
@@ -412,11 +629,33 @@ def load_lifecycle(text: str, *, source: str = "the stages") -> Lifecycle:
     try:
         return Lifecycle.model_validate(document)
     except ValidationError as error:
-        problems = []
-        for problem in error.errors(include_url=False):
-            place = ".".join(str(part) for part in problem["loc"]
-                             if not str(part).startswith(("function-", "Pod", "Node")))
-            value = problem.get("input")
-            shown = f" (got {value!r})" if isinstance(value, str | int | float) else ""
-            problems.append(f"{place or 'the document'}: {problem['msg']}{shown}")
-        raise StageError(f"{source} is invalid:\n  " + "\n  ".join(problems)) from error
+        raise StageError(f"{source} is invalid:\n  " + "\n  ".join(_problems(error))) \
+            from error
+
+
+ScriptT = TypeVar("ScriptT", ExecScript, PortForwardRule)
+
+
+def load_scripts(text: str, kind: type[ScriptT], *, source: str) -> list[ScriptT]:
+    """A pod annotation's list of exec scripts or port-forward rules, in JSON (no YAML: its
+    aliases could make a short annotation a large document), in the schema of the Lifecycle's
+    ``exec`` or ``portForward``; StageError naming the place and the problem."""
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise StageError(f"{source} is not valid JSON: {error}") from error
+    try:
+        return TypeAdapter(list[kind]).validate_python(document)  # type: ignore[valid-type]
+    except ValidationError as error:
+        raise StageError(f"{source} is invalid: " + "; ".join(_problems(error))) from error
+
+
+def _problems(error: ValidationError) -> list[str]:
+    problems = []
+    for problem in error.errors(include_url=False):
+        place = ".".join(str(part) for part in problem["loc"]
+                         if not str(part).startswith(("function-", "Pod", "Node")))
+        value = problem.get("input")
+        shown = f" (got {value!r})" if isinstance(value, str | int | float) else ""
+        problems.append(f"{place or 'the document'}: {problem['msg']}{shown}")
+    return problems

@@ -13,7 +13,18 @@ from typing import Any
 
 import click
 
-from operators.cli import etcd, fleets, hosting, kueue, plans, traces, views, workloads
+from operators.cli import (
+    conformance,
+    etcd,
+    fleets,
+    hosting,
+    kueue,
+    plans,
+    snapshots,
+    traces,
+    views,
+    workloads,
+)
 from operators.cli.terminal import console
 from operators.controlplane.errors import ControlPlaneError
 
@@ -40,8 +51,10 @@ for command in (
     plans.plan,
     fleets.fleet,
     kueue.kueue,
+    conformance.conformance,
     traces.trace,
     etcd.etcd,
+    snapshots.snapshot,
 ):
     main.add_command(command)
 

@@ -9,7 +9,9 @@ requests per second, and gives the API server in-flight limits low enough that A
 queues on two cores (:data:`LIMITS`: data, so that a benchmark can try others); admins
 (``system:masters``: kubectl, the benchmarks' harness) are exempt from APF whatever the limits.
 Every member's API server runs the aggregation layer (front-proxy PKI, requestheader flags),
-so an APIService such as metrics-server's ``v1beta1.metrics.k8s.io`` can be served.
+so an APIService such as metrics-server's ``v1beta1.metrics.k8s.io`` can be served, and reaches
+its kubelets (the engine: ``kubectl logs``) as a real cluster's does, over TLS with a client
+certificate, verifying theirs (:func:`kubelet_argv`).
 
 Tracing: when spans are exported (``OTEL_EXPORTER_OTLP_ENDPOINT``, the embedded collector's
 under ``fakefleet up``), the kube-apiservers get ``--tracing-config-file`` and etcd its
@@ -39,6 +41,7 @@ from operators.controlplane.pki import (
     ClusterPKI,
     EtcdPKI,
     FrontProxyPKI,
+    KubeletPKI,
 )
 
 logger = logging.getLogger(__name__)
@@ -77,12 +80,16 @@ class RequestLimits:
                                  f"400 and 200)")
 
 
-#: The API server's request limits per profile (None: its own defaults, 400 and 200). Two cores
-#: serve a few thousand small writes a second at a few milliseconds each, some tens at once:
-#: 600 seats never fill and APF never queues, so every client just gets slower alike.
+#: The API server's request limits per profile (None: its own defaults). Measured at 5000 nodes
+#: and 10000 pods on two cores (bench/README.md, 2026-12-03): with 60 + 40 seats node-high got
+#: about 17, Lease renewals waited 0.8-1.8 s in its queues on average, hundreds were answered
+#: 429, and 70-754 nodes went NotReady per phase; with 400 + 200 APF still queues where it
+#: matters (in the scheduled phase node-high waited 0.78 s on average and the scheduler's and
+#: controllers' requests at workload-high were the ones answered 429) and no node went
+#: NotReady. The load profile says so explicitly rather than leaving it to upstream's defaults.
 LIMITS: dict[Profile, RequestLimits | None] = {
     Profile.DEFAULT: None,
-    Profile.LOAD: RequestLimits(inflight=60, mutating=40),
+    Profile.LOAD: RequestLimits(inflight=400, mutating=200),
 }
 
 
@@ -196,11 +203,13 @@ def apiserver_argv(
     profile: Profile,
     tracing_config: Path | None = None,
     front_proxy: FrontProxyPKI | None = None,
+    kubelet: KubeletPKI | None = None,
     limits: RequestLimits | None = None,
 ) -> list[str]:
     """``tracing_config``: a file of :func:`tracing_configuration` (None: no tracing);
     ``front_proxy``: the aggregation layer's PKI (None: no aggregated API servers);
-    ``limits``: other request limits than the profile's (:data:`LIMITS`)."""
+    ``kubelet``: the kubelets' PKI (None: the API server's defaults, which cannot reach the
+    engine's kubelets); ``limits``: other request limits than the profile's (:data:`LIMITS`)."""
     argv = [
         str(binary),
         f"--etcd-servers={etcd_url}",
@@ -232,7 +241,22 @@ def apiserver_argv(
         argv.append(f"--tracing-config-file={tracing_config}")
     if front_proxy is not None:
         argv += aggregation_argv(front_proxy)
+    if kubelet is not None:
+        argv += kubelet_argv(kubelet)
     return argv
+
+
+def kubelet_argv(pki: KubeletPKI) -> list[str]:
+    """How the API server reaches a node's kubelet (logs, exec, port-forward): at its
+    InternalIP (the default order starts with Hostname, and a fake node's name resolves to
+    nothing), over TLS verified with the kubelets' CA (without it, the API server would accept
+    any certificate), presenting the client certificate the engine accepts."""
+    return [
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--kubelet-certificate-authority={pki.ca_cert}",
+        f"--kubelet-client-certificate={pki.client_cert}",
+        f"--kubelet-client-key={pki.client_key}",
+    ]
 
 
 def aggregation_argv(pki: FrontProxyPKI) -> list[str]:

@@ -1,6 +1,6 @@
 """The shared etcd as fakefleet reaches it: where its files are in the state directory, how a
-client connects to it, and the calls fakefleet makes to it (count and delete a key prefix; read,
-and clear, its alarms).
+client connects to it, and the calls fakefleet makes to it (count and delete a key prefix; read
+prefixes at one revision and replace one, for snapshots; read, and clear, its alarms).
 
 etcd speaks TLS only, and only to clients that present a certificate of its own CA: the
 kube-apiservers with theirs, fakefleet with its own. A local user without access to the state
@@ -18,10 +18,12 @@ This module starts nothing: :mod:`~operators.controlplane.substrate` runs etcd.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import logging
 import ssl
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,28 +181,120 @@ async def disarm_etcd(etcd: EtcdEndpoint) -> Disarmed:
                     sorted({alarm.get("alarm", "") for alarm in raised} - {""}))
 
 
+#: Keys per page of a snapshot's read: small enough that a page of large objects stays far
+#: below the gateway's message limit, large enough that 15,000 keys take 30 round trips.
+RANGE_PAGE = 500
+#: A write batch stays under etcd's defaults (--max-txn-ops 128, --max-request-bytes 1.5 MiB).
+TXN_OPS = 100
+TXN_BYTES = 1 << 20
+
+#: A key and its value, as etcd holds them.
+KeyValue = tuple[bytes, bytes]
+
+
+class CompactedError(StateError):
+    """The revision a read asked for was compacted away while it ran."""
+
+
+async def read_prefixes(etcd: EtcdEndpoint, prefixes: Sequence[str], *,
+                        page: int = RANGE_PAGE) -> tuple[int, dict[str, list[KeyValue]]]:
+    """Every key under each of ``prefixes`` (relative to it) and its value, all read at one
+    revision (the first page's), which is returned too. Keys bound to an etcd lease (Events,
+    an API server's own endpoint lease) are left out: they are ephemeral, and expire on their
+    own. CompactedError if the revision is compacted before the read ends (API servers compact
+    every 5 minutes): reading again starts at a new one."""
+    revision = 0
+    found: dict[str, list[KeyValue]] = {}
+    with _failing(etcd, "read"):
+        async with aiohttp.ClientSession() as session:
+            for prefix in prefixes:
+                start, end = _range(prefix)
+                kvs: list[KeyValue] = []
+                while True:
+                    payload: dict[str, Any] = {"key": _b64(start), "range_end": _b64(end),
+                                               "limit": page}
+                    if revision:
+                        payload["revision"] = revision
+                    body = await _post(session, etcd, "/v3/kv/range", payload)
+                    revision = revision or int(body["header"]["revision"])
+                    got = body.get("kvs") or []
+                    kvs += [(base64.b64decode(kv["key"])[len(prefix):],
+                             base64.b64decode(kv.get("value", ""))) for kv in got
+                            if not int(kv.get("lease", 0))]
+                    if not body.get("more") or not got:
+                        break
+                    start = base64.b64decode(got[-1]["key"]) + b"\0"
+                found[prefix] = kvs
+    return revision, found
+
+
+async def replace_prefix(etcd: EtcdEndpoint, prefix: str, kvs: Sequence[KeyValue]) -> int:
+    """Delete every key under ``prefix``, then write ``kvs`` (keys relative to it) in batches;
+    how many keys were deleted. Not atomic: a failure part way leaves the prefix partly
+    written, and calling this again finishes it."""
+    start, end = _range(prefix)
+    with _failing(etcd, "write"):
+        async with aiohttp.ClientSession() as session:
+            deleted = await _post(session, etcd, "/v3/kv/deleterange",
+                                  {"key": _b64(start), "range_end": _b64(end)})
+            batch: list[dict[str, Any]] = []
+            size = 0
+            for key, value in kvs:
+                put = {"request_put": {"key": _b64(prefix.encode() + key), "value": _b64(value)}}
+                if batch and (len(batch) >= TXN_OPS or size + len(key) + len(value) > TXN_BYTES):
+                    await _post(session, etcd, "/v3/kv/txn", {"success": batch})
+                    batch, size = [], 0
+                batch.append(put)
+                size += len(key) + len(value)
+            if batch:
+                await _post(session, etcd, "/v3/kv/txn", {"success": batch})
+    return int(deleted.get("deleted", 0))
+
+
 async def _call(etcd: EtcdEndpoint, path: str, payload: dict[str, Any], *,
                 compacted_ok: bool = False) -> dict[str, Any]:
-    async with aiohttp.ClientSession() as session, session.post(
-        etcd.url + path, json=payload, ssl=etcd.tls()
-    ) as response:
-        if compacted_ok and response.status == 400:
+    async with aiohttp.ClientSession() as session:
+        return await _post(session, etcd, path, payload, compacted_ok=compacted_ok)
+
+
+async def _post(session: aiohttp.ClientSession, etcd: EtcdEndpoint, path: str,
+                payload: dict[str, Any], *, compacted_ok: bool = False) -> dict[str, Any]:
+    async with session.post(etcd.url + path, json=payload, ssl=etcd.tls()) as response:
+        if response.status == 400:
             text = await response.text()
-            if "compacted" in text:  # already compacted to this revision: nothing to do
-                return {}
+            if "compacted" in text:
+                if compacted_ok:  # already compacted to this revision: nothing to do
+                    return {}
+                raise CompactedError(
+                    f"etcd compacted revision {payload.get('revision')} while it was read "
+                    f"({text.strip()}): try again; a read must end within the API servers' "
+                    f"compaction interval (5 minutes)")
         response.raise_for_status()
         body: dict[str, Any] = await response.json()
         return body
 
 
-async def _range_call(etcd: EtcdEndpoint, path: str, prefix: str,
-                      **extra: Any) -> dict[str, Any]:
+@contextlib.contextmanager
+def _failing(etcd: EtcdEndpoint, doing: str) -> Iterator[None]:
+    """etcd not answering, or refusing, as one StateError that names it."""
+    try:
+        yield
+    except (aiohttp.ClientError, OSError, TimeoutError) as error:
+        raise StateError(f"etcd at {etcd.url} failed to {doing} ({error}): is 'fakefleet up' "
+                         f"running? 'fakefleet status' shows etcd's health") from error
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _range(prefix: str) -> tuple[bytes, bytes]:
     if not prefix.endswith("/"):
         raise ValueError(f"etcd prefix {prefix!r} must end with '/' to stay in its subtree")
-    range_end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-    payload = {
-        "key": base64.b64encode(prefix.encode()).decode(),
-        "range_end": base64.b64encode(range_end.encode()).decode(),
-        **extra,
-    }
-    return await _call(etcd, path, payload)
+    return prefix.encode(), (prefix[:-1] + chr(ord(prefix[-1]) + 1)).encode()
+
+
+async def _range_call(etcd: EtcdEndpoint, path: str, prefix: str,
+                      **extra: Any) -> dict[str, Any]:
+    start, end = _range(prefix)
+    return await _call(etcd, path, {"key": _b64(start), "range_end": _b64(end), **extra})

@@ -166,6 +166,25 @@ class FrontProxyPKI(_Files):
 FRONT_PROXY_CLIENT = "front-proxy-client"
 
 
+@dataclasses.dataclass(frozen=True)
+class KubeletPKI(_Files):
+    """A member's kubelets: the CA that the member's API server verifies kubelets' serving
+    certificates with (``--kubelet-certificate-authority``) and the engine verifies the API
+    server's client certificate with, and that client certificate
+    (``--kubelet-client-certificate``), which nothing but a kubelet trusts: the member's API
+    server does not trust this CA, and the engine trusts no other. The engine holds the CA key
+    and issues each node's serving certificate itself (:func:`node_serving_certificate`), which
+    makes it no more than it is anyway: every kubelet of the member."""
+
+    client_cert, client_key = _pair("apiserver-client")
+
+
+#: The API server's name when it calls kubelets (kubeadm's, and what the engine accepts).
+KUBELET_CLIENT = "kube-apiserver-kubelet-client"
+#: How long a node's serving certificate is valid; the engine issues them anew when it starts.
+NODE_VALIDITY = datetime.timedelta(days=365)
+
+
 def common_name(name: str, suffix: str = "") -> str:
     """``name + suffix`` when it fits in a common name; otherwise ``name`` cut short and followed
     by a digest of all of it, so that long names that share a beginning stay distinct."""
@@ -251,6 +270,57 @@ def ensure_front_proxy_pki(directory: Path) -> FrontProxyPKI:
     _ensure(directory, lambda at: FrontProxyPKI(at).files(),
             lambda staging: _generate_front_proxy(FrontProxyPKI(staging)))
     return FrontProxyPKI(directory)
+
+
+def ensure_kubelet_pki(directory: Path, cluster: str) -> KubeletPKI:
+    """A member's kubelet PKI in ``directory``: reused if complete, else generated anew (apart
+    from the cluster's PKI, so an older member gains one without a new CA); a torn one is
+    refused, as the cluster's is: the running API server trusts its CA."""
+    _ensure(directory, lambda at: KubeletPKI(at).files(),
+            lambda staging: _generate_kubelet(KubeletPKI(staging), cluster))
+    return KubeletPKI(directory)
+
+
+def load_authority(pki: KubeletPKI) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """The CA of a kubelet PKI, to issue node certificates with."""
+    cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise StateError(f"{pki.ca_key} is not an ECDSA key, as fakefleet's CAs are: delete "
+                         f"{pki.directory} and restart the member to make a new one")
+    return cert, key
+
+
+def node_serving_certificate(
+    authority: tuple[x509.Certificate, ec.EllipticCurvePrivateKey],
+    key: ec.EllipticCurvePrivateKey, node: str, address: str, *,
+    now: datetime.datetime | None = None,
+) -> bytes:
+    """A kubelet's serving certificate (PEM) for ``node`` at ``address``, as a kubelet's
+    CSR gets it signed: CN ``system:node:<node>``, O ``system:nodes``, serverAuth, the node's
+    InternalIP and name as SANs (the API server verifies the address it dials)."""
+    ca_cert, ca_key = authority
+    now = now or _now()
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+                         x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node}")])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + NODE_VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False)
+        .add_extension(x509.SubjectAlternativeName(
+            [x509.IPAddress(ipaddress.ip_address(address)), x509.DNSName(node)]),
+            critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM)
 
 
 def ensure_serving_pair(cert_path: Path, key_path: Path, name: str) -> None:
@@ -370,6 +440,14 @@ def _generate_front_proxy(pki: FrontProxyPKI) -> None:
     now = _now()
     ca_cert, ca_key = _new_ca(pki.ca_cert, pki.ca_key, "fakefleet-front-proxy-ca", now)
     _issue(pki.client_cert, pki.client_key, FRONT_PROXY_CLIENT, (), ca_cert, ca_key, now,
+           usages=(ExtendedKeyUsageOID.CLIENT_AUTH,), sans=[])
+
+
+def _generate_kubelet(pki: KubeletPKI, cluster: str) -> None:
+    now = _now()
+    ca_cert, ca_key = _new_ca(pki.ca_cert, pki.ca_key,
+                              common_name(f"fakefleet-{cluster}", "-kubelet-ca"), now)
+    _issue(pki.client_cert, pki.client_key, KUBELET_CLIENT, (), ca_cert, ca_key, now,
            usages=(ExtendedKeyUsageOID.CLIENT_AUTH,), sans=[])
 
 

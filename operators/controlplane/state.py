@@ -18,7 +18,12 @@
                                         command line) beside its <process>.log: what the next
                                         operator adopts (operators.controlplane.detaching)
     <state>/clusters/<key>/front-proxy/ the aggregation layer's PKI (FrontProxyPKI)
-    <state>/clusters/<key>/engine.json  the engine's kubelet port (EngineEndpoint), kept so its
+    <state>/clusters/<key>/kubelet/     the kubelets' PKI (KubeletPKI): their CA, which the
+                                        engine issues node certificates with, and the API
+                                        server's client certificate for kubelets
+    <state>/snapshots/<name>.snapshot   saved snapshots, private: they hold secrets
+                                        (operators.snapshots.storing)
+    <state>/clusters/<key>/engine.json  the engine's kubelet ports (EngineEndpoint), kept so its
                                         nodes' daemonEndpoints stay right across restarts
     <state>/clusters/<key>/<add-on>/    a member's add-on while it is set up there: kubeconfig,
                                         pki/, <add-on>.log and its own files (kueue/:
@@ -45,6 +50,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from operators.controlplane.etcd import EtcdFiles
+from operators.controlplane.ports import free_port
 from primitives.files import private_directory, write_private
 
 HOST_CLUSTER = "host"
@@ -126,6 +132,10 @@ class StateDir:
     def cluster(self, key: str) -> Path:
         return self.clusters / key
 
+    @property
+    def snapshots(self) -> Path:
+        return self.root / "snapshots"
+
     def kubeconfig(self, key: str, client: str = "admin") -> Path:
         """A cluster's kubeconfig for ``client`` (admin, kube-scheduler, ...)."""
         name = "kubeconfig" if client == "admin" else f"{client}.kubeconfig"
@@ -154,6 +164,9 @@ class StateDir:
 
     def front_proxy_pki(self, key: str) -> Path:
         return self.cluster(key) / "front-proxy"
+
+    def kubelet_pki(self, key: str) -> Path:
+        return self.cluster(key) / "kubelet"
 
     def engine_file(self, key: str) -> Path:
         return self.cluster(key) / "engine.json"
@@ -188,6 +201,11 @@ class EngineEndpoint(_Published):
     (``engine.json``): chosen once, kept across restarts."""
 
     kubeletPort: int
+    """Plain HTTP: the nodes' ``/metrics/resource`` (metrics-server's ``--kubelet-port``),
+    the DCGM endpoint, ``/healthz``."""
+    kubeletTlsPort: int | None = None
+    """The kubelet API over TLS (logs), which the nodes advertise; None in an ``engine.json``
+    written before there was one."""
 
     @property
     def dcgm_url(self) -> str:
@@ -196,6 +214,31 @@ class EngineEndpoint(_Published):
 
 def read_engine_endpoint(state: StateDir, key: str) -> EngineEndpoint | None:
     return _read(state.engine_file(key), EngineEndpoint)
+
+
+def choose_engine_endpoint(state: StateDir, key: str) -> EngineEndpoint:
+    """The member's engine ports: those it had (an engine of the previous operator holds
+    them: it is adopted, or, stopping, holds them for a moment and the new one waits), else
+    free ones that no other member's engine has (it may not be listening right now), written
+    down before anything uses them."""
+    found = read_engine_endpoint(state, key)
+    if found is not None and found.kubeletTlsPort is not None:
+        return found
+    taken = {port for other in state.clusters.glob("*")
+             if (endpoint := read_engine_endpoint(state, other.name)) is not None
+             for port in (endpoint.kubeletPort, endpoint.kubeletTlsPort) if port}
+
+    def port() -> int:
+        chosen = free_port()
+        while chosen in taken:
+            chosen = free_port()
+        taken.add(chosen)
+        return chosen
+    endpoint = EngineEndpoint(kubeletPort=found.kubeletPort if found else port(),
+                              kubeletTlsPort=port())
+    private_directory(state.cluster(key))
+    publish(state.engine_file(key), endpoint)
+    return endpoint
 
 
 class HostState(_Published):

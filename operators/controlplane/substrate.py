@@ -52,8 +52,10 @@ from operators.controlplane.pki import (
     CLIENTS,
     ENGINE,
     ClusterPKI,
+    KubeletPKI,
     ensure_etcd_pki,
     ensure_front_proxy_pki,
+    ensure_kubelet_pki,
     ensure_pki,
 )
 from operators.controlplane.ports import claim_port, free_port
@@ -94,6 +96,8 @@ class LocalCluster:
     options: ClusterOptions
     pki: ClusterPKI
     processes: dict[str, Supervised]
+    #: Its kubelets' CA and the API server's client certificate for them.
+    kubelet_pki: KubeletPKI
 
     @property
     def directory(self) -> Path:
@@ -244,8 +248,9 @@ class Substrate:
         state.cluster(name).mkdir(parents=True, exist_ok=True)
         pki = ensure_pki(state.pki(name), name)
         front_proxy = ensure_front_proxy_pki(state.front_proxy_pki(name))
+        kubelet = ensure_kubelet_pki(state.kubelet_pki(name), name)
         cluster = LocalCluster(name, state, self._remembered_ports(state, name, options),
-                               options, pki, processes={})
+                               options, pki, processes={}, kubelet_pki=kubelet)
         write_kubeconfigs(cluster)
         binaries = options.binaries or self.binaries
         tracing_config = self._tracing_config(state, name)
@@ -257,7 +262,7 @@ class Substrate:
                     binaries.kube_apiserver, cluster=name, etcd_url=self.etcd.url,
                     etcd_pki=self.etcd.pki, port=ports.apiserver, pki=pki,
                     profile=options.profile, tracing_config=tracing_config,
-                    front_proxy=front_proxy, limits=options.limits)
+                    front_proxy=front_proxy, kubelet=kubelet, limits=options.limits)
                 url, tls = f"https://127.0.0.1:{ports.apiserver}/readyz", cluster.admin_tls()
             elif kind == "kube-scheduler":
                 argv = components.scheduler_argv(

@@ -14,10 +14,14 @@ Alone, it simulates the pools of its command line in any cluster (what the bench
     python -m operators.engine --kubeconfig member.kubeconfig --pool cpu=100 \\
         --pool gpu=8:H100-SXM5-80GB
 
-``--stages FILE`` replaces the default lifecycles of pods and nodes (``kind: Lifecycle``).
-Every node's kubelet endpoints (``/metrics/resource`` at the node's loopback InternalIP) and the
-cluster's DCGM metrics (``http://127.0.0.1:PORT/metrics``) are served on ``--kubelet-port``
-(default: a free port, which the log names); ``--no-metrics`` serves and measures nothing.
+``--stages FILE`` replaces the default lifecycles of pods and nodes, their log scripts, exec
+scripts and port-forward rules (``kind: Lifecycle``). Every node's kubelet endpoints
+(``/metrics/resource`` at the node's loopback InternalIP) and the cluster's DCGM metrics
+(``http://127.0.0.1:PORT/metrics``) are served on ``--kubelet-port`` (default: a free port,
+which the log names); ``--no-metrics`` serves and measures nothing. With ``--kubelet-pki DIR``
+(the member's kubelet CA, which its API server trusts), the nodes' kubelet API (``kubectl
+logs``, ``exec``, ``attach``, ``port-forward``) is served over TLS on ``--kubelet-tls-port``,
+the port the nodes advertise.
 SIGTERM or SIGINT stop it; whatever it made stays in the cluster for the next one to adopt.
 
 Traces: the OpenTelemetry SDK is configured here, once (service ``fakefleet-engine``, resource
@@ -41,12 +45,15 @@ from pydantic import ValidationError
 
 from federation.telemetry import setup
 from operators.api.nodepools import FakeNodePoolSpec
-from operators.api.stages import StageError, load_lifecycle
+from operators.api.stages import Lifecycle, StageError, load_lifecycle
+from operators.controlplane.errors import StateError
+from operators.controlplane.pki import KubeletPKI, load_authority
 from operators.engine.alerting import NODE_GRACE
 from operators.engine.pooling import ClusterRef
 from operators.engine.running import ClusterEngine, EngineSettings
+from operators.engine.scripting import Scripts
 from operators.engine.serving import ServingError, raise_open_files
-from operators.engine.stages import Rules, compile_lifecycle, default_rules
+from operators.engine.stages import compile_lifecycle, default_lifecycle
 from operators.k8s.client import Client
 from operators.k8s.config import SERVICE_ACCOUNT_DIR, HostConfig, load_kubeconfig_file
 from operators.k8s.errors import K8sError
@@ -98,10 +105,11 @@ def cluster_name(args: argparse.Namespace) -> str:
     return serves.name if serves else args.name or args.kubeconfig.stem
 
 
-async def serve(args: argparse.Namespace, rules: Rules,
+async def serve(args: argparse.Namespace, lifecycle: Lifecycle,
                 pools: list[tuple[str, FakeNodePoolSpec]], *, tracer: trace.Tracer) -> None:
     settings = EngineSettings(concurrency=args.concurrency, pod_concurrency=args.concurrency,
                               kubelet_port=None if args.no_metrics else args.kubelet_port,
+                              kubelet_tls_port=args.kubelet_tls_port,
                               node_grace=args.node_monitor_grace)
     member = load_kubeconfig_file(args.kubeconfig)
     # Requests in flight plus the long watches (nodes, pods) and the events.
@@ -122,7 +130,9 @@ async def serve(args: argparse.Namespace, rules: Rules,
     name = f"{serves.namespace}.{serves.name}" if serves else args.name or args.kubeconfig.stem
     engine = ClusterEngine(name, client, heartbeat_client=heartbeats, host=host, serves=serves,
                            pools=dict(pools) if not serves else None, settings=settings,
-                           rules=rules, on_latency=slow_down, tracer=tracer)
+                           rules=compile_lifecycle(lifecycle), on_latency=slow_down,
+                           tracer=tracer, kubelet_pki=args.kubelet_pki,
+                           scripts=Scripts(lifecycle))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -175,6 +185,16 @@ def main(argv: list[str] | None = None) -> int:
                         metavar="PORT",
                         help="port of the nodes' kubelet endpoints and of the DCGM endpoint, "
                              "0 for a free one (default)")
+    parser.add_argument("--kubelet-tls-port", type=integer(0, 65535, "a port"), default=0,
+                        metavar="PORT",
+                        help="with --kubelet-pki: port of the nodes' kubelet API over TLS, "
+                             "which they advertise; 0 for a free one (default)")
+    parser.add_argument("--kubelet-pki", type=lambda text: KubeletPKI(Path(text)), default=None,
+                        metavar="DIR",
+                        help="the member's kubelet PKI (ca.crt and ca.key of the CA its API "
+                             "server's --kubelet-certificate-authority names): serve the "
+                             "kubelet API (logs, exec, attach, port-forward) over TLS with "
+                             "node certificates it issues")
     parser.add_argument("--node-monitor-grace", type=number(1, 3600, "a number of seconds"),
                         default=NODE_GRACE, metavar="SECONDS",
                         help="the member's node-lifecycle controller's grace period: a Lease "
@@ -196,15 +216,22 @@ def main(argv: list[str] | None = None) -> int:
                      "the FakeNodePools of --cluster")
     try:
         pools = [parse_pool(text, args.grace_cap) for text in args.pool]
-        rules = default_rules() if args.stages is None else compile_lifecycle(
-            load_lifecycle(args.stages.read_text(), source=str(args.stages)))
+        lifecycle = default_lifecycle() if args.stages is None else load_lifecycle(
+            args.stages.read_text(), source=str(args.stages))
     except (argparse.ArgumentTypeError, ValueError, OSError) as error:
         parser.error(str(error))
+    if args.kubelet_pki is not None:
+        try:
+            load_authority(args.kubelet_pki)
+        except (ValueError, OSError, StateError) as error:
+            parser.error(f"--kubelet-pki {args.kubelet_pki.directory}: cannot read its CA: "
+                         f"{error}")
     if not args.no_metrics:
         raise_open_files()
     provider = setup.configure("fakefleet-engine", cluster=cluster_name(args))
     try:
-        asyncio.run(serve(args, rules, pools, tracer=provider.get_tracer("operators.engine")))
+        asyncio.run(serve(args, lifecycle, pools,
+                          tracer=provider.get_tracer("operators.engine")))
     except (K8sError, StageError, ServingError) as error:
         logger.error("%s", error)
         return 1

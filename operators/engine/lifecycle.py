@@ -51,6 +51,7 @@ from operators.k8s.client import Client
 from operators.k8s.errors import Conflict, Invalid, K8sError, NotFound
 from operators.k8s.times import rfc3339
 from operators.k8s.watching import list_and_watch
+from primitives import keys
 from primitives.clocks import Clock
 
 logger = logging.getLogger(__name__)
@@ -108,9 +109,11 @@ class PodLifecycle:
         throttle: Callable[[], bool] | None = None,
         traces: FaultBatches,
         usage: UsageBook | None = None,
+        on_life: Callable[[str], None] | None = None,
     ) -> None:
         """``usage``: told of every pod's annotations and life, for the usage metrics (None:
-        the engine serves none)."""
+        the engine serves none); ``on_life``: told the uid of each pod whose life changed or
+        that is gone (the logs being followed)."""
         self.cluster = cluster
         self.client = client
         self._traces = traces
@@ -120,6 +123,7 @@ class PodLifecycle:
         self._rules = rules
         self._faults = faults
         self._pods: dict[str, _Pod] = {}
+        self._names: dict[tuple[str, str], str] = {}  # (namespace, name) → uid
         self._listed = False
         self._timers: DelayQueue[str] = DelayQueue(clock)
         self._refresh: set[str] = set()  # pods whose Ready must be re-reported (gates flipped)
@@ -131,6 +135,7 @@ class PodLifecycle:
                                       throttle=throttle)
         self.addresses = PodAddresses()
         self._usage = usage
+        self._on_life = on_life or (lambda uid: None)
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -148,6 +153,12 @@ class PodLifecycle:
     def life(self, uid: str) -> PodLife | None:
         pod = self._pods.get(uid)
         return pod.life if pod is not None else None
+
+    def named(self, namespace: str, name: str) -> tuple[PodFacts, PodLife] | None:
+        """The pod of that name the engine runs, and its committed life (the status the API
+        has from the engine)."""
+        pod = self._pods.get(self._names.get((namespace, name), ""))
+        return (pod.facts, pod.life) if pod is not None else None
 
     def runs(self, uid: str) -> bool | None:
         """Whether the engine runs pod ``uid`` (None: its pods are not listed yet)."""
@@ -178,7 +189,10 @@ class PodLifecycle:
         if known is not None:
             ready_before = known.facts.gates_ready()
             claims_before = known.facts.claim_status
+            logs_before = known.facts.annotations.get(keys.LOGS)
             changed = known.facts.observe(obj)
+            if known.facts.annotations.get(keys.LOGS) != logs_before:
+                self._warn(known.facts, known.facts.read_logs())
             if self._usage is not None:
                 self._warn(known.facts, self._usage.annotated(uid, self._clock.now()))
             if changed:
@@ -207,6 +221,7 @@ class PodLifecycle:
         status = obj.get("status") or {}
         pod = _Pod(facts, life, reported=bool(status.get("containerStatuses")))
         self._pods[uid] = pod
+        self._names[(facts.namespace, facts.name)] = uid
         problems = facts.problems
         if self._usage is not None:
             problems += self._usage.seen(facts, life, self._clock.now())
@@ -254,6 +269,7 @@ class PodLifecycle:
                 self._refresh.discard(facts.uid)
             if self._usage is not None:
                 self._usage.lived(facts.uid, pod.life, self._clock.now())
+            self._on_life(facts.uid)
             logger.info("engine %s: pod %s/%s is %s as another writer said; the engine keeps "
                         "it so", self.cluster, facts.namespace, facts.name, pod.life.phase)
             self._plan(pod)
@@ -303,6 +319,9 @@ class PodLifecycle:
         if self._usage is not None:
             self._usage.gone(uid, self._clock.now())
         pod = self._pods.pop(uid, None)
+        if pod is not None and self._names.get((pod.facts.namespace, pod.facts.name)) == uid:
+            del self._names[(pod.facts.namespace, pod.facts.name)]  # not its successor's
+        self._on_life(uid)
         self._timers.cancel(uid)
         self._refresh.discard(uid)
         self._preparations.forget(uid)
@@ -405,6 +424,7 @@ class PodLifecycle:
             pod.own.expected = None
             if self._usage is not None:
                 self._usage.lived(facts.uid, after, self._clock.now())
+            self._on_life(facts.uid)
             for done in applied:
                 for event in done.stage.effect.events:
                     self._recorder.emit(kind="Pod", namespace=facts.namespace, name=facts.name,

@@ -14,7 +14,8 @@ Annotations a pod can carry to shape its life:
     fakefleet.dev/run-time: 90s     run this long, then exit (Job pods default to the pool's)
     fakefleet.dev/exit-code: "3"    exit with this code (non-zero: restartPolicy decides)
     fakefleet.dev/start-delay: 2s   time from binding to Running
-    fakefleet.dev/seed: anything    seed of this pod's random draws (jitter)
+    fakefleet.dev/seed: anything    seed of this pod's random draws (jitter, log lines)
+    fakefleet.dev/logs: <script>    what `kubectl logs` shows (:mod:`operators.api.logs`)
 
 and its simulated usage (:mod:`operators.engine.usage`): ``fakefleet.dev/usage-cpu``,
 ``fakefleet.dev/usage-memory``, ``fakefleet.dev/usage-gpu-util``,
@@ -30,8 +31,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from operators.api.durations import parse_duration
+from operators.api.logs import load_log_lines
 from operators.api.usage import quantity
 from operators.engine.claims import claim_refs, claim_statuses
+from operators.engine.logs import Script, compile_script
 from operators.k8s.times import parse
 from primitives import keys
 
@@ -43,6 +46,9 @@ PENDING, INITIALIZING, RUNNING, BACKOFF = "Pending", "Initializing", "Running", 
 SUCCEEDED, FAILED = "Succeeded", "Failed"
 TERMINAL = frozenset({SUCCEEDED, FAILED})
 BACKOFF_BASE, BACKOFF_MAX = 10.0, 300.0
+#: The kubelet forgets a container's back-off when it exits more than this after its last
+#: restart (kubelet.go gives its crash-loop Backoff a HasExpiredFunc of 600 s, 2 x the cap).
+BACKOFF_RESET = 600.0
 DISRUPTION_TARGET = "DisruptionTarget"
 
 
@@ -86,6 +92,11 @@ class PodLife:
     ready_since: str = ""
     init_finished: tuple[str, ...] = ()  # completion time of each init container done
     restarts: int = 0
+    # The kubelet's crash-loop back-off entry of the containers (flowcontrol.Backoff, keyed by
+    # container): the wait it applies while in BackOff, otherwise the next wait (0: none), and
+    # when it was last updated (the last restart).
+    backoff: float = 0.0
+    restarted_at: str = ""
     exit: Exit | None = None  # the current termination (Succeeded, Failed)
     last_exit: Exit | None = None  # the previous run's, while crash-looping
     waiting: tuple[str, str] | None = None  # (reason, message) set by a stage
@@ -108,7 +119,7 @@ class PodFacts:
     __slots__ = (
         "annotations", "claim_status", "claims", "claims_prepared", "containers", "created",
         "deleting", "deletion_asked", "exit_code", "finalizers", "gates", "grace",
-        "host_ip", "init_containers", "job", "labels", "name", "namespace", "node",
+        "host_ip", "init_containers", "job", "labels", "logs", "name", "namespace", "node",
         "owner_kind", "problems", "readiness_gates", "resources",
         "restart_policy", "run_time", "scheduled_at", "seed", "start_delay", "uid",
     )
@@ -141,6 +152,8 @@ class PodFacts:
         self.start_delay = _duration(annotations, keys.START_DELAY, self)
         self.exit_code = _integer(annotations, keys.EXIT_CODE, self)
         self.seed: str = annotations.get(keys.SEED, "")
+        self.logs: Script | None = None  # its own log script (annotation fakefleet.dev/logs)
+        self.problems += self.read_logs()
         self.scheduled_at = self.created
         for condition in (pod.get("status") or {}).get("conditions") or ():
             if condition.get("type") == "PodScheduled" and condition.get("lastTransitionTime"):
@@ -193,6 +206,21 @@ class PodFacts:
         """Take in the annotations of a newer version of the pod (as the watch shows it)."""
         self.annotations = metadata.get("annotations") or {}
 
+    def read_logs(self) -> tuple[str, ...]:
+        """Take in the log script of the annotation ``fakefleet.dev/logs`` (again, once it
+        changed); what is wrong with it, if anything (then it is ignored)."""
+        self.logs = None
+        text = self.annotations.get(keys.LOGS)
+        if text is None:
+            return ()
+        try:
+            self.logs = compile_script(load_log_lines(text, source=f"annotation {keys.LOGS}"))
+        except ValueError as error:
+            problem = f"{error}; the pod's log is its stages' script, if any"
+            logger.warning("pod %s/%s: %s", self.namespace, self.name, problem)
+            return (problem,)
+        return ()
+
     def gates_ready(self) -> bool:
         return all(self.gates.get(gate) == "True" for gate in self.readiness_gates)
 
@@ -225,9 +253,55 @@ def _requests(container: Mapping[str, Any]) -> Requests:
 _NOTHING = Requests()
 
 
-def backoff(restarts: int) -> float:
-    """The kubelet's crash-loop back-off after ``restarts`` restarts: 10 s doubling, 300 s max."""
-    return min(BACKOFF_BASE * 2.0 ** max(restarts - 1, 0), BACKOFF_MAX)
+def crash_wait(backoff: float, restarted: float | None, crashed: float) -> float:
+    """The kubelet's wait before restarting containers that exited at ``crashed``, given their
+    back-off entry (``backoff``, 0: none) and their last restart (seconds since the epoch), as
+    kuberuntime's doBackOff decides it: none when they have no entry or it expired (an exit
+    more than BACKOFF_RESET after the last restart), else the entry's."""
+    if not backoff or restarted is None or crashed - restarted > BACKOFF_RESET:
+        return 0.0
+    return backoff
+
+
+def next_backoff(wait: float) -> float:
+    """The entry after a restart that waited ``wait`` (flowcontrol.Backoff.Next): 10 s after
+    none, else double, at most 300 s."""
+    return BACKOFF_BASE if not wait else min(2.0 * wait, BACKOFF_MAX)
+
+
+def backoff_from_status(status: Mapping[str, Any]) -> tuple[float, str]:
+    """The back-off entry (wait or next wait, last restart) a container status shows: the wait
+    of the restart before the current run tells the entry the kubelet then made (10 s, or
+    double the wait); a waiting container's message names its wait. So a restarted engine
+    goes on as its kubelets, which did not restart, would."""
+    state = status.get("state") or {}
+    last = (status.get("lastState") or {}).get("terminated") or {}
+    message = (state.get("waiting") or {}).get("message", "")
+    if "waiting" in state and message.startswith("back-off "):
+        seconds = _go_seconds(message.split()[1])
+        return (seconds, last.get("startedAt", "")) if seconds is not None else (0.0, "")
+    started = (state.get("running") or {}).get("startedAt", "")
+    if not started or not last.get("finishedAt"):
+        return 0.0, ""
+    waited = parse(started) - parse(last["finishedAt"])
+    ladder = BACKOFF_BASE
+    while ladder <= waited and ladder < BACKOFF_MAX:  # the loop's latency rounds down
+        ladder *= 2.0
+    return min(ladder, BACKOFF_MAX), started
+
+
+def go_duration(seconds: float) -> str:
+    """A wait as Go's time.Duration prints it (the kubelet's message: "1m20s", "5m0s")."""
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest}s" if minutes else f"{rest}s"
+
+
+def _go_seconds(text: str) -> float | None:
+    minutes, _, rest = text.rpartition("m")
+    try:
+        return float(int(minutes or "0") * 60 + int(rest.rstrip("s")))
+    except ValueError:
+        return None
 
 
 def life_from_status(facts: PodFacts, status: Mapping[str, Any]) -> PodLife:
@@ -242,8 +316,10 @@ def life_from_status(facts: PodFacts, status: Mapping[str, Any]) -> PodLife:
                                  c.get("message", ""), c.get("lastTransitionTime", ""))
                   for c in status.get("conditions") or () if c.get("type") not in _OWN
                   and c.get("type") not in facts.readiness_gates)
+    backoff, restarted_at = backoff_from_status(first)
     base = PodLife(ip=status.get("podIP"), start_time=status.get("startTime"),
                    init_finished=init_finished, restarts=restarts, conditions=extra,
+                   backoff=backoff, restarted_at=restarted_at,
                    reason=status.get("reason", ""), message=status.get("message", ""))
     ready_since = next((c.get("lastTransitionTime", "") for c in status.get("conditions") or ()
                         if c.get("type") == "Ready" and c.get("status") == "True"), "")
@@ -434,10 +510,9 @@ def _main_status(pod: PodFacts, life: PodLife, name: str, image: str) -> dict[st
     elif phase == RUNNING:
         entry["state"] = {"running": {"startedAt": life.started_at}}
     elif phase == BACKOFF:
-        wait = int(backoff(life.restarts))
         entry["state"] = {"waiting": {
             "reason": "CrashLoopBackOff",
-            "message": f"back-off {wait}s restarting failed container={name} "
+            "message": f"back-off {go_duration(life.backoff)} restarting failed container={name} "
                        f"pod={pod.name}_{pod.namespace}({pod.uid})"}}
     elif life.exit is not None:
         entry["state"] = _terminated(pod, name, life.exit, life.restarts)

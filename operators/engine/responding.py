@@ -28,7 +28,9 @@ MAX_HEAD = 16 * 1024
 #: than a second system call, up to a size.
 COPY_BELOW = 64 * 1024
 TEXT = "text/plain; charset=utf-8"
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+BAD_REQUEST_LINE = b"expected a request line METHOD TARGET HTTP/1.1\n"
+REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+           405: "Method Not Allowed", 422: "Unprocessable Entity",
            431: "Request Header Fields Too Large", 500: "Internal Server Error"}
 
 
@@ -40,6 +42,16 @@ class Answer(NamedTuple):
 
 #: What a request is answered with: ``route(path, local address)``.
 Route = Callable[[bytes, str], Answer]
+
+
+def request_line(head: bytes) -> tuple[bytes, bytes, bytes, list[bytes]] | None:
+    """A request head's method, target, version and header lines (None: its first line is
+    not an HTTP/1.x request line)."""
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0"):
+        return None
+    return parts[0], parts[1], parts[2], lines[1:]
 
 
 class Connection(asyncio.Protocol):
@@ -120,15 +132,13 @@ class Connection(asyncio.Protocol):
             self._idle = asyncio.get_running_loop().call_later(self._keepalive, self.close)
 
     def _request(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ")
-        if len(parts) != 3 or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0"):
-            self._answer(Answer(400, b"expected a request line METHOD TARGET HTTP/1.1\n"),
-                         keep=False)
+        parsed = request_line(head)
+        if parsed is None:
+            self._answer(Answer(400, BAD_REQUEST_LINE), keep=False)
             return
-        method, target, version = parts
+        method, target, version, lines = parsed
         keep = version == b"HTTP/1.1"
-        for line in lines[1:]:
+        for line in lines:
             name, _, value = line.partition(b":")
             name = name.strip().lower()
             if name == b"connection":

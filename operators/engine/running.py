@@ -24,10 +24,11 @@ batch of them (:mod:`~operators.engine.tracing`); everything else makes no span.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -36,20 +37,34 @@ from operators.api.durations import parse_duration
 from operators.api.faultsets import Kind
 from operators.api.injections import FaultEntry
 from operators.api.nodepools import FakeNodePoolSpec
-from operators.engine import nodes
+from operators.controlplane.pki import KubeletPKI
+from operators.engine import nodes, streaming
 from operators.engine.alerting import NODE_GRACE, GapAlarm
 from operators.engine.caching import Bodies
+from operators.engine.certifying import NodeCertificates
 from operators.engine.faultsets import FaultSets
 from operators.engine.heartbeating import NODES, Heartbeats
 from operators.engine.inventory import NodeBook
+from operators.engine.kubeletapi import KubeletAPIServer
 from operators.engine.lifecycle import PodLifecycle
+from operators.engine.logserving import LogServer
 from operators.engine.nodes import NodeFacts
+from operators.engine.pods import PodFacts, PodLife
 from operators.engine.pooling import ClusterRef, Pools
 from operators.engine.publishing import Publisher
 from operators.engine.recording import EventRecorder
 from operators.engine.registering import Registrar
+from operators.engine.scripting import GPU, PodSight, Scripts, gpus_on, sight
 from operators.engine.serving import KubeletServer
-from operators.engine.stages import Rulebook, Rules, Timing, default_rules
+from operators.engine.stages import (
+    LogRule,
+    Rulebook,
+    Rules,
+    Timing,
+    default_lifecycle,
+    default_rules,
+)
+from operators.engine.timers import ClockTimers
 from operators.engine.tracing import FaultBatches
 from operators.engine.usage import UsageBook
 from operators.k8s.client import Client
@@ -93,6 +108,9 @@ class EngineSettings:
     #: The port of the nodes' kubelet endpoints and the DCGM endpoint (0: any free one);
     #: None: no usage is measured and nothing is served.
     kubelet_port: int | None = None
+    #: The port of the nodes' kubelet API over TLS (0: any free one), served when the engine
+    #: has the member's kubelet PKI.
+    kubelet_tls_port: int = 0
 
 
 class ClusterEngine:
@@ -113,14 +131,19 @@ class ClusterEngine:
         rules: Rules | None = None,
         on_latency: Callable[[float], None] | None = None,
         tracer: trace.Tracer | None = None,
+        kubelet_pki: KubeletPKI | None = None,
+        scripts: Scripts | None = None,
     ) -> None:
         """``tracer`` makes the spans of fault writes (default: the API's global one, which
-        makes none until the entry point configured the SDK)."""
+        makes none until the entry point configured the SDK); ``kubelet_pki``: the member's
+        kubelets' CA, with which the engine serves the kubelet API over TLS (None: it serves
+        none, and the nodes advertise the plain port); ``scripts``: what exec'd commands and
+        forwarded ports answer (default: the default Lifecycle's)."""
         self.cluster = cluster
         self.client = client
         self.settings = settings = settings or EngineSettings()
         self._clock = clock
-        rulebook = Rulebook(rules or default_rules())
+        self.rulebook = rulebook = Rulebook(rules or default_rules())
         rng = rng or random.Random()
         # Heartbeats have connections of their own: pod churn must never delay a renewal
         # past the node-monitor grace period.
@@ -154,11 +177,19 @@ class ClusterEngine:
             if serving else None
         self.bodies = Bodies(self._render_node, clock=clock)
         self.server = KubeletServer(self, port=settings.kubelet_port or 0) if serving else None
+        self.logs = LogServer(self, clock=clock)
+        self.session_timers = ClockTimers(clock=clock)
+        upgrader = streaming.Upgrader(pods=self, scripts=scripts or Scripts(default_lifecycle()),
+                                      timers=self.session_timers)
+        self.kubelet_api = KubeletAPIServer(
+            self.node_at, self.logs, NodeCertificates(kubelet_pki, self.node_at),
+            upgrader=upgrader, metrics=self.resource_metrics if serving else None,
+            port=settings.kubelet_tls_port) if kubelet_pki is not None else None
         self.pods = PodLifecycle(cluster, client, self, self.recorder, clock=clock,
                                  rules=rulebook, faults=self.faults,
                                  concurrency=settings.pod_concurrency,
                                  throttle=self.heartbeats.behind, traces=self.traces,
-                                 usage=self.usage)
+                                 usage=self.usage, on_life=self.logs.changed)
         self._timings: dict[str, tuple[FakeNodePoolSpec, Timing]] = {}
         self._warned: set[str] = set()
         self._listed = asyncio.Event()
@@ -175,15 +206,15 @@ class ClusterEngine:
 
     async def run(self) -> None:
         await self._connect()
-        if self.server is None:
+        async with contextlib.AsyncExitStack() as servers:
+            # Before any node is made: each advertises the port as its kubelet's, the TLS
+            # one when there is one (the API server's way in; scrapers are given the plain
+            # one).
+            for server in (self.server, self.kubelet_api):
+                if server is not None:
+                    self.registrar.kubelet_port = await server.start()
+                    servers.push_async_callback(server.close)
             await self._run()
-            return
-        # Before any node is made: each advertises the port as its kubelet's.
-        self.registrar.kubelet_port = await self.server.start()
-        try:
-            await self._run()
-        finally:
-            await self.server.close()
 
     async def _run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -192,6 +223,9 @@ class ClusterEngine:
             group.create_task(self.pools.run(), name=f"engine:{self.cluster}:pools")
             group.create_task(self.publisher.run(), name=f"engine:{self.cluster}:slices")
             group.create_task(self.faults.run(), name=f"engine:{self.cluster}:faults")
+            group.create_task(self.logs.run(), name=f"engine:{self.cluster}:logs")
+            group.create_task(self.session_timers.run(),
+                              name=f"engine:{self.cluster}:session-timers")
             group.create_task(list_and_watch(
                 self.client, NODES, {"labelSelector": nodes.MANAGED_SELECTOR},
                 on_list=self._nodes_listed, on_event=self.book.changed, clock=self._clock),
@@ -327,6 +361,35 @@ class ClusterEngine:
         facts = self.book.facts.get(node)
         return record is not None and record.life.heartbeat and facts is not None and \
             facts.ready == "True"
+
+    # -- what the logs are made of (logserving.Pods) -----------------------------------------
+
+    def named(self, namespace: str, name: str) -> tuple[PodFacts, PodLife] | None:
+        return self.pods.named(namespace, name)
+
+    def log_rules(self, uid: str) -> Sequence[LogRule]:
+        return self.rulebook(self.faults.pod(uid)).logs
+
+    # -- what exec, attach and port-forward see (streaming.Pods) ---------------------------
+
+    def pod(self, node: str, namespace: str, name: str) -> PodSight | None:
+        found = self.pods.named(namespace, name)
+        if found is None or found[0].node != node:
+            return None
+        facts, life = found
+        return sight(facts, life, self._gpus_held(facts.uid, node))
+
+    def _gpus_held(self, uid: str, node: str) -> dict[str, tuple[GPU, ...]]:
+        """The GPUs each container of pod ``uid`` holds, as the DCGM endpoint allocates them
+        (none known when the engine measures no usage)."""
+        record = self.book.records.get(node)
+        spec = self.pools.spec(record.pool) if record is not None else None
+        if self.usage is None or record is None or spec is None or spec.gpu is None:
+            return {}
+        preset = spec.gpu.preset
+        return {container: gpus_on(self.cluster, node, preset, indices)
+                for container, indices in self.usage.held(uid, spec.gpus_per_node,
+                                                          record.life).items()}
 
     # -- what the endpoints show (serving.Source) --------------------------------------------
 

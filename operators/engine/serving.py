@@ -2,17 +2,20 @@
 cluster's DCGM exporter (``/metrics``), on one listening socket.
 
 Every node has a loopback address of its own (its InternalIP, :func:`~operators.engine.nodes.
-node_ip`) and advertises the engine's port as its kubelet port (``status.daemonEndpoints``), so
-a client that scrapes kubelets by node address, as metrics-server and Prometheus do, reaches
-``http://<node address>:<port>/metrics/resource``. One socket serves all of them: it is bound
-to the wildcard address *of the loopback interface only* (``SO_BINDTODEVICE lo``, allowed
-without privileges since Linux 5.7), so it accepts connections to any 127.x.y.z and none from
-another host, and each connection tells which node it is for by the local address it arrived
-on. Thousands of nodes cost no more sockets than one. ``http://127.0.0.1:<port>/metrics`` is
-the DCGM endpoint of the whole cluster. A pod's application metrics are at its node's address,
-``http://<node address>:<port>/pods/<namespace>/<pod>/metrics``: pod addresses are not routed on
-this host, so Prometheus reaches a pod through its node, as its scrape configuration says
-(:mod:`operators.addons.prometheus.rendering`).
+node_ip`), so a client that scrapes kubelets by node address, as metrics-server and Prometheus
+do, reaches ``http://<node address>:<port>/metrics/resource``. The nodes advertise this port as
+their kubelet's (``status.daemonEndpoints``) only when the engine serves no kubelet API over TLS
+(:mod:`operators.engine.kubeletapi`, what the API server calls for ``kubectl logs``); when it
+does, scrapers are given this port (metrics-server's ``--kubelet-port``). One socket serves all
+of them: it is bound to the wildcard address *of the loopback interface only*
+(``SO_BINDTODEVICE lo``, allowed without privileges since Linux 5.7), so it accepts connections
+to any 127.x.y.z and none from another host, and each connection tells which node it is for by
+the local address it arrived on. Thousands of nodes cost no more sockets than one.
+``http://127.0.0.1:<port>/metrics`` is the DCGM endpoint of the whole cluster. A pod's
+application metrics are at its node's address,
+``http://<node address>:<port>/pods/<namespace>/<pod>/metrics``: pod addresses are not routed
+on this host, so Prometheus reaches a pod through its node at this port, as its scrape
+configuration says (:mod:`operators.addons.prometheus.rendering`).
 
 Plain HTTP, no TLS: a TLS connection in asyncio holds a 256 KiB buffer and costs a handshake,
 which for 5000 nodes scraped every 15 s is a gigabyte or a core; these endpoints carry simulated
@@ -109,6 +112,21 @@ def listen(port: int) -> socket.socket:
     return sock
 
 
+async def listen_patiently(port: int) -> socket.socket:
+    """:func:`listen`; a port still held (by the engine this one replaces, as it exits) is
+    tried again for a while."""
+    waited = 0.0
+    while True:
+        try:
+            return listen(port)
+        except ServingError as error:
+            if not port or not isinstance(error.__cause__, OSError) or \
+                    error.__cause__.errno != errno.EADDRINUSE or waited >= BIND_PATIENCE:
+                raise
+        await asyncio.sleep(BIND_RETRY)
+        waited += BIND_RETRY
+
+
 def raise_open_files(*, limits: tuple[Callable[[int], tuple[int, int]],
                                       Callable[[int, tuple[int, int]], None]] = (
         resource.getrlimit, resource.setrlimit)) -> int:
@@ -151,7 +169,7 @@ class KubeletServer:
         self.port = 0  # the port it listens on, once started
 
     async def start(self) -> int:
-        sock = await self._listen()
+        sock = await listen_patiently(self._port)
         try:
             # The backlog again: asyncio listens anew on the socket it is given, with 100
             # unless told, and a scrape round of thousands of nodes overflows that (each
@@ -168,20 +186,6 @@ class KubeletServer:
                     "/metrics/resource) and DCGM metrics (http://127.0.0.1:%d/metrics)",
                     self.port, self.port)
         return self.port
-
-    async def _listen(self) -> socket.socket:
-        """The socket; a port still held (by the engine this one replaces, as it exits) is
-        tried again for a while."""
-        waited = 0.0
-        while True:
-            try:
-                return listen(self._port)
-            except ServingError as error:
-                if not self._port or not isinstance(error.__cause__, OSError) or \
-                        error.__cause__.errno != errno.EADDRINUSE or waited >= BIND_PATIENCE:
-                    raise
-            await asyncio.sleep(BIND_RETRY)
-            waited += BIND_RETRY
 
     async def close(self) -> None:
         if self._server is None:

@@ -29,6 +29,7 @@ from operators.api.injections import EntryState, FaultEntry
 from operators.api.stages import (
     Condition,
     Lifecycle,
+    LogScript,
     NodeEffect,
     NodeStage,
     NodeTaint,
@@ -39,6 +40,7 @@ from operators.api.stages import (
     load_lifecycle,
 )
 from operators.engine import pods as podlife
+from operators.engine.logs import Script, compile_script
 from operators.engine.nodes import (
     NodeFacts,
     NodeLife,
@@ -172,11 +174,22 @@ NodeRule = Rule[NodeStage, NodeFacts, NodeLife]
 
 
 @dataclasses.dataclass(frozen=True)
+class LogRule:
+    """A log script compiled for matching against a pod's facts and its life."""
+
+    name: str
+    holds: Callable[[PodFacts, PodLife], bool]
+    script: Script
+
+
+@dataclasses.dataclass(frozen=True)
 class Rules:
-    """Stages compiled for matching: a lifecycle's, or an object's (its faults' first)."""
+    """Stages compiled for matching: a lifecycle's, or an object's (its faults' first); and
+    the lifecycle's log scripts."""
 
     pods: tuple[PodRule, ...]
     nodes: tuple[NodeRule, ...]
+    logs: tuple[LogRule, ...] = ()
 
 
 def _pod_rule(stage: PodStage, entry: FaultEntry | None = None) -> PodRule:
@@ -198,16 +211,27 @@ def _carrier(entry: FaultEntry | None) -> tuple[str, EntryState | Literal[""], s
     return entry.id, entry.state, entry.traceparent or ""
 
 
+def _log_rule(script: LogScript) -> LogRule:
+    return LogRule(script.name, _compile(script.selector, POD_VIEWS, POD_MAPS),
+                   compile_script(script))
+
+
 def compile_lifecycle(lifecycle: Lifecycle) -> Rules:
     return Rules(pods=tuple(_pod_rule(stage) for stage in lifecycle.pods),
-                 nodes=tuple(_node_rule(stage) for stage in lifecycle.nodes))
+                 nodes=tuple(_node_rule(stage) for stage in lifecycle.nodes),
+                 logs=tuple(_log_rule(script) for script in lifecycle.logs))
+
+
+@functools.cache
+def default_lifecycle() -> Lifecycle:
+    """The default lifecycles (``stages.yaml`` next to this module)."""
+    text = resources.files("operators.engine").joinpath("stages.yaml").read_text()
+    return load_lifecycle(text, source="the default stages")
 
 
 @functools.cache
 def default_rules() -> Rules:
-    """The default lifecycles (``stages.yaml`` next to this module)."""
-    text = resources.files("operators.engine").joinpath("stages.yaml").read_text()
-    return compile_lifecycle(load_lifecycle(text, source="the default stages"))
+    return compile_lifecycle(default_lifecycle())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,10 +285,24 @@ class Rulebook:
                 pods.append(_pod_rule(stage, entry))
             else:
                 nodes.append(_node_rule(stage, entry))
-        return Rules((*pods, *self.defaults.pods), (*nodes, *self.defaults.nodes))
+        return Rules((*pods, *self.defaults.pods), (*nodes, *self.defaults.nodes),
+                     self.defaults.logs)
 
 
 # -- pods -------------------------------------------------------------------------------------
+
+def log_script(rules: Sequence[LogRule], pod: PodFacts, life: PodLife,
+               container: str) -> Script | None:
+    """The script of the container's log: the pod's own (its annotation) if it covers the
+    container, else the first of ``rules`` that matches the pod and covers it (None: an empty
+    log)."""
+    if pod.logs is not None and pod.logs.covers(container):
+        return pod.logs
+    for rule in rules:
+        if rule.script.covers(container) and rule.holds(pod, life):
+            return rule.script
+    return None
+
 
 def match_pod(rules: Sequence[PodRule], pod: PodFacts, life: PodLife) -> PodRule | None:
     """The first stage that applies to the pod (None: nothing more happens to it; a hold:
@@ -294,7 +332,7 @@ def pod_due(rule: PodRule, pod: PodFacts, life: PodLife, timing: Timing,
             seconds += timing.job_run_time + (rng.uniform(0, timing.job_run_jitter)
                                               if timing.job_run_jitter else 0.0)
     elif source == "crashLoopBackOff":
-        seconds += podlife.backoff(life.restarts)
+        seconds += life.backoff
     elif source == "gracePeriod":
         seconds += min(pod.grace if pod.grace is not None else 0.0, timing.grace_cap)
     if delay.since == "deletion":
@@ -320,6 +358,8 @@ def apply_pod(effect: PodEffect, pod: PodFacts, life: PodLife, now: str, *,
         if effect.phase == podlife.RUNNING and life.phase != podlife.RUNNING:
             changes.update(ip=life.ip or allocate(pod), start_time=life.start_time or now,
                            started_at=now, ready_since=now)
+        if effect.phase == podlife.RUNNING and life.phase == podlife.BACKOFF:
+            changes.update(backoff=podlife.next_backoff(life.backoff), restarted_at=now)
     if effect.wait is not None:
         changes["waiting"] = (effect.wait.reason, effect.wait.message)
     if effect.exit is not None:
@@ -331,7 +371,10 @@ def apply_pod(effect: PodEffect, pod: PodFacts, life: PodLife, now: str, *,
         elif pod.restart_policy == "Never":
             changes.update(phase=podlife.FAILED, exit=ended)
         else:
-            changes.update(phase=podlife.BACKOFF, last_exit=ended, restarts=life.restarts + 1)
+            changes.update(phase=podlife.BACKOFF, last_exit=ended, restarts=life.restarts + 1,
+                           backoff=podlife.crash_wait(
+                               life.backoff, parse(life.restarted_at) if life.restarted_at
+                               else None, parse(now)))
     conditions = list(effect.conditions)
     if effect.evict is not None:
         # As the kubelet's eviction manager: Failed whatever the restartPolicy, the pod's

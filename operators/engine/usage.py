@@ -353,6 +353,20 @@ class UsageBook:
                         memory_used=(meter.gpu_memory or defaults.gpu_memory).at(running))
             yield sample
 
+    def held(self, uid: str, count: int, life: NodeLife) -> dict[str, tuple[int, ...]]:
+        """The GPUs (indices on its node) each container of pod ``uid`` holds, allocated as a
+        scrape allocates them, so ``nvidia-smi -L`` in the container and the DCGM series name
+        the same GPUs; ``count``: the node's GPUs."""
+        meter = self._meters.get(uid)
+        if meter is None:
+            return {}
+        held: dict[str, tuple[int, ...]] = {}
+        for index, (holder, container) in sorted(
+                self._allocate(meter.facts.node, count, life).items()):
+            if holder is meter:
+                held[container] = (*held.get(container, ()), index)
+        return held
+
     def _allocate(self, node: str, count: int,
                   life: NodeLife) -> dict[int, tuple[Meter, str]]:
         """Index → (pod, container) of the node's GPUs now held; pods new to holding get the

@@ -19,6 +19,7 @@ from typing import Any
 
 import kopf
 
+from operators.api import restores
 from operators.api.base import API_VERSION
 from operators.api.clusters import KUBECONFIG_KEY, FakeCluster, FakeClusterStatus
 from operators.api.injections import read_entries
@@ -70,6 +71,11 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 await runtime.host.get(CLUSTERS.format(namespace=namespace, name=name)))
         except NotFound:
             return  # deleted meanwhile
+        annotations = cluster.metadata.get("annotations")
+        hold = restores.read_hold(annotations)
+        if hold is not None:
+            await hold_for_restore(runtime, cluster, key, hold)
+            return
         # Traced only if it changes something: most runs (the timer's) find nothing to do.
         with Provisioning(runtime.tracer, namespace, name, cluster.metadata.get("annotations"),
                           backend=cluster.spec.controlPlane.backend) as provisioning:
@@ -117,6 +123,8 @@ async def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 runtime, cluster, key, control_plane_running=observed.control_plane_running)
             observed = planning.Observed(**{**observed.__dict__, "addons": conditions})
             await report(runtime, cluster, observed, reported)
+            if restores.held(annotations) is not None:  # the hold is over: say it is released
+                await _acknowledge(runtime, cluster, None)
     if error and not stalled:
         raise kopf.TemporaryError(error, delay=delay)
 
@@ -171,6 +179,80 @@ async def hold_components(runtime: Runtime, cluster: FakeCluster, key: str, *,
             await process.start()
     return "; ".join(f"{component} stopped by fault {entry}" for component, entry in
                      sorted(held.items()) if component in local.processes)
+
+
+async def hold_for_restore(runtime: Runtime, cluster: FakeCluster, key: str,
+                           hold: restores.RestoreHold) -> None:
+    """Run of the member only what a snapshot restore lets run (:mod:`operators.api.restores`):
+    the add-ons always stop; the engine, the controller-manager and the scheduler stop unless
+    named; the API server runs only when named (started, for a member created by the restore).
+    Then say so in the FakeCluster's annotation, which the restore waits for."""
+    if cluster.spec.controlPlane.backend != "local":
+        await report(runtime, cluster, planning.Observed(
+            error="a snapshot restore holds it, but only local members can be restored: "
+                  f"remove annotation {keys.RESTORE}", stalled=True), cluster.status)
+        return
+    await addons.remove(runtime, key)
+    state = StateDir(runtime.state_dir)
+    apiserver = "kube-apiserver" in hold.run
+    local = runtime.substrate.clusters.get(key)
+    # An operator that starts while a hold is on knows nothing of the member yet: what an
+    # earlier one left running is adopted first, so that it can be stopped.
+    components = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+    left = [kind for kind in components
+            if running_as_recorded(record_path(state.component_log(key, kind)))]
+    if local is None and (apiserver or left):
+        await execute(runtime, cluster, key, planning.StartControlPlane())
+        local = runtime.substrate.clusters[key]
+    if not runtime.engine_running(key) and running_as_recorded(
+            record_path(state.engine_log(key))):
+        await execute(runtime, cluster, key, planning.StartEngine())
+    if "engine" not in hold.run:
+        await runtime.stop_engine(key)
+    if local is not None:
+        # Dependants first, as a member stops; the API server last.
+        for component in ("kube-controller-manager", "kube-scheduler", "kube-apiserver"):
+            process = local.processes.get(component)
+            wanted = apiserver and component == "kube-apiserver"
+            if process is not None and process.supervised and not wanted:
+                logger.info("cluster %s: stopping %s for restore %s", key, component, hold.id)
+                # Killed after a moment rather than drained: its data is about to be replaced.
+                await process.stop(timeout=FAULT_STOP_TIMEOUT)
+                if component == "kube-apiserver":
+                    runtime.versions.pop(key, None)
+            elif process is not None and wanted and not process.supervised:
+                await process.start()
+    if "engine" in hold.run and not runtime.engine_running(key):
+        if not await _answers(runtime, cluster, key):
+            return  # the API server is starting: the next reconcile starts the engine
+        await execute(runtime, cluster, key, planning.StartEngine())
+    if restores.held(cluster.metadata.get("annotations")) != hold.token:
+        await _acknowledge(runtime, cluster, hold.token)
+    observed = await observe(runtime, cluster, key)
+    # Never Ready while held, whatever runs: its scheduler and controller-manager do not.
+    await report(runtime, cluster, planning.Observed(**{
+        **observed.__dict__, "control_plane_running": False,
+        "error": f"held by the restore of a snapshot ({hold.id}): "
+                 f"{', '.join(hold.run) or 'nothing'} running"}), cluster.status)
+
+
+async def _answers(runtime: Runtime, cluster: FakeCluster, key: str,
+                   timeout: float = 60.0) -> bool:
+    """Whether the member's API server answers within ``timeout`` (just started)."""
+    deadline = time.monotonic() + timeout
+    while not (await _version(runtime, cluster, key))[0]:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.5)
+    return True
+
+
+async def _acknowledge(runtime: Runtime, cluster: FakeCluster, token: str | None) -> None:
+    path = CLUSTERS.format(namespace=cluster.metadata["namespace"],
+                           name=cluster.metadata["name"])
+    with contextlib.suppress(NotFound):
+        await runtime.host.patch(path, {"metadata": {"annotations": {
+            keys.RESTORE_HELD: token}}})
 
 
 def adopting(state: StateDir, cluster: FakeCluster, key: str,
@@ -248,6 +330,7 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
             owner=kubeconfig_owner(cluster))
     elif isinstance(action, planning.StartEngine):
         member = runtime.external.get(key)
+        kubelet_pki = None
         if member is not None:
             kubeconfig = member.kubeconfig  # an adopted cluster: the credentials it was given
         else:
@@ -256,7 +339,8 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
                                       connections=1) as admin:
                 await authorizing.grant(admin)
             kubeconfig = local.engine_kubeconfig_path
-        await runtime.start_engine(key, namespace, name, kubeconfig)
+            kubelet_pki = local.kubelet_pki.directory
+        await runtime.start_engine(key, namespace, name, kubeconfig, kubelet_pki=kubelet_pki)
     elif isinstance(action, planning.StopEngine):
         await runtime.stop_engine(key)
     elif isinstance(action, planning.DrainNodes):

@@ -45,6 +45,10 @@ def build_registry(host: HostConfig) -> kopf.OperatorRegistry:
     kopf.on.update(**fc, id="reconcile", field="spec")(clusters.reconcile)  # type: ignore[arg-type]
     kopf.on.update(**fnp, id="reconcile", field="spec")(  # type: ignore[arg-type]
         nodepools.reconcile)
+    # A snapshot restore's hold, put on and taken off, is carried out at once (the timer
+    # would take up to its interval at each of the restore's steps).
+    kopf.on.update(**fc, id="restore", when=_restoring)(  # type: ignore[arg-type]
+        clusters.reconcile)
     kopf.timer(**fc, id="refresh", interval=CLUSTER_TIMER)(  # type: ignore[arg-type]
         clusters.reconcile)
     kopf.on.delete(**fc, id="teardown")(clusters.delete)  # type: ignore[arg-type]
@@ -61,6 +65,10 @@ def build_registry(host: HostConfig) -> kopf.OperatorRegistry:
 
     kopf.on.login(registry=registry)(login)
     return registry
+
+
+def _restoring(annotations: kopf.Annotations, **_: Any) -> bool:
+    return keys.RESTORE in annotations or keys.RESTORE_HELD in annotations
 
 
 def connection_info(access: ClusterAccess) -> kopf.ConnectionInfo:

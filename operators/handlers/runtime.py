@@ -25,11 +25,10 @@ from operators.controlplane import health
 from operators.controlplane.binaries import Binaries
 from operators.controlplane.components import Profile
 from operators.controlplane.errors import BinaryError
-from operators.controlplane.ports import free_port
 from operators.controlplane.state import (
     EngineEndpoint,
     StateDir,
-    publish,
+    choose_engine_endpoint,
     read_engine_endpoint,
 )
 from operators.controlplane.substrate import Substrate
@@ -38,7 +37,6 @@ from operators.faults.evaluating import CelWorkers
 from operators.k8s.client import Client
 from operators.k8s.config import ClusterAccess, HostConfig
 from operators.reconciling.clusters import HubState, Release
-from primitives.files import private_directory
 
 logger = logging.getLogger(__name__)
 
@@ -160,21 +158,25 @@ class Runtime:
         return engine is not None and engine.running
 
     async def start_engine(self, key: str, namespace: str, name: str,
-                           member_kubeconfig: Path) -> Supervised:
+                           member_kubeconfig: Path, *,
+                           kubelet_pki: Path | None = None) -> Supervised:
         """The cluster's engine process, supervised: its log in the cluster's directory,
         restarted with back-off (reset after a healthy minute) when it dies. One that an
         earlier operator left running with the same command line is adopted if it answers
-        on its kubelet port."""
+        on its kubelet port. ``kubelet_pki``: the member's kubelet PKI, with which it serves
+        the kubelet API over TLS (None: an adopted cluster, whose API server fakefleet cannot
+        give the flags to reach it)."""
         engine = self.engines.get(key)
         if engine is not None:
             return engine
-        endpoint = self.engine_endpoint(key, choose=True)
-        assert endpoint is not None
+        endpoint = choose_engine_endpoint(StateDir(self.state_dir), key)  # both ports set
+        tls = ["--kubelet-tls-port", str(endpoint.kubeletTlsPort),
+               "--kubelet-pki", str(kubelet_pki)] if kubelet_pki is not None else []
         engine = Supervised(
             f"{key}/engine",
             [sys.executable, "-m", "operators.engine", "--kubeconfig", str(member_kubeconfig),
              *engine_host_arguments(self.host_config), "--cluster", f"{namespace}/{name}",
-             "--kubelet-port", str(endpoint.kubeletPort)],
+             "--kubelet-port", str(endpoint.kubeletPort), *tls],
             log_path=StateDir(self.state_dir).engine_log(key),
             stable_after=ENGINE_STABLE_AFTER, death_signal=signal.SIGTERM,
             subreaper=self.subreaper,
@@ -185,24 +187,13 @@ class Runtime:
         return engine
 
     def engine_endpoint(self, key: str, *, choose: bool = False) -> EngineEndpoint | None:
-        """Where the member's engine serves its nodes' kubelets and DCGM metrics: the port it
-        had, which its nodes advertise (an engine of the previous operator holds it: it is
-        adopted, or, stopping, holds it for a moment and the new one waits for it), or with
-        ``choose`` a free one if there is none yet."""
+        """Where the member's engine serves its nodes' kubelets and DCGM metrics: the ports it
+        had, which its nodes advertise, or with ``choose`` free ones if there are none yet
+        (:func:`~operators.controlplane.state.choose_engine_endpoint`)."""
         state = StateDir(self.state_dir)
-        found = read_engine_endpoint(state, key)
-        if not choose or found is not None:
-            return found
-        # Not a port another member's engine has (it may not be listening right now).
-        taken = {endpoint.kubeletPort for other in state.clusters.glob("*")
-                 if (endpoint := read_engine_endpoint(state, other.name)) is not None}
-        port = free_port()
-        while port in taken:
-            port = free_port()
-        endpoint = EngineEndpoint(kubeletPort=port)
-        private_directory(state.cluster(key))
-        publish(state.engine_file(key), endpoint)
-        return endpoint
+        if choose:
+            return choose_engine_endpoint(state, key)
+        return read_engine_endpoint(state, key)
 
     async def stop_engine(self, key: str) -> None:
         engine = self.engines.pop(key, None)

@@ -15,6 +15,7 @@ from opentelemetry import trace
 from operators.api import faultsets
 from operators.api.injections import FaultEntry
 from operators.api.nodepools import FakeNodePoolSpec
+from operators.controlplane.pki import KubeletPKI
 from operators.engine import authorizing
 from operators.engine.heartbeating import LEASE_NAMESPACE
 from operators.engine.pooling import ClusterRef
@@ -101,13 +102,13 @@ class Fleet:
 
     def engine(self, *, hosted: bool = True, pools: dict[str, FakeNodePoolSpec] | None = None,
                seed: int = 1, rules: Rules | None = None, tracer: trace.Tracer | None = None,
-               **settings: Any) -> ClusterEngine:
+               kubelet_pki: KubeletPKI | None = None, **settings: Any) -> ClusterEngine:
         client = Client(Recorded(self.member, self.engine_requests), clock=self.clock)
         return ClusterEngine(
             ENGINE_NAME, client, host=Client(self.host, clock=self.clock) if hosted else None,
             serves=CLUSTER if hosted else None, pools=None if hosted else pools,
             settings=EngineSettings(**settings), clock=self.clock, rng=random.Random(seed),
-            rules=rules, tracer=tracer)
+            rules=rules, tracer=tracer, kubelet_pki=kubelet_pki)
 
     @contextlib.asynccontextmanager
     async def running(self, engine: ClusterEngine) -> AsyncIterator[ClusterEngine]:

@@ -209,8 +209,9 @@ async def test_an_unreadable_fault_set_is_ignored_with_one_warning() -> None:
 
 
 async def test_an_exit_written_during_the_back_off_of_another_happens_once_it_runs() -> None:
-    """Two plans' steps hit one pod: the second exit arrives while the first one's crash-loop
-    back-off runs; it happens once the pod runs again, and its set alone is marked done."""
+    """Plans' steps hit one pod: a first exit restarts it at once (the kubelet has no back-off
+    for it yet) with the fault's status kept in lastState, a second waits 10 s, and a third
+    arriving during that back-off happens once the pod runs again, its set alone marked done."""
     fleet = Fleet()
     async with fleet.running(fleet.engine()):
         await started(fleet)
@@ -219,12 +220,19 @@ async def test_an_exit_written_during_the_back_off_of_another_happens_once_it_ru
         fleet.inject(entry("ns/plan/exit/0", [EXIT], END), "train", kind="Pod")
         await fleet.clock.advance(1)
         assert fleet.set_state("ns/plan/exit/0") == "done"
-        assert fleet.pod("train")["status"]["phase"] == "Running"  # BackOff shows as Running
+        first = container(fleet.pod("train"))
+        assert (first["restartCount"], list(first["state"])) == (1, ["running"])
+        assert first["lastState"]["terminated"]["message"] == "NCCL communicator aborted"
         fleet.inject(entry("ns/plan/exit-again/0", [EXIT], END), "train", kind="Pod")
+        await fleet.clock.advance(1)
+        waiting = container(fleet.pod("train"))["state"]["waiting"]
+        assert waiting["message"].startswith("back-off 10s restarting failed container=main")
+        assert fleet.pod("train")["status"]["phase"] == "Running"  # BackOff shows as Running
+        fleet.inject(entry("ns/plan/exit-third/0", [EXIT], END), "train", kind="Pod")
         await fleet.clock.advance(5)
-        assert container(fleet.pod("train"))["restartCount"] == 1  # still backing off
+        assert container(fleet.pod("train"))["restartCount"] == 2  # still backing off
         await fleet.clock.advance(10)  # the back-off (10 s) passed: it runs, and exits again
-        assert fleet.set_state("ns/plan/exit-again/0") == "done"
+        assert fleet.set_state("ns/plan/exit-third/0") == "done"
         await fleet.clock.advance(30)
-        assert container(fleet.pod("train"))["restartCount"] == 2
-    assert exits(fleet, "train", 3) == 2
+        assert container(fleet.pod("train"))["restartCount"] == 3
+    assert exits(fleet, "train", 3) == 3

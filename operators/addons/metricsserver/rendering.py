@@ -13,8 +13,9 @@ The RBAC is upstream's (``manifests/base/rbac.yaml`` in the module source), boun
 metrics-server's own user instead of its ServiceAccount; the APIService is upstream's
 (``manifests/base/apiservice.yaml``) with the ``caBundle`` in place of
 ``insecureSkipTLSVerify``. metrics-server scrapes the nodes the engine plays (label
-``fakefleet.dev/pool``) at their InternalIPs and daemon endpoint ports, over plain HTTP
-(:mod:`operators.engine.serving` says why).
+``fakefleet.dev/pool``) at their InternalIPs on the engine's plain port, over plain HTTP
+(:mod:`operators.engine.serving` says why), not at the port the nodes advertise: that one is
+the kubelet API over TLS, which the member's API server uses (``kubectl logs``).
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ Object = dict[str, Any]
 
 
 def argv(binary: Path, *, kubeconfig: Path, port: int, cert: Path, key: Path,
-         resolution: str) -> list[str]:
-    """metrics-server's command line for one member."""
+         resolution: str, kubelet_port: int) -> list[str]:
+    """metrics-server's command line for one member; ``kubelet_port``: the engine's plain
+    one."""
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
@@ -56,7 +58,7 @@ def argv(binary: Path, *, kubeconfig: Path, port: int, cert: Path, key: Path,
         f"--tls-private-key-file={key}",
         f"--metric-resolution={resolution}",
         "--kubelet-preferred-address-types=InternalIP",
-        "--kubelet-use-node-status-port",
+        f"--kubelet-port={kubelet_port}",
         "--deprecated-kubelet-completely-insecure",
         f"--kubelet-request-timeout={KUBELET_REQUEST_TIMEOUT}",
         # Only the engine's nodes have kubelets to scrape.

@@ -24,7 +24,7 @@ from operators.api.clusters import FakeCluster
 from operators.controlplane import health, kubeconfigs
 from operators.controlplane.pki import ensure_addon_pki
 from operators.controlplane.ports import free_port
-from operators.controlplane.state import StateDir
+from operators.controlplane.state import StateDir, choose_engine_endpoint
 from operators.controlplane.supervising import tail
 from operators.k8s import owning
 from operators.k8s.client import Client
@@ -113,9 +113,13 @@ class MetricsServer:
         async with site.connect() as client:
             for obj in rendering.rbac(manifests):
                 await _apply(client, obj)
+        # The engine's port, chosen here if the engine has not started yet: either takes
+        # what the other wrote down.
+        engine = choose_engine_endpoint(site.state, site.key)
         return Launch(rendering.argv(binary, kubeconfig=files.kubeconfig, port=port,
                                      cert=pki.serving_cert, key=pki.serving_key,
-                                     resolution=spec.resolution),
+                                     resolution=spec.resolution,
+                                     kubelet_port=engine.kubeletPort),
                       settings=spec.resolution)
 
     async def hook(self, site: Site) -> None:
