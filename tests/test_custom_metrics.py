@@ -201,7 +201,7 @@ def test_prometheus_is_built_then_started_once_the_engine_has_its_port() -> None
     assert planning.plan(cluster(), no_engine) == []
     state = planning.condition(cluster(), no_engine)
     assert state == AddonState(False, "Waiting", "waiting for the cluster's engine: Prometheus "
-                                                 "scrapes the pods through its kubelet port")
+                                                 "scrapes the pods through its plain port")
     assert planning.plan(cluster(), UP) == [Start()]
     started = planning.Observed(**{**UP.__dict__, "supervised": True, "settings": SETTINGS})
     assert planning.plan(cluster(), started) == []

@@ -2,7 +2,7 @@
 
 :func:`plan` compares ``spec.addons.customMetrics`` with what the operator observes (the life
 every add-on lives, :mod:`operators.addons.lifecycle`: built, started once the member's engine
-has its kubelet port, which the scrape configuration names; restarted when its configuration
+has its plain port, which the scrape configuration names; restarted when its configuration
 changes; it has nothing to hook, nothing in the member calls it); :func:`condition` tells the
 truth about it in one line. The add-on runner (:mod:`operators.addons.prometheus.running`)
 observes, calls these and applies.
@@ -33,8 +33,8 @@ class Observed(lifecycle.Observed):
     """``/-/ready`` answers 200: its TSDB is open, it scrapes."""
     port: int = 0
     engine_port: int = 0
-    """The member's engine's kubelet port, which it scrapes the pods through (0: not known
-    yet)."""
+    """The member's engine's plain port (not its TLS kubelet API's), which it scrapes the pods
+    through (0: not known yet)."""
     settings: str = ""
     """What the running process was started with (:func:`settings`; "" when none runs)."""
 
@@ -71,7 +71,7 @@ def condition(cluster: FakeCluster, observed: Observed) -> AddonState | None:
         return said
     if not observed.engine_port:
         return AddonState(False, "Waiting", "waiting for the cluster's engine: Prometheus "
-                                            "scrapes the pods through its kubelet port")
+                                            "scrapes the pods through its plain port")
     if said is not None:
         return said
     which = "prometheus.io/scrape: \"true\"" + (

@@ -7,7 +7,7 @@ says). It discovers pods as a platform team's pod job does, ``kubernetes_sd_conf
 ``pod`` against the member's API server, as its own user with the RBAC to list and watch pods,
 and relabels each target as a PodMonitor would compile to, with one difference: pod addresses
 (10.128.0.0/9) are not routed on this host, so a pod is scraped through its node, at the
-engine's kubelet port, ``http://<hostIP>:<engine port>/pods/<namespace>/<pod>/metrics``
+engine's plain port, ``http://<hostIP>:<engine port>/pods/<namespace>/<pod>/metrics``
 (:mod:`operators.engine.serving`).
 
 Which pods: those annotated ``prometheus.io/scrape: "true"`` (the convention every Prometheus
@@ -90,7 +90,7 @@ def config(*, kubeconfig: Path, engine_port: int, scrape_interval: float, retent
                 # prometheus.io/scrape: "true", or an annotation of a listed metric.
                 {"source_labels": opted_in, "regex": "(.*;)?true(;.*)?", "action": "keep"},
                 {"source_labels": [f"{META}host_ip"], "regex": ".+", "action": "keep"},
-                # Pod addresses are not routed here: through the node's kubelet port.
+                # Pod addresses are not routed here: through the node, at the engine's plain port.
                 {"source_labels": [f"{META}host_ip"], "regex": "(.+)",
                  "target_label": "__address__", "replacement": f"${{1}}:{engine_port}"},
                 {"source_labels": ["__meta_kubernetes_namespace", f"{META}name"],

@@ -1,7 +1,7 @@
 """Prometheus on a member, as the add-on runner (:mod:`operators.addons.running`) drives it.
 
 Prometheus is started when ``spec.addons.customMetrics`` asks for it and the member's engine
-has its kubelet port: its RBAC is applied to the member, its client certificate (issued by the
+has its plain port: its RBAC is applied to the member, its client certificate (issued by the
 member's CA) and kubeconfig, its configuration and its port written to
 ``<state>/clusters/<key>/prometheus/``, its TSDB kept in ``data/`` there. It has nothing to
 hook: nothing in the member calls it (the custom-metrics adapter does, from this host). What to
