@@ -44,7 +44,7 @@ demo-autoscaling: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/demo-autoscaling.sh
 
 ## demo-conformance: the AI-conformance rehearsal on a fresh GPU FakeCluster (Kueue, Karpenter,
-## KubeRay, three GPU pools): fakefleet conformance run writes PRODUCT.yaml, junit.xml and evidence/ to
+## KubeRay, custom metrics, three GPU pools): fakefleet conformance run writes PRODUCT.yaml, junit.xml and evidence/ to
 ## $$DEMO_OUTPUT (default: a temporary directory) and prints requirement, level, status, time;
 ## exits 0 when every automatable MUST is Implemented
 demo-conformance: setup

@@ -1,15 +1,15 @@
-"""``fakefleet conformance run`` on a GPU FakeCluster with Kueue and Karpenter: every check
-that main can run is Implemented with its evidence, PRODUCT.yaml passes the offline subset of
-upstream's validator, junit.xml has a case per requirement and DRA's; then each check is shown
-to fail when its component is broken (Kueue stopped, the metrics endpoint off, Karpenter
-absent), so that none of them can only pass.
+"""``fakefleet conformance run`` on a GPU FakeCluster with Kueue, Karpenter and custom metrics:
+every automatable MUST is Implemented with its evidence (pod autoscaling: an HPA of type Pods
+scaled up and down on the serving queue, through the real Prometheus and adapter), PRODUCT.yaml
+passes the offline subset of upstream's validator, junit.xml has a case per requirement and
+DRA's; then each check is shown to fail when its component is broken (Kueue stopped, the metrics
+endpoint off, Karpenter absent, custom metrics off), so that none of them can only pass.
 
 Then gang scheduling again under an Xid 79 FaultPlan, reported in junit.xml and the evidence.
 
-One cluster for the module: a static H100 node (Kueue's gangs, DCGM, the RayCluster), a pool
-Karpenter makes H100 nodes for, and a node offering its GPUs through DRA. The checks on add-ons
-this build lacks (custom metrics; KubeRay before its merge) must say so; with the add-on, they
-must hold.
+One cluster for the module: a static H100 node (Kueue's gangs, DCGM, the RayCluster, the HPA's
+GPU pods), a pool Karpenter makes H100 nodes for, and a node offering its GPUs through DRA.
+A build without KubeRay must say so; with it, robust_controller must hold.
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ from operators.conformance.checking import available
 
 NAMESPACE = "ffc"
 CLUSTER = "rehearsal"
-OPTIONAL = {"customMetrics": ("pod_autoscaling", "ai_service_metrics"),
-            "kuberay": ("robust_controller",)}
+METRIC = "vllm_num_requests_waiting"
+OPTIONAL = {"kuberay": ("robust_controller",)}
 
 
 def manifest() -> str:
     addons: dict[str, Any] = {"kueue": {}, "karpenter": {"consolidateAfter": "5s",
-                                                         "disruptionBudget": "100%"}}
+                                                         "disruptionBudget": "100%"},
+                              "customMetrics": {}}
     addons.update({field: {} for field in OPTIONAL if available(field)})
     docs: list[dict[str, Any]] = [
         {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FakeCluster",
@@ -66,10 +67,11 @@ def conditions(fleet: Fleet) -> dict[str, str]:
 def cluster(fleet: Fleet) -> Iterator[str]:
     kubectl(fleet.host, "create", "namespace", NAMESPACE, check=False)
     fleet.apply(manifest())
-    wanted = {"Ready", "KueueReady", "KarpenterReady"} | (
+    wanted = {"Ready", "KueueReady", "KarpenterReady", "PrometheusReady",
+              "CustomMetricsReady"} | (
         {"KubeRayReady"} if available("kuberay") else set())
     eventually(lambda: all(conditions(fleet).get(kind) == "True" for kind in wanted),
-               timeout=300, what=f"{CLUSTER} Ready with Kueue and Karpenter")
+               timeout=300, what=f"{CLUSTER} Ready with Kueue, Karpenter and custom metrics")
     eventually(lambda: (fleet.get("fnp", "h100", "-n", NAMESPACE).get("status") or {}).get(
         "readyReplicas") == 1, timeout=120, what="the static H100 node Ready")
     yield f"{NAMESPACE}/{CLUSTER}"
@@ -95,7 +97,8 @@ def test_a_full_run_implements_what_main_can_check_with_evidence(
     assert "rehearsal on simulated hardware, not a certification" in printed
     for header in ("requirement", "level", "status", "time"):
         assert header in printed
-    implemented = ["gang_scheduling", "cluster_autoscaling", "accelerator_metrics"]
+    implemented = ["gang_scheduling", "cluster_autoscaling", "pod_autoscaling",
+                   "accelerator_metrics", "ai_service_metrics"]
     for field, ids in OPTIONAL.items():
         for id in ids:
             if available(field):
@@ -122,6 +125,32 @@ def test_a_full_run_implements_what_main_can_check_with_evidence(
     assert cases["dra_resource_claims"].find("failure") is None, ET.tostring(
         cases["dra_resource_claims"], "unicode")
     assert (tmp_path / "evidence/dra_resource_claims/resourceclaim.yaml").is_file()
+    scaled_on_the_queue(tmp_path / "evidence/pod_autoscaling")
+    served_from_prometheus(tmp_path / "evidence/ai_service_metrics")
+
+
+def scaled_on_the_queue(evidence: Path) -> None:
+    """The HPA is of type Pods on the queue, and its controller rescaled to 2 and back to 1."""
+    hpa = yaml.safe_load((evidence / "hpa.yaml").read_text())
+    assert [(m["type"], m["pods"]["metric"]["name"]) for m in hpa["spec"]["metrics"]] == [
+        ("Pods", METRIC)], hpa["spec"]
+    rescales = [e["message"] for e in yaml.safe_load((evidence / "events.yaml").read_text())
+                if e["reason"] == "SuccessfulRescale"]
+    assert sorted(m.split(";")[0] for m in rescales) == ["New size: 1", "New size: 2"], rescales
+    up = next(m for m in rescales if m.startswith("New size: 2"))
+    assert f"{METRIC} above target" in up, rescales
+
+
+def served_from_prometheus(evidence: Path) -> None:
+    """custom.metrics.k8s.io answered the serving pods' queue as they report it (7): the
+    adapter answers only what Prometheus collected."""
+    prometheus = yaml.safe_load((evidence / "PrometheusReady.yaml").read_text())
+    assert (prometheus["status"], prometheus["reason"]) == ("True", "Running"), prometheus
+    found = yaml.safe_load((evidence / "custom-metrics.yaml").read_text())
+    assert found["items"], found
+    for item in found["items"]:
+        assert (item["metric"]["name"], item["value"]) == (METRIC, "7"), item
+        assert item["describedObject"]["kind"] == "Pod", item
 
 
 def test_gang_scheduling_under_an_xid_79_is_reported_as_holding_or_not(
@@ -158,6 +187,18 @@ def test_the_metrics_endpoint_off_fails_accelerator_metrics(fleet: Fleet, cluste
     found = items["accelerator_metrics"]
     assert found["status"] == "Not Implemented"
     assert "did not answer" in found["notes"], found
+
+
+def test_custom_metrics_off_fails_pod_autoscaling(fleet: Fleet, cluster: str,
+                                                  tmp_path: Path) -> None:
+    kubectl(fleet.host, "-n", NAMESPACE, "patch", "fc", CLUSTER, "--type=merge",
+            "-p", '{"spec":{"addons":{"customMetrics":{"enabled":false}}}}')
+    eventually(lambda: "CustomMetricsReady" not in conditions(fleet), timeout=60,
+               what="custom metrics stopped")
+    code, items, _ = rehearse(fleet, cluster, tmp_path, "--only", "pod_autoscaling")
+    assert code == 1
+    assert items["pod_autoscaling"]["status"] == "Not Implemented"
+    assert "spec.addons.customMetrics is not enabled" in items["pod_autoscaling"]["notes"]
 
 
 def test_kueue_stopped_fails_gang_scheduling(fleet: Fleet, cluster: str,

@@ -120,6 +120,10 @@ async def test_an_addon_that_is_off_names_the_field_that_turns_it_on(tmp_path: P
         await CHECKS["gang_scheduling"].run(member.context("gang_scheduling"))
     with pytest.raises(Unmet, match=r"spec\.addons\.karpenter is not enabled"):
         await CHECKS["cluster_autoscaling"].run(member.context("cluster_autoscaling"))
+    for id in ("pod_autoscaling", "ai_service_metrics"):
+        with pytest.raises(Unmet, match=r"spec\.addons\.customMetrics is not enabled on "
+                                        r"FakeCluster default/c: set spec\.addons\.customMetrics"):
+            await CHECKS[id].run(member.context(id))
 
 
 @pytest.mark.parametrize(("id", "field"), [("pod_autoscaling", "customMetrics"),
