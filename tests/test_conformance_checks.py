@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from operators.conformance import checklists, faulting, running
-from operators.conformance.checking import Context, Evidence, Unmet, Verdict, available
+from operators.conformance.checking import Context, Evidence, Unmet, Verdict
 from operators.conformance.checks import CHECKS, Check
 from operators.conformance.checks import metrics as metric_checks
 from operators.conformance.results import Result
@@ -124,19 +124,6 @@ async def test_an_addon_that_is_off_names_the_field_that_turns_it_on(tmp_path: P
         with pytest.raises(Unmet, match=r"spec\.addons\.customMetrics is not enabled on "
                                         r"FakeCluster default/c: set spec\.addons\.customMetrics"):
             await CHECKS[id].run(member.context(id))
-
-
-@pytest.mark.parametrize(("id", "field"), [("pod_autoscaling", "customMetrics"),
-                                           ("ai_service_metrics", "customMetrics"),
-                                           ("robust_controller", "kuberay")])
-async def test_a_check_on_an_addon_this_build_lacks_says_it_is_not_available(
-        tmp_path: Path, id: str, field: str) -> None:
-    if available(field):
-        pytest.skip(f"this build has spec.addons.{field}: the e2e test checks it")
-    member = Member(tmp_path, nodes=[gpu_node("gpu-0", 8)])
-    with pytest.raises(Unmet, match=rf"\(spec\.addons\.{field}\) is not available in this "
-                                    rf"build of fakefleet"):
-        await CHECKS[id].run(member.context(id))
 
 
 DCGM_PAGE = """# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).

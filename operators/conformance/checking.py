@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 
 import yaml
 
-from operators.api.clusters import AddonsSpec
 from operators.conformance.results import Status
 from operators.k8s.client import Client
 from primitives.clocks import Clock
@@ -124,16 +123,6 @@ class Context:
             if found is not None and found is not False:
                 return found
             await self.clock.sleep(POLL)
-
-
-def available(field: str) -> bool:
-    """Whether this build's FakeCluster schema has spec.addons.<field>."""
-    return field in AddonsSpec.model_fields
-
-
-def not_available(field: str, addon: str) -> Unmet:
-    return Unmet(f"add-on {addon} (spec.addons.{field}) is not available in this build of "
-                 f"fakefleet: its FakeCluster schema has no spec.addons.{field}")
 
 
 async def addon_ready(ctx: Context, field: str, condition: str, how: str) -> Mapping[str, Any]:

@@ -16,7 +16,6 @@ from operators.conformance.checking import (
     Unmet,
     Verdict,
     addon_ready,
-    available,
     make_namespace,
     namespace,
     running,
@@ -48,9 +47,6 @@ def raycluster(name: str, workers: int, *, groups: tuple[str, ...] = ("workers",
 
 
 async def check(ctx: Context) -> Verdict:
-    if not available("kuberay"):
-        raise Unmet("add-on KubeRay (spec.addons.kuberay) is not available in this build of "
-                    f"fakefleet: its FakeCluster schema has no spec.addons.kuberay. {NOT_CHECKED}")
     await addon_ready(ctx, "kuberay", "KubeRayReady", "set spec.addons.kuberay: {}")
     ctx.at("reading KubeRay's CRDs")
     crds = []

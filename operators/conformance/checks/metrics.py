@@ -22,11 +22,9 @@ from operators.conformance.checking import (
     Unmet,
     Verdict,
     addon_ready,
-    available,
     gpus,
     make_namespace,
     namespace,
-    not_available,
     require_gpus,
 )
 from operators.k8s.errors import K8sError
@@ -124,8 +122,6 @@ def serving(name: str, value: str, *, gpu: bool, replicas: int = 1) -> dict[str,
 
 
 async def services(ctx: Context) -> Verdict:
-    if not available("customMetrics"):
-        raise not_available("customMetrics", "Prometheus and the custom-metrics adapter")
     await addon_ready(ctx, "customMetrics", "PrometheusReady",
                       "set spec.addons.customMetrics: {}")
     await addon_ready(ctx, "customMetrics", "CustomMetricsReady",

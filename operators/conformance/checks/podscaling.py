@@ -15,10 +15,8 @@ from operators.conformance.checking import (
     Context,
     Verdict,
     addon_ready,
-    available,
     make_namespace,
     namespace,
-    not_available,
     require_gpus,
     running,
 )
@@ -45,8 +43,6 @@ def autoscaler() -> dict[str, Any]:
 
 
 async def check(ctx: Context) -> Verdict:
-    if not available("customMetrics"):
-        raise not_available("customMetrics", "Prometheus and the custom-metrics adapter")
     await addon_ready(ctx, "customMetrics", "CustomMetricsReady",
                       "set spec.addons.customMetrics: {}")
     await require_gpus(ctx)
