@@ -9,7 +9,7 @@ Then gang scheduling again under an Xid 79 FaultPlan, reported in junit.xml and 
 
 One cluster for the module: a static H100 node (Kueue's gangs, DCGM, the RayCluster, the HPA's
 GPU pods), a pool Karpenter makes H100 nodes for, and a node offering its GPUs through DRA.
-A build without KubeRay must say so; with it, robust_controller must hold.
+KubeRay is on, so robust_controller must hold.
 """
 
 from __future__ import annotations
@@ -27,19 +27,16 @@ import yaml
 
 from e2e.conftest import FAKEFLEET, Fleet, eventually, kubectl
 from operators.conformance import checklists, validating
-from operators.conformance.checking import available
 
 NAMESPACE = "ffc"
 CLUSTER = "rehearsal"
 METRIC = "vllm_num_requests_waiting"
-OPTIONAL = {"kuberay": ("robust_controller",)}
 
 
 def manifest() -> str:
     addons: dict[str, Any] = {"kueue": {}, "karpenter": {"consolidateAfter": "5s",
                                                          "disruptionBudget": "100%"},
-                              "customMetrics": {}}
-    addons.update({field: {} for field in OPTIONAL if available(field)})
+                              "customMetrics": {}, "kuberay": {}}
     docs: list[dict[str, Any]] = [
         {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FakeCluster",
          "metadata": {"name": CLUSTER, "namespace": NAMESPACE}, "spec": {"addons": addons}},
@@ -68,10 +65,9 @@ def cluster(fleet: Fleet) -> Iterator[str]:
     kubectl(fleet.host, "create", "namespace", NAMESPACE, check=False)
     fleet.apply(manifest())
     wanted = {"Ready", "KueueReady", "KarpenterReady", "PrometheusReady",
-              "CustomMetricsReady"} | (
-        {"KubeRayReady"} if available("kuberay") else set())
+              "CustomMetricsReady", "KubeRayReady"}
     eventually(lambda: all(conditions(fleet).get(kind) == "True" for kind in wanted),
-               timeout=300, what=f"{CLUSTER} Ready with Kueue, Karpenter and custom metrics")
+               timeout=300, what=f"{CLUSTER} Ready with its add-ons")
     eventually(lambda: (fleet.get("fnp", "h100", "-n", NAMESPACE).get("status") or {}).get(
         "readyReplicas") == 1, timeout=120, what="the static H100 node Ready")
     yield f"{NAMESPACE}/{CLUSTER}"
@@ -98,15 +94,7 @@ def test_a_full_run_implements_what_main_can_check_with_evidence(
     for header in ("requirement", "level", "status", "time"):
         assert header in printed
     implemented = ["gang_scheduling", "cluster_autoscaling", "pod_autoscaling",
-                   "accelerator_metrics", "ai_service_metrics"]
-    for field, ids in OPTIONAL.items():
-        for id in ids:
-            if available(field):
-                implemented.append(id)
-            else:
-                assert items[id]["status"] == "Not Implemented", items[id]
-                assert f"spec.addons.{field}) is not available in this build" in \
-                    items[id]["notes"]
+                   "accelerator_metrics", "ai_service_metrics", "robust_controller"]
     for id in implemented:
         assert items[id]["status"] == "Implemented", (id, items[id]["notes"], printed[-3000:])
         assert items[id]["evidence"], id
@@ -116,7 +104,7 @@ def test_a_full_run_implements_what_main_can_check_with_evidence(
     assert items["secure_accelerator_access"]["status"] == "Not Implemented"
     assert items["high_performance_networking"]["status"] == "N/A"
     assert items["ai_inference"]["status"] != "Implemented"
-    assert code == (0 if all(available(field) for field in OPTIONAL) else 1), printed
+    assert code == 0, printed
     product = (tmp_path / "PRODUCT.yaml").read_text()
     assert "MUST 'secure_accelerator_access' is 'Not Implemented'" in product
     assert "vendorName: '[placeholder]'" in product
