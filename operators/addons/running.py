@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Generic, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
 from operators.addons.building import ToolBuild
 from operators.addons.lifecycle import Build, Hook, Observed, Start, Step, Stop
@@ -52,6 +53,10 @@ from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.errors import K8sError, NotOwned, brief
 from operators.reconciling.clusters import AddonCondition, AddonState
+from primitives.files import write_private
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +113,33 @@ class Files:
     @property
     def log(self) -> Path:
         return self.directory / f"{self.directory.name}.log"
+
+    @property
+    def ports(self) -> Path:
+        """The loopback ports an add-on listens on, kept so that what points at them (its
+        webhook configurations, its scrape targets) stays right across restarts."""
+        return self.directory / "ports.json"
+
+
+PortsT = TypeVar("PortsT", bound="DataclassInstance")
+
+
+def stored_ports(files: Files, kind: Callable[..., PortsT]) -> PortsT | None:
+    """The ports ``files`` keeps, as ``kind``; None when there are none or they cannot be read."""
+    try:
+        return kind(**json.loads(files.ports.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def kept_ports(files: Files, kind: Callable[..., PortsT], new: Callable[[], PortsT]) -> PortsT:
+    """The ports it had before, else ``new()`` ones, written before they are used."""
+    found = stored_ports(files, kind)
+    if found is not None:
+        return found
+    ports = new()
+    write_private(files.ports, (json.dumps(dataclasses.asdict(ports), indent=2) + "\n").encode())
+    return ports
 
 
 @dataclasses.dataclass

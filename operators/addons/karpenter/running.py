@@ -16,7 +16,6 @@ and nodes whose finalizers only it removes.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 from collections.abc import Sequence
@@ -28,7 +27,15 @@ from pydantic import ValidationError
 from operators.addons.building import Fetched
 from operators.addons.karpenter import TOOL, planning, rendering, source
 from operators.addons.lifecycle import Observed, Step
-from operators.addons.running import Files, Instance, Launch, Site, apply
+from operators.addons.running import (
+    Files,
+    Instance,
+    Launch,
+    Site,
+    apply,
+    kept_ports,
+    stored_ports,
+)
 from operators.api.base import API_VERSION
 from operators.api.clusters import FakeCluster
 from operators.api.nodepools import FakeNodePool, FakeNodePoolSpec
@@ -60,11 +67,7 @@ OWNER = owning.Owner("Addon/karpenter")
 
 
 class KarpenterFiles(Files):
-    """A member's Karpenter: its ports and instance types besides what every add-on has."""
-
-    @property
-    def ports(self) -> Path:
-        return self.directory / "ports.json"
+    """A member's Karpenter: its instance types besides what every add-on has."""
 
     @property
     def instance_types(self) -> Path:
@@ -210,19 +213,12 @@ async def _nodepools(client: Client) -> tuple[planning.NodePoolState, ...]:
 
 def _ports(files: KarpenterFiles) -> rendering.KarpenterPorts:
     """The ports it had before, else free ones."""
-    found = _stored_ports(files)
-    if found is not None:
-        return found
-    ports = rendering.KarpenterPorts(metrics=free_port(), health=free_port())
-    write_private(files.ports, (json.dumps(dataclasses.asdict(ports), indent=2) + "\n").encode())
-    return ports
+    return kept_ports(files, rendering.KarpenterPorts, lambda: rendering.KarpenterPorts(
+        metrics=free_port(), health=free_port()))
 
 
-def _stored_ports(files: KarpenterFiles) -> rendering.KarpenterPorts | None:
-    try:
-        return rendering.KarpenterPorts(**json.loads(files.ports.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def _stored_ports(files: Files) -> rendering.KarpenterPorts | None:
+    return stored_ports(files, rendering.KarpenterPorts)
 
 
 async def _apply(client: Client, obj: dict[str, Any]) -> Any:

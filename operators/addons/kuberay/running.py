@@ -12,8 +12,6 @@ CRDs and the user's RayClusters stay. What to do is decided in
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +20,15 @@ from typing import Any, Never, assert_never
 from operators.addons.building import Fetched
 from operators.addons.kuberay import TOOL, planning, rendering, source
 from operators.addons.lifecycle import Observed, Step
-from operators.addons.running import Files, Instance, Launch, Site, apply
+from operators.addons.running import (
+    Files,
+    Instance,
+    Launch,
+    Site,
+    apply,
+    kept_ports,
+    stored_ports,
+)
 from operators.api.clusters import FakeCluster
 from operators.controlplane import health, kubeconfigs
 from operators.controlplane.pki import ensure_addon_pki
@@ -48,14 +54,6 @@ PLURALS = {
 OWNER = owning.Owner("Addon/kuberay")
 
 
-class KubeRayFiles(Files):
-    """A member's KubeRay: its ports besides what every add-on has."""
-
-    @property
-    def ports(self) -> Path:
-        return self.directory / "ports.json"
-
-
 class KubeRay:
     """The KubeRay add-on (an :class:`~operators.addons.running.Addon`)."""
 
@@ -71,8 +69,8 @@ class KubeRay:
     def wanted(self, cluster: FakeCluster) -> bool:
         return cluster.spec.kuberay is not None
 
-    def files(self, state: StateDir, key: str) -> KubeRayFiles:
-        return KubeRayFiles.of(state, key, self.name)
+    def files(self, state: StateDir, key: str) -> Files:
+        return Files.of(state, key, self.name)
 
     async def observe(self, site: Site, cluster: FakeCluster, lifecycle: Observed,
                       instance: Instance | None) -> planning.Observed:
@@ -149,23 +147,17 @@ class KubeRay:
         return ports.webhook, f"http://127.0.0.1:{ports.health}/readyz"
 
 
-def _ports(files: KubeRayFiles) -> rendering.KubeRayPorts:
+def _ports(files: Files) -> rendering.KubeRayPorts:
     """The ports KubeRay had before (its webhook already points there), else free ones."""
-    found = _stored_ports(files)
-    if found is not None:
-        return found
-    ports = rendering.KubeRayPorts(webhook=free_port(), health=free_port(), metrics=free_port())
-    write_private(files.ports, (json.dumps(dataclasses.asdict(ports), indent=2) + "\n").encode())
-    return ports
+    return kept_ports(files, rendering.KubeRayPorts, lambda: rendering.KubeRayPorts(
+        webhook=free_port(), health=free_port(), metrics=free_port()))
 
 
-def _stored_ports(files: KubeRayFiles) -> rendering.KubeRayPorts | None:
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        return _read_ports(files)
-    return None
+def _stored_ports(files: Files) -> rendering.KubeRayPorts | None:
+    return stored_ports(files, rendering.KubeRayPorts)
 
 
-def _read_ports(files: KubeRayFiles) -> rendering.KubeRayPorts:
+def _read_ports(files: Files) -> rendering.KubeRayPorts:
     return rendering.KubeRayPorts(**json.loads(files.ports.read_text()))
 
 
