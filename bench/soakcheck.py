@@ -175,7 +175,8 @@ def allow_backoff(found: Iterable[Window], sightings: Iterable[Sighting]) -> lis
 
 @dataclass(frozen=True)
 class Scale:
-    """The run set pool ``pool`` of ``cluster`` to ``replicas`` at ``at``."""
+    """The run set pool ``pool`` of ``cluster`` to ``replicas`` at ``at``, the exact moment it
+    asked (seconds from the run's start, on the clock the sightings are timed by)."""
 
     at: float
     cluster: str

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import grpc
 import pytest
 
 from bench import soakdriving
-from bench.soakcheck import Kill, Scale
+from bench.soakcheck import Kill, Scale, Sighting, nodes_made_once
 from bench.soakdriving import COMEBACK, RETRY_EVERY, RETRY_FOR, Killer, Planned, Published
 from federation.api import fleet_pb2
 from operators.controlplane.state import (
@@ -179,6 +180,32 @@ async def test_a_size_is_recorded_once_written_and_scaling_goes_on_after_failure
     stop.set()
     await clock.advance(1)
     await task
+
+
+async def test_a_deletion_the_engine_makes_at_once_is_excused_by_the_size_asked() -> None:
+    # Soak 2: the engine deleted b-elastic-3 and -4 within tens of milliseconds of the run
+    # asking for 3 nodes, a moment recorded rounded up (1000.4): sighted before it, the
+    # deletions looked unasked.
+    clock = FakeClock()
+    api = MemoryTransport(clock)
+    api.put(POOLS, {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FakeNodePool",
+                    "metadata": {"name": "b-elastic"}, "spec": {"replicas": 6}})
+    scales: list[Scale] = []
+    stop = asyncio.Event()
+    started = clock.now() - 0.37
+    task = asyncio.create_task(soakdriving.scaling(
+        Client(api, clock=clock), f"{POOLS}/b-elastic", "b", "b-elastic", (6, 3), every=1000,
+        clock=clock, started=started, stop=stop, scales=scales, say=lambda _: None))
+    await clock.advance(1000)
+    stop.set()
+    await clock.advance(1)
+    await task
+    made = Sighting(at=900.4, cluster="b", kind="Node", name="b-elastic-3", uid="u1",
+                    ready="True")
+    gone = dataclasses.replace(made, at=1000.38, deleted=True)
+    assert nodes_made_once([made, gone], [Scale(900.3, "b", "b-elastic", 6), *scales]) == []
+    assert [s.replicas for s in scales] == [3]
+    assert scales[0].at == pytest.approx(1000.37)  # when it was asked, to the millisecond
 
 
 class Hub:
