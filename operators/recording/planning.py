@@ -263,7 +263,7 @@ def _chosen_cluster(trace: Trace, wanted: str) -> str:
         return wanted
     if len(trace.clusters) != 1:
         raise PlanError(f"the trace holds {len(trace.clusters)} clusters "
-                        f"({', '.join(trace.clusters) or 'none'}): name the one to replay")
+                        f"({', '.join(trace.clusters) or 'none'}): name the one to replay (--from)")
     return trace.clusters[0]
 
 
