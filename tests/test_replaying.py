@@ -9,7 +9,7 @@ from typing import Any
 from operators.k8s.client import Client
 from operators.recording import planning, replaying
 from operators.recording.planning import Options
-from operators.recording.trace import Change, Resource, Target, Trace
+from operators.recording.trace import Change, Owner, PodLife, Resource, Target, Trace
 from tests.fakes.clocks import FakeClock
 from tests.fakes.k8s import MemoryTransport
 
@@ -130,3 +130,22 @@ async def test_the_lag_says_how_far_the_api_fell_behind() -> None:
 def test_a_write_describes_the_object_it_writes() -> None:
     plan = planning.plan(trace([deployment("web")], []), Options(speed=1))
     assert plan.writes[0].describe() == "create Deployment apps/web"
+
+
+async def test_a_refused_lives_set_leaves_its_owner_replayed() -> None:
+    """Without its set the owner's pods run on their defaults (the engine says so); the
+    owner itself is not the set's refusal's to drop."""
+    clock = FakeClock()
+    transport = api(clock)
+    transport.fail("POST", "/api/v1/namespaces/fakefleet-system/configmaps", status=403,
+                   reason="Forbidden")
+    web = {**deployment("web"), "spec": {"replicas": 1, "template": {
+        "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    pods = (PodLife("c1", "apps", "web-5d4f8c7b9-a", Owner("ReplicaSet", "web-5d4f8c7b9"), 0,
+                    created=0, started=S),)
+    recorded = Trace(("c1",), "2026-01-01T00:00:00Z", S, (("c1", web),), (), pods)
+    progress = await run(recorded, transport, clock, 1)
+    assert [r.write.describe() for r in progress.refused] == [
+        f"create ConfigMap fakefleet-system/{progress.refused[0].write.name}"]
+    assert progress.applied == 1
+    assert transport.object(f"{DEPLOYMENTS}/web") is not None

@@ -110,8 +110,7 @@ def replay(state_dir: Path, file: Path, into: str, speed: float, seed: str | Non
     """Replay the recording in FILE into the FakeCluster CLUSTER."""
     trace = load(file)
     options = planning.Options(speed=speed, cluster=source, raw_pods=raw_pods,
-                               run=seed if seed is not None else secrets.token_hex(4),
-                               seed=seed)
+                               run=secrets.token_hex(4), seed=seed)
     try:
         plan = planning.plan(trace, options)
     except planning.PlanError as error:

@@ -114,6 +114,11 @@ class Write:
     #: The object whose writes go in order with this one (a lives set's: its owner's).
     chain: str = ""
 
+    @property
+    def identity(self) -> str:
+        """The object it writes, as :attr:`chain` names objects."""
+        return f"{self.namespace}/{self.kind or self.resource}/{self.name}"
+
     def describe(self) -> str:
         where = f"{self.namespace}/" if self.namespace else ""
         return f"{self.method} {self.kind or self.resource} {where}{self.name}"

@@ -109,7 +109,8 @@ class Replayer:
             else:
                 progress.refused.append(Refusal(write, reason))
                 if write.method == "create":
-                    self._refused_chains.add(write.chain)
+                    # Not a lives set's owner: without its set, its pods run on defaults.
+                    self._refused_chains.add(write.identity)
         self._on_progress(progress)
 
     async def _send(self, write: Write) -> str | None:
