@@ -4,7 +4,8 @@ made when recorded, through the same stages as any pod.
 
 The set keeps which pod took which ordinal, written conditionally on its resourceVersion, so
 two pods never take one ordinal, and an engine restarted reads each adopted pod's choice back
-instead of choosing again. The engine takes the pods of one set one at a time, in the order
+instead of choosing again. A set is read once and kept as last written, so each pod costs one
+write; a conflict reads it again. The engine takes the pods of one set one at a time, in the order
 it sees them bound: the scheduler binds one owner's pods in the order they were made (its
 queue is first in, first out among pods of one priority). A set that cannot be read for good
 (gone, or not what a replay writes) leaves the pod its defaults and says so in an Event; an
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from operators.api import lives
 from operators.engine.pods import PodFacts
@@ -43,6 +45,9 @@ class Lives:
         self._clock = clock
         self._attempts: dict[str, tuple[int, float]] = {}  # uid → (failures, next look)
         self._locks: dict[str, asyncio.Lock] = {}  # one per set: its pods in order
+        # Each set as last read or written: a pod takes its ordinal from it with one write,
+        # and a conflict (another writer since) reads it again.
+        self._sets: dict[str, dict[str, Any]] = {}
 
     @staticmethod
     def waiting(facts: PodFacts) -> bool:
@@ -88,14 +93,20 @@ class Lives:
     async def _claim(self, name: str, uid: str) -> tuple[int, lives.Life | None]:
         path = f"{lives.CONFIGMAPS}/{name}"
         while True:
-            found = await self.client.get(path)
+            found = self._sets.get(name)
+            if found is None:
+                found = self._sets[name] = await self.client.get(path)
             ordinal, life, patch = lives.claim(found, uid)
             if patch is None:
                 return ordinal, life
             try:
-                await self.client.patch(path, patch)
+                self._sets[name] = await self.client.patch(path, patch)
             except Conflict:
-                continue  # another writer came first: choose again from what it wrote
+                del self._sets[name]  # another writer came first: choose again from its
+                continue
+            except K8sError:
+                del self._sets[name]
+                raise
             return ordinal, life
 
     def _refused(self, facts: PodFacts, problem: str) -> None:

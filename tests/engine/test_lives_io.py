@@ -55,6 +55,7 @@ async def test_pods_take_the_recorded_lives_in_order_through_the_stages() -> Non
         fleet.member.put(PODS, job_pod("third"))
         await fleet.clock.advance(30)
     assert taken(fleet) == uids(fleet, "first", "second", "third")
+    assert len(fleet.member.sent("GET", SET)) == 1, "read once, then each choice written"
     first, second = terminated(fleet, "first"), terminated(fleet, "second")
     assert (first["exitCode"], second["exitCode"]) == (0, 3)
     assert parse(first["finishedAt"]) - parse(first["startedAt"]) == 10
