@@ -68,6 +68,11 @@ RUN_TIME = f"{GROUP}/run-time"
 EXIT_CODE = f"{GROUP}/exit-code"
 START_DELAY = f"{GROUP}/start-delay"
 SEED = f"{GROUP}/seed"
+#: The recorded lives a controller's pods take, one each in the order the engine takes them:
+#: the name of a ConfigMap in the member's ``fakefleet-system``
+#: (:mod:`operators.api.lives`). Set on a replayed workload's pod template by
+#: ``fakefleet replay``, read by the engine.
+LIVES = f"{GROUP}/lives"
 USAGE_CPU = f"{GROUP}/usage-cpu"
 USAGE_MEMORY = f"{GROUP}/usage-memory"
 USAGE_GPU_UTIL = f"{GROUP}/usage-gpu-util"

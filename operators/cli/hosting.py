@@ -10,7 +10,6 @@ commands only start, stop, probe and read it.
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import signal
 import subprocess
@@ -37,14 +36,14 @@ from operators.addons.metricsserver import METRICS_SERVER_VERSION
 from operators.addons.metricsserver import TOOL as METRICS_SERVER
 from operators.addons.prometheus import PROMETHEUS_RELEASE
 from operators.addons.prometheus import TOOL as PROMETHEUS
-from operators.api.base import API_VERSION
-from operators.api.clusters import KUBECONFIG_KEY
 from operators.cli.terminal import (
     WAIT,
     console,
     default_state_dir,
     host_client,
+    member_kubeconfig,
     run_k8s,
+    split_cluster,
     state_dir_option,
     stdout,
 )
@@ -63,7 +62,6 @@ from operators.controlplane.state import (
     read_operator,
 )
 from operators.controlplane.supervising import tail
-from operators.k8s.errors import NotFound
 
 version_option = click.option(
     "--kubernetes-version",
@@ -350,11 +348,6 @@ async def _probe_all(state: StateDir, components: list[ComponentState]) -> tuple
     return list(healths), raised
 
 
-def _split(cluster: str) -> tuple[str, str]:
-    namespace, _, name = cluster.rpartition("/")
-    return namespace or "default", name
-
-
 @click.command()
 @state_dir_option
 @click.argument("cluster", required=False)
@@ -369,23 +362,10 @@ def kubeconfig(state_dir: Path, cluster: str | None) -> None:
             raise StateError(f"no host cluster in {state_dir}: start it with 'fakefleet up'")
         sys.stdout.write(path.read_text())
         return
-    namespace, name = _split(cluster)
+    namespace, name = split_cluster(cluster)
 
     async def fetch() -> str:
         async with host_client(state_dir) as client:
-            try:
-                found = await client.get(
-                    f"/apis/{API_VERSION}/namespaces/{namespace}/fakeclusters/{name}")
-            except NotFound:
-                raise StateError(f"FakeCluster {namespace}/{name} does not exist: see "
-                                 f"'fakefleet get'") from None
-            ref = found["spec"].get("controlPlane", {}).get("kubeconfigSecretRef") or {}
-            secret_name = (found.get("status") or {}).get("kubeconfigSecret")
-            if not secret_name:
-                raise StateError(f"FakeCluster {namespace}/{name} has no kubeconfig yet "
-                                 f"(phase {(found.get('status') or {}).get('phase', 'Pending')})")
-            secret = await client.get(f"/api/v1/namespaces/{namespace}/secrets/{secret_name}")
-        data = secret.get("data", {}).get(ref.get("key", KUBECONFIG_KEY))
-        return base64.b64decode(data).decode()
+            return await member_kubeconfig(client, namespace, name)
 
     sys.stdout.write(run_k8s(fetch()))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import os
 import sys
 from collections.abc import Coroutine
@@ -17,11 +18,13 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
+from operators.api.base import API_VERSION
+from operators.api.clusters import KUBECONFIG_KEY
 from operators.controlplane.errors import StateError
 from operators.controlplane.state import StateDir
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
-from operators.k8s.errors import K8sError
+from operators.k8s.errors import K8sError, NotFound
 from primitives.flags import number
 
 T = TypeVar("T")
@@ -80,6 +83,29 @@ def host_client(state_dir: Path) -> Client:
     if not path.exists():
         raise StateError(f"no host cluster in {state_dir}: start it with 'fakefleet up'")
     return Client.connect(load_kubeconfig_file(path))
+
+
+def split_cluster(cluster: str) -> tuple[str, str]:
+    """A FakeCluster as users name it, [NAMESPACE/]NAME: (namespace, name)."""
+    namespace, _, name = cluster.rpartition("/")
+    return namespace or "default", name
+
+
+async def member_kubeconfig(host: Client, namespace: str, name: str) -> str:
+    """The kubeconfig of FakeCluster ``namespace/name``, from the Secret its status names."""
+    try:
+        found = await host.get(f"/apis/{API_VERSION}/namespaces/{namespace}/fakeclusters/{name}")
+    except NotFound:
+        raise StateError(f"FakeCluster {namespace}/{name} does not exist: see "
+                         f"'fakefleet get'") from None
+    ref = found["spec"].get("controlPlane", {}).get("kubeconfigSecretRef") or {}
+    secret_name = (found.get("status") or {}).get("kubeconfigSecret")
+    if not secret_name:
+        raise StateError(f"FakeCluster {namespace}/{name} has no kubeconfig yet "
+                         f"(phase {(found.get('status') or {}).get('phase', 'Pending')})")
+    secret = await host.get(f"/api/v1/namespaces/{namespace}/secrets/{secret_name}")
+    data = secret.get("data", {}).get(ref.get("key", KUBECONFIG_KEY))
+    return base64.b64decode(data).decode()
 
 
 def run_k8s(work: Coroutine[Any, Any, T]) -> T:

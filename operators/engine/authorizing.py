@@ -73,11 +73,12 @@ LEASES = (
 )
 
 
-#: In fakefleet-system (a Role there): the fault sets, and nothing else of the namespace.
+#: In fakefleet-system (a Role there): the fault sets and a replay's lives sets, and nothing
+#: else of the namespace.
 FAULT_SETS = (
     Rule("", ("configmaps",), ("get", "list", "watch", "patch"),
          "the fault sets watched; one marked done once its targets ran its stages (read "
-         "again on a conflict)"),
+         "again on a conflict); a lives set read, and the ordinal a pod took written in it"),
 )
 
 

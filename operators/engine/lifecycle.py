@@ -39,6 +39,7 @@ from operators.engine import pods as podlife
 from operators.engine.addresses import PodAddresses
 from operators.engine.dispatching import Dispatcher
 from operators.engine.faultsets import FaultSets
+from operators.engine.lives import Lives
 from operators.engine.pods import PodFacts, PodLife, life_from_status, render_status
 from operators.engine.preparing import Preparations
 from operators.engine.queues import DelayQueue
@@ -128,6 +129,7 @@ class PodLifecycle:
         self._timers: DelayQueue[str] = DelayQueue(clock)
         self._refresh: set[str] = set()  # pods whose Ready must be re-reported (gates flipped)
         self._preparations = Preparations(cluster, client, recorder, clock=clock)
+        self._lives = Lives(cluster, client, recorder, clock=clock)
         #: By node: pods whose status another writer changed while the node was not Ready.
         self._waiting: dict[str, set[str]] = {}
         self._dispatcher = Dispatcher(self._timers, self._due, clock=clock, limit=concurrency,
@@ -300,6 +302,13 @@ class PodLifecycle:
             rule = None  # a fault keeps the pod as it is until something changes
         pod.stage = rule
         facts = pod.facts
+        if self._lives.waiting(facts):
+            # A replayed controller's pod: nothing of its life is due before it took the
+            # recorded one (its start delay and run time are the stages' inputs).
+            pod.stage = None
+            self._timers.schedule_at(facts.uid, self._lives.due(facts.uid))
+            self._dispatcher.wake()
+            return
         if rule is None:
             if self._unprepared(pod):
                 self._prepare_at(pod)
@@ -325,6 +334,7 @@ class PodLifecycle:
         self._timers.cancel(uid)
         self._refresh.discard(uid)
         self._preparations.forget(uid)
+        self._lives.forget(uid)
         if pod is not None:
             self._waiting.get(pod.facts.node, set()).discard(uid)
         if pod is not None and pod.life.ip is not None:
@@ -336,6 +346,8 @@ class PodLifecycle:
         pod = self._pods.get(uid)
         if pod is None:
             return None
+        if self._lives.waiting(pod.facts):
+            return self._take_life(pod)
         rule = pod.stage
         now = self._clock.now()
         staged = rule is not None and pod.due <= now
@@ -464,6 +476,11 @@ class PodLifecycle:
             self._preparations.forget(pod.facts.uid)  # gone while its claims were read
             return
         self._plan(pod)
+
+    async def _take_life(self, pod: _Pod) -> None:
+        await self._lives.take(pod.facts)
+        if self._pods.get(pod.facts.uid) is pod:
+            self._plan(pod)  # with its life, or again after the back-off
 
     def _release_unwritten(self, before: PodLife, after: PodLife) -> None:
         if after.ip is not None and after.ip != before.ip:

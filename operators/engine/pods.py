@@ -15,6 +15,8 @@ Annotations a pod can carry to shape its life:
     fakefleet.dev/exit-code: "3"    exit with this code (non-zero: restartPolicy decides)
     fakefleet.dev/start-delay: 2s   time from binding to Running
     fakefleet.dev/seed: anything    seed of this pod's random draws (jitter, log lines)
+    fakefleet.dev/lives: <set>      take the three above from a replay's lives set
+                                    (:mod:`operators.api.lives`) before it starts
     fakefleet.dev/logs: <script>    what `kubectl logs` shows (:mod:`operators.api.logs`)
 
 and its simulated usage (:mod:`operators.engine.usage`): ``fakefleet.dev/usage-cpu``,
@@ -31,6 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from operators.api.durations import parse_duration
+from operators.api.lives import Life
 from operators.api.logs import load_log_lines
 from operators.api.usage import quantity
 from operators.engine.claims import claim_refs, claim_statuses
@@ -119,7 +122,8 @@ class PodFacts:
     __slots__ = (
         "annotations", "claim_status", "claims", "claims_prepared", "containers", "created",
         "deleting", "deletion_asked", "exit_code", "finalizers", "gates", "grace",
-        "host_ip", "init_containers", "job", "labels", "logs", "name", "namespace", "node",
+        "host_ip", "init_containers", "job", "labels", "life_taken", "lives", "logs", "name",
+        "namespace", "node",
         "owner_kind", "problems", "readiness_gates", "resources",
         "restart_policy", "run_time", "scheduled_at", "seed", "start_delay", "uid",
     )
@@ -152,6 +156,9 @@ class PodFacts:
         self.start_delay = _duration(annotations, keys.START_DELAY, self)
         self.exit_code = _integer(annotations, keys.EXIT_CODE, self)
         self.seed: str = annotations.get(keys.SEED, "")
+        #: The lives set the pod takes its life from, and whether it took it (or has none).
+        self.lives: str = annotations.get(keys.LIVES, "")
+        self.life_taken = not self.lives
         self.logs: Script | None = None  # its own log script (annotation fakefleet.dev/logs)
         self.problems += self.read_logs()
         self.scheduled_at = self.created
@@ -220,6 +227,18 @@ class PodFacts:
             logger.warning("pod %s/%s: %s", self.namespace, self.name, problem)
             return (problem,)
         return ()
+
+    def take(self, life: Life | None) -> None:
+        """The life the pod took from its lives set (None: past the set's last, or no set to
+        read): what it recorded replaces the pod's annotations, the rest stays as it is."""
+        if life is not None:
+            if life.start_delay is not None:
+                self.start_delay = life.start_delay
+            if life.run_time is not None:
+                self.run_time = life.run_time
+            if life.exit_code is not None:
+                self.exit_code = life.exit_code
+        self.life_taken = True
 
     def gates_ready(self) -> bool:
         return all(self.gates.get(gate) == "True" for gate in self.readiness_gates)

@@ -1,0 +1,142 @@
+"""A hand-built trace replayed into a FakeCluster: a Deployment of 3 and a Job whose recorded pods
+ran for given times with given exit codes (one failed). The member's real controllers make the
+pods, the engine gives each the recorded life it takes from its owner's lives set, and the
+outcomes are the recorded ones; an object of a kind the member does not serve is refused and
+the rest replayed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.conftest import CLUSTER, POOL, Fleet, eventually, kubectl, kubectl_json
+from operators.api import lives
+from operators.k8s.client import Client
+from operators.k8s.config import load_kubeconfig_file
+from operators.k8s.times import parse
+from operators.recording import planning, replaying
+from operators.recording.trace import Change, Owner, PodLife, Resource, Target, Trace
+from primitives import keys
+from primitives.clocks import SYSTEM_CLOCK
+
+S = 1_000_000_000
+SPEED = 2.0
+#: The Job's recorded pods: (run time, exit code), in the order the Job controller made them;
+#: the third failed, the fourth replaced it.
+JOB_PODS = [(4, 0), (10, 0), (2, 2), (6, 0)]
+
+
+def meta(name: str, owner: tuple[str, str, str] | None = None) -> dict[str, Any]:
+    found: dict[str, Any] = {"name": name, "namespace": "rp", "uid": f"recorded-{name}",
+                             "resourceVersion": "42"}
+    if owner is not None:
+        found["ownerReferences"] = [{"apiVersion": owner[0], "kind": owner[1],
+                                     "name": owner[2], "uid": "recorded", "controller": True}]
+    return found
+
+
+def pod_template(restart: str, app: str) -> dict[str, Any]:
+    return {"metadata": {"labels": {"app": app}},
+            "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "main", "image": "busybox"}]}}
+
+
+def recorded() -> Trace:
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta("web"),
+                  "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                           "template": pod_template("Always", "web")}}
+    replica_set = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                   "metadata": meta("web-6b7f9c", ("apps/v1", "Deployment", "web")),
+                   "spec": {"replicas": 3}}
+    web_pods = [{"apiVersion": "v1", "kind": "Pod",
+                 "metadata": meta(f"web-6b7f9c-{n}", ("apps/v1", "ReplicaSet", "web-6b7f9c")),
+                 "spec": {**pod_template("Always", "web")["spec"], "nodeName": "old-node"}}
+                for n in range(3)]
+    widget = {"apiVersion": "widgets.example/v1", "kind": "Widget", "metadata": meta("w")}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("batch"),
+           "spec": {"completions": 3, "parallelism": 3, "backoffLimit": 1,
+                    "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "x"}},
+                    "template": pod_template("Never", "batch")}}
+    pods = [PodLife("east", "rp", f"web-6b7f9c-{n}", Owner("ReplicaSet", "web-6b7f9c"), n,
+                    created=0, started=2 * S) for n in range(3)]
+    made = [0, 0, 0, 3]  # the replacement was made after the failure (2 s + 2 s)
+    pods += [PodLife("east", "rp", f"batch-{n}", Owner("Job", "batch"), n,
+                     created=(10 + made[n]) * S, started=(11 + made[n]) * S,
+                     finished=(11 + made[n] + run) * S, exit_code=code)
+             for n, (run, code) in enumerate(JOB_PODS)]
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "rp"}}
+    changes = (
+        Change(10 * S, "create", Target("east", Resource("batch", "v1", "jobs"), "rp", "batch"),
+               job),
+        Change(12 * S, "patch", Target("east", Resource("apps", "v1", "deployments"), "rp",
+                                       "web"), {"metadata": {"labels": {"replayed": "yes"}}}),
+    )
+    return Trace(("east",), "2026-01-01T00:00:00Z", 40 * S,
+                 tuple(("east", o) for o in [namespace, deployment, replica_set, *web_pods,
+                                             widget]), changes, tuple(pods))
+
+
+@pytest.fixture(scope="module")
+def member(fleet: Fleet) -> Path:
+    fleet.apply(CLUSTER.format(name="replayed"))
+    fleet.apply(POOL.format(name="replayed-workers", cluster="replayed", replicas=3,
+                            extra="  pods: {terminationGracePeriodCap: 0s}"))
+    fleet.wait_cluster_ready("replayed")
+    fleet.wait_pool("replayed-workers", 3)
+    kubeconfig = fleet.member("replayed")
+    eventually(lambda: kubectl(kubeconfig, "get", "serviceaccount", "default",
+                               check=False).returncode == 0, what="the default ServiceAccount")
+    return kubeconfig
+
+
+async def replay(kubeconfig: Path) -> tuple[planning.Plan, replaying.Progress]:
+    async with Client.connect(load_kubeconfig_file(kubeconfig)) as client:
+        return await replaying.replay(recorded(), planning.Options(speed=SPEED, run="e2e",
+                                                                   seed="1"),
+                                      client, clock=SYSTEM_CLOCK)
+
+
+def taken(kubeconfig: Path, owner: str) -> dict[str, int]:
+    name = lives.set_name("e2e", "rp", *owner.split("/"))
+    found = kubectl_json(kubeconfig, "get", "configmap", "-n", lives.NAMESPACE, name)
+    result: dict[str, int] = json.loads(found["data"]["taken"])
+    return result
+
+
+def test_a_replayed_trace_gives_the_controllers_pods_the_recorded_lives(member: Path) -> None:
+    plan, progress = asyncio.run(replay(member))
+    assert [r.write.describe() for r in progress.refused] == ["create Widget rp/w"]
+    assert "install its CustomResourceDefinition" in progress.refused[0].reason
+    assert progress.applied == progress.total - 1
+    assert plan.lives == (("rp/Deployment/web", 3), ("rp/Job/batch", 4))
+    assert kubectl_json(member, "get", "deployment", "-n", "rp", "web")["metadata"][
+        "labels"] == {"replayed": "yes"}
+
+    def job_done() -> bool:
+        status = kubectl_json(member, "get", "job", "-n", "rp", "batch").get("status") or {}
+        return status.get("succeeded") == 3
+    eventually(job_done, timeout=45, what="the replayed Job complete")
+    job_pods = kubectl_json(member, "get", "pods", "-n", "rp", "-l", "app=batch")["items"]
+    outcomes = []
+    for pod in job_pods:
+        ended = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        outcomes.append((ended["exitCode"],
+                         parse(ended["finishedAt"]) - parse(ended["startedAt"])))
+    expected = sorted((code, run / SPEED) for run, code in JOB_PODS)
+    assert [code for code, _ in sorted(outcomes)] == [code for code, _ in expected]
+    for (_, ran), (_, wanted) in zip(sorted(outcomes), expected, strict=True):
+        assert abs(ran - wanted) <= 1, f"ran {ran}s for a recorded {wanted}s ({outcomes})"
+    assert sorted(p["status"]["phase"] for p in job_pods) == [
+        "Failed", "Succeeded", "Succeeded", "Succeeded"]
+    assert sorted(taken(member, "Job/batch").values()) == [0, 1, 2, 3]
+    assert {p["metadata"]["uid"] for p in job_pods} == set(taken(member, "Job/batch"))
+
+    web = kubectl_json(member, "get", "pods", "-n", "rp", "-l", "app=web")["items"]
+    assert len(web) == 3
+    assert all(p["status"]["phase"] == "Running" for p in web)
+    assert all(p["metadata"]["annotations"][keys.LIVES] for p in web)
+    assert {p["metadata"]["uid"] for p in web} == set(taken(member, "Deployment/web"))
