@@ -79,3 +79,19 @@ async def test_the_window_follows_what_the_server_serves_and_grows_back(
              r.getMessage()]
     assert lines, "the window's changes are logged"
     assert len(lines) <= (60 + MEASURED + 60) / 10 + 1, "at most one line every 10 s"
+
+
+async def test_a_renewal_answered_429_goes_again_at_once_and_cuts_the_window() -> None:
+    """Defect: a renewal answered 429 slept the server's Retry-After on its connection and
+    was sent again as late; one the client gave up on was backed off at random."""
+    fleet = Fleet()
+    engine = fleet.engine(hosted=False, pools={"cpu": spec(replicas=2)})
+    async with fleet.running(engine):
+        await fleet.clock.advance(30)
+        due = engine.book.records["cpu-1"].renew_at
+        fleet.member.fail("PATCH", f"{LEASES}/cpu-1", status=429,
+                          headers={"Retry-After": "5"})
+        await fleet.clock.advance(due - fleet.clock.now() + 1)
+        assert renewed(fleet)["cpu-1"] == pytest.approx(due, abs=0.01)
+        assert engine.heartbeats.window.limit == int(384 * DECREASE)
+        assert engine.book.records["cpu-1"].failures == 0
