@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from bench.engines import RESULTS
+from bench.terminating import sigterm_interrupts
 from operators.faults.cel import CelMatcher
 from operators.faults.evaluating import CelWorkers
 
@@ -130,6 +131,7 @@ async def bench(expression: str, counts: list[int], rounds: int) -> dict[str, An
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(prog="python -m bench.cel", description=__doc__)
     parser.add_argument("--objects", default="1,100,1000",
                         help="comma-separated numbers of objects per judgement")

@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.engines import RESULTS
+from bench.terminating import sigterm_interrupts
 from operators.controlplane import binaries as binaries_
 from operators.controlplane import helm
 from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
@@ -157,6 +158,7 @@ async def run(runs: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()

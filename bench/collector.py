@@ -58,6 +58,7 @@ from rich.table import Table
 from bench.engines import RESULTS
 from bench.faults import percentile
 from bench.hub import Process
+from bench.terminating import sigterm_interrupts
 from federation.telemetry.collector import SERVICE
 from federation.telemetry.files import CollectorFiles, CollectorInfo
 
@@ -229,6 +230,7 @@ def main() -> None:
     if sys.argv[1:2] == ["exporters"]:
         exporters_main(sys.argv[2:])
         return
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(prog="python -m bench.collector")
     parser.add_argument("--exporters", type=int, default=4)
     parser.add_argument("--spans", type=int, default=100_000)

@@ -27,6 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench.terminating import sigterm_interrupts
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.substrate import ClusterOptions, Substrate
 
@@ -80,6 +81,7 @@ async def memory(binaries: binaries_.Binaries, state: Path, extra: int,
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--extra-apiservers", type=int, default=3)
     parser.add_argument("--idle", type=float, default=20.0,

@@ -40,6 +40,7 @@ from rich.table import Table
 
 from bench.engines import CONCURRENCY, PHASE_TIMEOUT, Tally, bounded, untraced_environment
 from bench.metrics import mutating_requests
+from bench.terminating import sigterm_interrupts
 from operators.api.gpus import DEVICE_CLASS
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
@@ -287,6 +288,7 @@ def report(run: Run, console: Console) -> None:
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=2000)

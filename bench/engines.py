@@ -64,6 +64,7 @@ from rich.table import Table
 from bench import kwok
 from bench.hogging import hog
 from bench.metrics import mutating_requests, queue_waits, throttled_requests
+from bench.terminating import sigterm_interrupts
 from federation.telemetry.exporting import ENDPOINT_VARIABLES, exporter_environment
 from federation.telemetry.files import CollectorFiles, CollectorInfo
 from operators.controlplane import binaries as binaries_
@@ -760,6 +761,7 @@ def parse_limits(text: str) -> RequestLimits:
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=10000)

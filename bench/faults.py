@@ -65,6 +65,7 @@ from rich.table import Table
 
 from bench.engines import RESULTS, bounded, untraced_environment
 from bench.fleet import usage
+from bench.terminating import sigterm_interrupts
 from federation.telemetry.files import CollectorFiles
 from operators.controlplane.state import StateDir, read_operator
 from operators.engine import pods as podlife
@@ -446,6 +447,7 @@ def measure_once(tracing: str, nodes: int, pods: int, victims: int, with_ceiling
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=1000)

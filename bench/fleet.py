@@ -44,6 +44,7 @@ from bench.engines import (
     pod_body,
     pod_running,
 )
+from bench.terminating import sigterm_interrupts
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
 from operators.controlplane.substrate import ClusterOptions, LocalCluster, Substrate
@@ -217,6 +218,7 @@ def report(result: dict[str, Any], console: Console) -> None:
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clusters", type=int, default=4)
     parser.add_argument("--nodes", type=int, default=1250, help="per cluster")

@@ -43,6 +43,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.engines import RESULTS, untraced_environment
+from bench.terminating import sigterm_interrupts
 from bench.usage import process_usage
 from operators.api.durations import parse_duration
 from operators.controlplane.state import StateDir, read_operator
@@ -262,6 +263,7 @@ def report(result: Result, console: Console) -> None:
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--scrape-interval", default="5s")

@@ -58,6 +58,7 @@ from rich.table import Table
 
 from bench.engines import RESULTS
 from bench.faults import percentile
+from bench.terminating import sigterm_interrupts
 from federation.api import common_pb2, fleet_pb2
 from federation.client import tokens
 from federation.client.channels import HubAddress
@@ -407,6 +408,7 @@ def main() -> None:
         asyncio.run(simulate(args.count, HubAddress.of(args.address, args.ca),
                              args.key.read_bytes(), args.report))
         return
+    sigterm_interrupts()
     if args.window < 25:
         parser.error(f"--window {args.window:g}: at least 25 s, so that two of the hub's "
                      f"stats lines (every 10 s) fall in it")

@@ -93,6 +93,7 @@ from bench.engines import (
 )
 from bench.fleet import usage
 from bench.scrapelog import go_duration
+from bench.terminating import sigterm_interrupts
 from operators.addons.karpenter import KARPENTER_VERSION, TOOL, planning, rendering, source
 from operators.addons.karpenter.running import apply_nodepools
 from operators.api import API_VERSION, FakeCluster, FakeNodePool
@@ -659,6 +660,7 @@ def report(runs: list[SideRun], console: Console, *, settings: Settings, profile
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--gpus-per-pod", type=int, default=GPUS_PER_NODE,

@@ -43,6 +43,7 @@ from rich.table import Table
 
 from bench.dra import node_ready, pod_running, usage
 from bench.engines import CONCURRENCY, PHASE_TIMEOUT, Tally, bounded, untraced_environment
+from bench.terminating import sigterm_interrupts
 from federation.hub.workloads import latency
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import Profile
@@ -294,6 +295,7 @@ def report(run: Run, console: Console) -> None:
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--kubectl", type=int, default=200,

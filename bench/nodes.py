@@ -30,6 +30,7 @@ from rich.table import Table
 
 from bench.controlplane import RESULTS, rss_mib
 from bench.metrics import mutating_requests
+from bench.terminating import sigterm_interrupts
 from operators.controlplane.state import StateDir, read_operator
 
 BIN = Path(sys.executable).parent
@@ -56,6 +57,7 @@ def writes(kubeconfig: Path) -> dict[str, int]:
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--clusters", type=int, default=3)

@@ -39,6 +39,7 @@ import time
 from typing import Any
 
 from bench.engines import RESULTS
+from bench.terminating import sigterm_interrupts
 from operators.api.nodepools import FakeNodePoolSpec
 from operators.engine import nodes as nodes_
 from operators.engine import pods as podlife
@@ -209,6 +210,7 @@ def main() -> None:
         port, mode, count, concurrency, nodes = sys.argv[2:7]
         asyncio.run(scrape(int(port), mode, int(count), int(concurrency), int(nodes)))
         return
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--gpu-nodes", type=int, default=1000)

@@ -39,6 +39,7 @@ from rich.table import Table
 
 from bench.engines import PHASE_TIMEOUT, RESULTS
 from bench.fleet import Member
+from bench.terminating import sigterm_interrupts
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.components import etcd_prefix
 from operators.controlplane.etcd import EtcdEndpoint
@@ -268,6 +269,7 @@ def report(result: dict[str, Any], console: Console) -> None:
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clusters", type=int, default=2)
     parser.add_argument("--nodes", type=int, default=500, help="per cluster")

@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.engines import RESULTS, untraced_environment
+from bench.terminating import sigterm_interrupts
 from operators.controlplane.state import StateDir
 
 BIN = Path(sys.executable).parent
@@ -184,6 +185,7 @@ def report(result: Result, console: Console) -> None:
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clusters", type=int, default=1)
     parser.add_argument("--nodes", type=int, default=5000)

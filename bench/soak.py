@@ -46,7 +46,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -54,7 +53,6 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import grpc
@@ -76,6 +74,7 @@ from bench.soakdriving import (
     schedule,
     submitting,
 )
+from bench.terminating import sigterm_interrupts
 from bench.workloads import BIN, Host, sh
 from federation.api import fleet_pb2
 from operators.api.faultplans import MAX_OCCURRENCES
@@ -572,12 +571,8 @@ def keep_state(state: Path, dest: Path) -> None:
     shutil.copytree(state, dest, symlinks=True, ignore=special, dirs_exist_ok=True)
 
 
-def interrupted(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM as Ctrl-C: the finally blocks stop what the run started."""
-    raise KeyboardInterrupt
-
-
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=1800.0)
     parser.add_argument("--kills", type=int, default=50)
@@ -604,7 +599,6 @@ def main() -> None:
     if args.kills < 0:
         parser.error(f"--kills {args.kills}: give 0 or more")
     console = Console() if sys.stdout.isatty() else Console(width=200)
-    signal.signal(signal.SIGTERM, interrupted)
     runs: dict[str, dict[str, Any]] = {}
     if args.baseline:
         runs["without kills"] = soak_once(args, console, kills=0,

@@ -48,6 +48,7 @@ from rich.table import Table
 
 from bench import scrapelog
 from bench.engines import RESULTS, Tally, bounded, node_ready, pod_running, untraced_environment
+from bench.terminating import sigterm_interrupts
 from operators.addons.metricsserver import TOOL as METRICS_SERVER
 from operators.addons.metricsserver import rendering
 from operators.controlplane import binaries as binaries_
@@ -375,6 +376,7 @@ def payload_of(run: Run) -> dict[str, Any]:
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--pods", type=int, default=10000)

@@ -44,6 +44,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.engines import RESULTS, Tally, node_ready, untraced_environment
+from bench.terminating import sigterm_interrupts
 from operators.controlplane.state import StateDir, read_operator
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
@@ -272,6 +273,7 @@ def report(result: Result, console: Console) -> None:
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--replicas", type=int, default=10000)

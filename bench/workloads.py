@@ -39,6 +39,7 @@ from google.protobuf import json_format
 from rich.console import Console
 from rich.table import Table
 
+from bench.terminating import sigterm_interrupts
 from federation.api import fleet_pb2
 from federation.client.channels import HubAddress
 from federation.client.discovery import HubFiles, HubInfo
@@ -393,6 +394,7 @@ def report(result: dict[str, Any], console: Console) -> None:
 
 
 def main() -> None:
+    sigterm_interrupts()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=8, help="per Job (8 GPUs each)")

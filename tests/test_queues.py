@@ -6,6 +6,7 @@ import asyncio
 
 from operators.engine.dispatching import RETRY_UNEXPECTED, Dispatcher
 from operators.engine.queues import DelayQueue
+from operators.engine.windowing import Window
 from primitives.clocks import SYSTEM_CLOCK
 from tests.fakes.clocks import FakeClock
 
@@ -153,3 +154,59 @@ async def test_a_step_that_plans_its_next_one_due_at_once_gets_it() -> None:
             break
     running.cancel()
     assert fired == ["pod", "pod"]
+
+
+async def test_a_key_put_back_at_its_due_time_goes_before_those_due_after_it() -> None:
+    """Defect: the dispatcher took a batch of due keys out of the queue and held them while it
+    waited for a slot, so a renewal put back at its due time (answered 429) went out after
+    every key of that batch, due later than it."""
+    clock = FakeClock()
+    queue: DelayQueue[str] = DelayQueue(clock)
+    fired: list[str] = []
+
+    async def fire(key: str) -> None:
+        fired.append(key)
+        await clock.sleep(1)
+        if key == "a" and fired.count("a") == 1:
+            queue.schedule_at("a", start)  # answered 429: back at its due time
+
+    start = clock.now() - 10
+    for index, key in enumerate("abcdef"):  # all overdue, "a" the most
+        queue.schedule_at(key, start + index)
+    dispatcher = Dispatcher(queue, fire, clock=clock, limit=2, name="test")
+    running = asyncio.create_task(dispatcher.run())
+    await clock.advance(10)
+    running.cancel()
+    assert fired == ["a", "b", "a", "c", "d", "e", "f"]
+
+
+async def test_a_dispatcher_keeps_in_flight_what_its_window_allows() -> None:
+    clock = FakeClock()
+    queue: DelayQueue[int] = DelayQueue(clock)
+    window = Window(32, floor=2)
+    in_flight, peaks = 0, []
+
+    async def fire(key: int) -> None:
+        nonlocal in_flight
+        in_flight += 1
+        peaks.append(in_flight)
+        await clock.sleep(1)
+        in_flight -= 1
+
+    for key in range(40):
+        queue.schedule(key, 0)
+    while window.limit > 8:
+        window.throttled(window.epoch, now=clock.now(), retry_after=1)
+    dispatcher = Dispatcher(queue, fire, clock=clock, limit=32, name="test", window=window)
+    running = asyncio.create_task(dispatcher.run())
+    await clock.advance(0.5)
+    assert max(peaks) == window.limit
+    while window.size > window.floor:
+        window.throttled(window.epoch, now=clock.now(), retry_after=1)
+    window.throttled(window.epoch, now=clock.now(), retry_after=3)  # at the floor: a pause
+    started = len(peaks)
+    await clock.advance(2.9)
+    assert len(peaks) == started, "nothing goes out while paused"
+    await clock.advance(0.2)
+    assert len(peaks) == started + 2
+    running.cancel()

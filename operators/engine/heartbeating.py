@@ -3,10 +3,17 @@ heartbeat on or off), on connections and a dispatcher of their own.
 
 Liveness travels through Leases, renewed every quarter of their duration as the kubelet does
 (spread by ±4 % so renewals do not bunch up), stretched while the API server cannot keep up
-(:class:`Pace`); a node's status is rewritten only when a stage says so (every 5 minutes by
-default, at once when its conditions change). A restarted engine
-resumes every renewal from its Lease's ``renewTime``, so no node waits longer than it would
-have. Renewals have their own connections: pod churn must never delay them past the
+(:class:`Pace`: how much is due); as many in flight as the API server serves
+(:class:`~operators.engine.windowing.Window`: how much goes out). The two are not one: Pace
+makes fewer renewals due when they go out late or the server is slow, the window sends what is
+due no faster than the server answers it without 429s. A renewal answered 429 is not waited out
+(the client does not sleep its ``Retry-After`` holding a connection) nor backed off: it shrinks
+the window and goes back into the queue at its due time, ahead of every renewal due after it,
+and goes out as soon as the window has room, most overdue first. Node stages share the window
+(the API server puts their writes in the same flow). A node's status is rewritten only when a
+stage says so (every 5 minutes by default, at once when its conditions change). A restarted
+engine resumes every renewal from its Lease's ``renewTime``, so no node waits longer than it
+would have. Renewals have their own connections: pod churn must never delay them past the
 node-lifecycle controller's grace period. How late they go out is measured (``lag``): the pod
 half holds back while they are behind.
 
@@ -15,7 +22,8 @@ closes, and every few seconds those still open (:class:`~operators.engine.alerti
 says when a pool's heartbeats are at risk).
 
 Every write is committed after it succeeded: a node's life changes only once its status says
-so; a failed write is retried with back-off, from the life as it was.
+so; a failed write is retried with back-off, from the life as it was (one answered 429 as
+soon as the window has room).
 
 A node's stages are those of the fault entries its fault sets carry for it
 (:mod:`~operators.engine.faultsets`), then the defaults
@@ -46,8 +54,9 @@ from operators.engine.queues import DelayQueue
 from operators.engine.recording import EventRecorder
 from operators.engine.stages import NodeRule, Rulebook
 from operators.engine.tracing import FaultBatches
+from operators.engine.windowing import Window
 from operators.k8s.client import Client
-from operators.k8s.errors import Conflict, K8sError, NotFound
+from operators.k8s.errors import Conflict, K8sError, NotFound, TooManyRequests
 from operators.k8s.patching import patch_until_current
 from operators.k8s.requests import STRATEGIC_PATCH
 from operators.k8s.retrying import Backoff
@@ -66,6 +75,8 @@ STRETCHED_SPREAD = 0.25
 RETRY_BASE = 1.0
 #: How often the gaps still open are measured (seconds).
 GAP_CHECK = 2.5
+#: How often, at most, a change of the renewal window is logged (seconds).
+WINDOW_LOG = 10.0
 
 
 class GPUService(Protocol):
@@ -100,7 +111,8 @@ class Heartbeats:
         self.cluster = cluster
         self._gpus = gpus
         self.alarm = alarm or GapAlarm(cluster)
-        self.client = client
+        # 429s come back to the heartbeats at once: they steer the window by them.
+        self.client = client.self_paced()
         self._traces = traces
         self._book = book
         self._rules = rules
@@ -112,8 +124,12 @@ class Heartbeats:
         self._loaded = loaded
         self.pace = Pace(clock)
         self._timers: DelayQueue[tuple[str, str]] = DelayQueue(clock)
+        self.window = Window(connections)
         self._dispatcher = Dispatcher(self._timers, self._due, clock=clock, limit=connections,
-                                      batch=batch, name=f"engine {cluster}: heartbeats")
+                                      batch=batch, name=f"engine {cluster}: heartbeats",
+                                      window=self.window)
+        self._logged_window = (self.window.limit, 0)  # (size, 429s) as last logged
+        self._window_logged_at = float("-inf")
         self._pending: dict[str, NodeRule] = {}
         self._resumed = False
         self.lag = 0.0  # how late the latest renewal went out
@@ -137,6 +153,18 @@ class Heartbeats:
                 if record.life.heartbeat and record.renewed_at:
                     self.alarm.measured(record.pool, name, now - record.renewed_at, now)
             self.alarm.review(now)
+            self._log_window(now)
+
+    def _log_window(self, now: float) -> None:
+        """Say how the window moved, at most every WINDOW_LOG seconds and only if it did."""
+        size, throttled = self.window.limit, self.window.throttled_total
+        was, throttled_before = self._logged_window
+        if size == was or now - self._window_logged_at < WINDOW_LOG:
+            return
+        self._logged_window, self._window_logged_at = (size, throttled), now
+        logger.info("engine %s: heartbeats: %d renewals in flight at most (was %d; %d answered "
+                    "429 since; the latest went out %.1fs late)", self.cluster, size, was,
+                    throttled - throttled_before, self.lag)
 
     # -- what the book tells ------------------------------------------------------------------
 
@@ -242,6 +270,7 @@ class Heartbeats:
         started = self._clock.now()
         lag = max(0.0, started - record.renew_at) if record.renew_at else 0.0
         self.lag = lag
+        epoch = self.window.epoch
         try:
             if record.leased:
                 try:
@@ -252,9 +281,15 @@ class Heartbeats:
                     await self._create_lease(name, record)
             else:
                 await self._create_lease(name, record)
+        except TooManyRequests as error:
+            self.window.throttled(epoch, self._clock.now(), error.retry_after)
+            # Not backed off: back in the queue at its due time, before those due after it.
+            self._schedule(("lease", name), record.renew_at or self._clock.now())
+            return
         except K8sError as error:
             self._retry(("lease", name), record, f"renewing the lease of {name}", error)
             return
+        self.window.succeeded(self._dispatcher.in_flight)
         self.pace.observe(lag, self._clock.now() - started, loaded=self._loaded())
         record.failures = 0
         self._renewed(name, record)
@@ -309,6 +344,7 @@ class Heartbeats:
         whole = stages.writes_node(effect) or bool(effect.allocatable)
         seen: NodeFacts | None = None  # the node as a write answered, when it matters
         gpus = effect.gpus
+        epoch = self.window.epoch
         try:
             if gpus is not None and (gpus.healthy is not None or gpus.reset) \
                     and self._gpus is not None:
@@ -325,10 +361,16 @@ class Heartbeats:
                 seen = await self._write_node(name, rule, seen or facts, now)
         except NotFound:
             return  # deleted: the watch takes it from here
+        except TooManyRequests as error:
+            self._traces.failed(error)
+            self.window.throttled(epoch, self._clock.now(), error.retry_after)
+            self._schedule(("stage", name), self._clock.now())  # when the window has room
+            return
         except K8sError as error:
             self._traces.failed(error)
             self._retry(("stage", name), record, f"{rule.name} on {name}", error)
             return
+        self.window.succeeded(self._dispatcher.in_flight)
         record.failures = 0
         self._book.wrote(name, after, seen)
         if effect.endFault and rule.entry:
@@ -384,6 +426,10 @@ class Pace:
     the lease: past what the server takes, a longer interval is what keeps renewals from
     queueing, and a renewal that does not queue is within the grace period with room to spare
     (measured: at 30 s, renewals on two saturated cores queued up to 15 s).
+
+    The renewal window (:mod:`~operators.engine.windowing`) does not replace it: the window
+    keeps what goes out within what the server serves, and what does not go out waits in the
+    engine's queue, which shows here as renewals late; only a longer interval makes less due.
     """
 
     LATE = 5.0  # renewals this late (s): more demand than the server takes

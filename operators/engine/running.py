@@ -94,6 +94,8 @@ def pod_timing(spec: FakeNodePoolSpec) -> Timing:
 class EngineSettings:
     concurrency: int = 32
     pod_concurrency: int = 64
+    #: The heartbeats' connections, and the most renewals in flight: the ceiling of the window
+    #: that the API server's 429s shrink (:mod:`~operators.engine.windowing`).
     heartbeat_connections: int = 384
     resync_interval: float = 30.0
     heartbeat_batch: int = 256

@@ -4,7 +4,8 @@ of :mod:`operators.k8s.errors`, in this one place.
 
 Hot paths (thousands of nodes, leases and pods) need no object model: paths and dicts in, dicts
 out. Two answers are handled here for every caller: a 429 is waited out (``Retry-After``) and
-sent again, so a throttling server slows fakefleet down instead of piling up failures; a 401
+sent again, so a throttling server slows fakefleet down instead of piling up failures (a
+caller that paces itself takes them at once: :meth:`Client.self_paced`); a 401
 asks the transport for fresh credentials once (tokens from exec plugins and files expire).
 Everything else is the caller's to decide: only it knows whether a write may be repeated.
 
@@ -70,6 +71,13 @@ class Client:
         """A client over its own aiohttp connection pool of ``connections``."""
         return cls(AiohttpTransport(access, connections=connections, timeout=timeout),
                    clock=clock, server=access.server)
+
+    def self_paced(self) -> Client:
+        """A client over the same transport that hands every 429 to its caller at once: for a
+        caller that paces its own requests by the server's answers (the engine's Lease
+        renewals), which a ``Retry-After`` slept here, holding a connection, would hide."""
+        return Client(self.transport, clock=self._clock, max_throttle_retries=0,
+                      server=self.server)
 
     async def __aenter__(self) -> Client:
         return self

@@ -7,7 +7,7 @@ import contextlib
 import json
 import random
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from opentelemetry import trace
@@ -23,7 +23,7 @@ from operators.engine.running import ClusterEngine, EngineSettings
 from operators.engine.stages import Rules
 from operators.k8s.client import Client
 from operators.k8s.requests import MERGE_PATCH, STRATEGIC_PATCH, Request
-from operators.k8s.transport import Response, StreamResponse
+from operators.k8s.transport import Response, StreamResponse, Transport
 from primitives import keys
 from tests.fakes.clocks import FakeClock
 from tests.fakes.k8s import MemoryTransport
@@ -102,10 +102,17 @@ class Fleet:
 
     def engine(self, *, hosted: bool = True, pools: dict[str, FakeNodePoolSpec] | None = None,
                seed: int = 1, rules: Rules | None = None, tracer: trace.Tracer | None = None,
-               kubelet_pki: KubeletPKI | None = None, **settings: Any) -> ClusterEngine:
+               kubelet_pki: KubeletPKI | None = None,
+               heartbeat_server: Callable[[Transport], Transport] | None = None,
+               **settings: Any) -> ClusterEngine:
+        """``heartbeat_server``: what the heartbeats' own connections reach, in front of the
+        member (default: the member, on the engine's one client)."""
         client = Client(Recorded(self.member, self.engine_requests), clock=self.clock)
+        heartbeat_client = None if heartbeat_server is None else Client(
+            heartbeat_server(Recorded(self.member, self.engine_requests)), clock=self.clock)
         return ClusterEngine(
-            ENGINE_NAME, client, host=Client(self.host, clock=self.clock) if hosted else None,
+            ENGINE_NAME, client, heartbeat_client=heartbeat_client,
+            host=Client(self.host, clock=self.clock) if hosted else None,
             serves=CLUSTER if hosted else None, pools=None if hosted else pools,
             settings=EngineSettings(**settings), clock=self.clock, rng=random.Random(seed),
             rules=rules, tracer=tracer, kubelet_pki=kubelet_pki)

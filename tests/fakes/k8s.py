@@ -15,6 +15,8 @@ Faults are injected per request, matched by method and a path pattern::
     api.fail("POST", "/api/v1/nodes", reset=True, applied=True)   # done, but the answer lost
     api.fail("PATCH", ".*", delay=45)                              # past the client timeout
     api.break_watches(); api.compact()                             # resumes get 410
+
+:class:`Saturated` in front of it serves a few requests at a time and answers 429 past them.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 from operators.k8s.errors import TransportError
 from operators.k8s.requests import APPLY_PATCH, MERGE_PATCH, STRATEGIC_PATCH, Request
 from operators.k8s.times import rfc3339
-from operators.k8s.transport import Response, StreamResponse
+from operators.k8s.transport import Response, StreamResponse, Transport
 from primitives.clocks import Clock
 from primitives.selectors import LabelSelector, parse
 
@@ -469,3 +471,50 @@ def _selected(obj: dict[str, Any], labels: LabelSelector,
         if (actual == value) != (operator == "="):
             return False
     return True
+
+
+class Saturated:
+    """An API server that serves ``limit`` requests at a time, each in ``latency`` seconds,
+    and answers 429 (``Retry-After``) to every request past them, as one APF flow whose seats
+    and queue are full: wraps another transport, for the requests whose path matches
+    ``pattern`` (the others pass straight through)."""
+
+    def __init__(self, transport: Transport, clock: Clock, *, limit: int, latency: float,
+                 pattern: str = ".*", retry_after: int = 1) -> None:
+        self.transport = transport
+        self.clock = clock
+        self.limit = limit
+        self.latency = latency
+        self.pattern = re.compile(pattern)
+        self.retry_after = retry_after
+        self.in_flight = 0
+        self.peak = 0  # the most in flight at once, those answered 429 included
+        self.served = 0
+        self.throttled = 0
+
+    async def send(self, request: Request) -> Response:
+        if not self.pattern.fullmatch(request.path):
+            return await self.transport.send(request)
+        self.peak = max(self.peak, self.in_flight + 1)
+        if self.in_flight >= self.limit:
+            self.throttled += 1
+            return _status(429, "TooManyRequests", "too many requests, please try again later",
+                           {"Retry-After": str(self.retry_after)})
+        self.in_flight += 1
+        try:
+            await self.clock.sleep(self.latency)
+            response = await self.transport.send(request)
+        finally:
+            self.in_flight -= 1
+        self.served += 1
+        return response
+
+    def stream(self, request: Request) -> contextlib.AbstractAsyncContextManager[
+            StreamResponse]:
+        return self.transport.stream(request)
+
+    def refresh_credentials(self) -> None:
+        self.transport.refresh_credentials()
+
+    async def close(self) -> None:
+        await self.transport.close()
