@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import io
 import json
 import os
 import secrets
@@ -70,7 +71,16 @@ def version() -> str:
 def compress(data: bytes) -> bytes:
     """A payload's bytes, as every framed file holds them (no time stamp: the same content
     gives the same file)."""
-    return gzip.compress(data, compresslevel=6, mtime=0)
+    packed = io.BytesIO()
+    with _gzip(packed) as out:
+        out.write(data)
+    return packed.getvalue()
+
+
+def _gzip(raw: IO[bytes]) -> gzip.GzipFile:
+    """One way to compress for every writer (gzip.compress writes another OS byte than
+    GzipFile): the same content, the same file, streamed or not."""
+    return gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=6, mtime=0)
 
 
 def encode(kind: Kind, header: Mapping[str, Any], payload: bytes) -> bytes:
@@ -98,7 +108,7 @@ def write_streamed(kind: Kind, path: Path, header: Mapping[str, Any],
     try:
         digest = hashlib.sha256()
         with _private(packed) as raw:
-            with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as out:
+            with _gzip(raw) as out:
                 for chunk in chunks:
                     out.write(chunk)
             raw.flush()
