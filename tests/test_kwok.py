@@ -4,12 +4,15 @@ input that each says what to fix."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
-from operators.recording import kwok, patches
+from operators.cli import main
+from operators.recording import files, kwok, patches
 from operators.recording.files import TraceError
 from operators.recording.trace import Change, Owner, PodLife, Resource, Target, Trace
 
@@ -194,3 +197,28 @@ def test_strategic_directives_on_maps_and_retained_keys() -> None:
         "strategy": {"type": "Recreate"}, "selector": {"b": 2}}}
     assert patches.has_directives(patch)
     assert not patches.has_directives({"spec": {"replicas": 2, "args": ["x"]}})
+
+
+def test_convert_goes_both_ways_and_fails_with_a_message(tmp_path: Path) -> None:
+    recording = tmp_path / "rec.yaml"
+    recording.write_text(RECORDING)
+    runner = CliRunner()
+    done = runner.invoke(main, ["convert", str(recording), "--to", "trace", "--cluster",
+                                "west", "-o", str(tmp_path / "rec.trace")])
+    assert done.exit_code == 0, done.output
+    trace = files.read(tmp_path / "rec.trace")
+    assert trace.clusters == ("west",)
+    assert len(trace.changes) == 5
+    back = runner.invoke(main, ["convert", str(tmp_path / "rec.trace"), "--to", "kwok",
+                                "-o", str(tmp_path / "back.yaml")])
+    assert back.exit_code == 0, back.output
+    assert kwok.read((tmp_path / "back.yaml").read_text(), source="b",
+                     cluster="west").changes == trace.changes
+    missing = runner.invoke(main, ["convert", str(tmp_path / "none"), "--to", "kwok",
+                                   "-o", str(tmp_path / "x")])
+    assert missing.exit_code == 1
+    assert "no trace at" in missing.output
+    unreachable = runner.invoke(main, ["record", "--kubeconfig", f"a={tmp_path / 'none'}",
+                                       "--for", "1s", "-o", str(tmp_path / "t")])
+    assert unreachable.exit_code == 1
+    assert "cluster a: cannot read the kubeconfig" in unreachable.output

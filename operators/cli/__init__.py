@@ -20,6 +20,7 @@ from operators.cli import (
     hosting,
     kueue,
     plans,
+    recording,
     snapshots,
     traces,
     views,
@@ -55,6 +56,7 @@ for command in (
     traces.trace,
     etcd.etcd,
     snapshots.snapshot,
+    recording.record, recording.convert,
 ):
     main.add_command(command)
 
