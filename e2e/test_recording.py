@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 from e2e.conftest import CLUSTER, FAKEFLEET, POOL, Fleet, eventually, fakefleet, kubectl
@@ -59,7 +58,12 @@ def test_record_a_member_while_workloads_run_and_a_plan_fails_a_pod(
          f"{RECORD_FOR}s", "--resources", "deployments.apps,replicasets.apps,jobs.batch,pods",
          "-o", str(trace_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(3)  # the lists are taken: what follows is recorded as changes
+        assert recorder.stderr is not None
+        said = ""
+        while "recording changes" not in said:  # the lists are taken: what follows is a change
+            line = recorder.stderr.readline()
+            assert line, f"fakefleet record ended early: {said}"
+            said += line
         kubectl(member, "scale", "deployment", "web", "--replicas=3")
         kubectl(member, "apply", "-f", str(_file(tmp_path, "jobs.yaml", JOBS)))
         eventually(lambda: kubectl(member, "get", "pods", "-l", "app=victim", "-o",
@@ -75,7 +79,7 @@ def test_record_a_member_while_workloads_run_and_a_plan_fails_a_pod(
         _, err = recorder.communicate(timeout=RECORD_FOR + 60)
     finally:
         recorder.kill()
-    assert recorder.returncode == 0, err
+    assert recorder.returncode == 0, said + err
     assert f"recorded {NAME} for" in err
 
     trace = files.read(trace_path)

@@ -260,9 +260,12 @@ async def test_two_clusters_recorded_on_one_clock_through_a_410(tmp_path: Path) 
     resources = {s.cluster: await watching.resolve(s, ["deployments.apps", "pods"])
                  for s in sources}
     path = tmp_path / "fleet.trace"
+    listed: list[float] = []
     task = asyncio.create_task(watching.record(sources, resources, output=path, duration=30,
-                                               rules=Rules(), clock=clock))
+                                               rules=Rules(), clock=clock,
+                                               on_listed=lambda: listed.append(clock.now())))
     await clock.advance(2)
+    assert listed == [FAKE_EPOCH], "told once, when every resource of both is listed"
     client = Client(west, clock=clock)
     await client.patch("/apis/apps/v1/namespaces/ns/deployments/web", {"spec": {"replicas": 2}})
     east.put("/api/v1/namespaces/ns/pods", pod("job-a", owner="job"))

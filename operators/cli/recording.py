@@ -139,8 +139,14 @@ def record(kubeconfigs: tuple[str, ...], duration: float, resources: str, saniti
                               f"objects at the start, {changes} changes, "
                               f"{time.monotonic() - started:.0f}/{duration:.0f}s")
 
+            def listed() -> None:
+                console.print(f"listed every resource at the start after "
+                              f"{time.monotonic() - started:.1f}s; recording changes",
+                              highlight=False)
+
             return await watching.record(sources, resolved, output=output, duration=duration,
-                                         rules=rules, clock=SYSTEM_CLOCK, progress=progress)
+                                         rules=rules, clock=SYSTEM_CLOCK, progress=progress,
+                                         on_listed=listed)
 
     with console.status("connecting") as status:
         summary = asyncio.run(work())

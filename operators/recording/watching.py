@@ -120,14 +120,22 @@ def path_of(watched: Watched) -> str:
 
 async def record(sources: Sequence[Source], resources: Mapping[str, Sequence[Watched]], *,
                  output: Path, duration: float, rules: Rules, clock: Clock,
-                 progress: Callable[[int, int], None] | None = None) -> Summary:
+                 progress: Callable[[int, int], None] | None = None,
+                 on_listed: Callable[[], None] | None = None) -> Summary:
     """Record ``resources`` of each source for ``duration`` seconds of ``clock`` into the trace
-    at ``output``. ``progress(initial, changes)`` is told the counts every second."""
+    at ``output``. ``progress(initial, changes)`` is told the counts every second;
+    ``on_listed()`` once every resource has been listed (what follows is recorded as
+    changes)."""
     started = clock.now()
     capture = Capture(start=started, rules=rules)
     counts = {"initial": 0, "changes": 0}
+    unlisted = set(itertools.chain.from_iterable(resources.values()))
     with _spool(output) as initial, _spool(output) as changes:
         def listed(watched: Watched, items: list[Any]) -> None:
+            if watched in unlisted:
+                unlisted.discard(watched)
+                if not unlisted and on_listed is not None:
+                    on_listed()
             result = capture.listed(watched, items, clock.now())
             for obj in result.initial:
                 initial.write(files.initial_line(watched.cluster, obj))
