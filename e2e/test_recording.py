@@ -4,6 +4,7 @@ each pod's life (exit code, owner, ordinal), and converts to KWOK's format and b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -48,13 +49,13 @@ def test_record_a_member_while_workloads_run_and_a_plan_fails_a_pod(
     fleet.apply(POOL.format(name=f"{NAME}-pool", cluster=NAME, replicas=2, extra=""))
     fleet.wait_cluster_ready(NAME)
     fleet.wait_pool(f"{NAME}-pool", 2)
-    member = fleet.member(NAME)
+    member = fleet.member(NAME)  # through 'fakefleet kubeconfig', as 'record --fleet' reads it
     eventually(lambda: kubectl(member, "get", "serviceaccount", "default",
                                check=False).returncode == 0, what="the default ServiceAccount")
     kubectl(member, "create", "deployment", "web", "--image=nginx:1.27", "--replicas=1")
     trace_path = tmp_path / "rec.trace"
     recorder = subprocess.Popen(
-        [str(FAKEFLEET), "record", "--kubeconfig", f"{NAME}={member}", "--for",
+        [str(FAKEFLEET), "record", "--fleet", "--state-dir", str(fleet.state), "--for",
          f"{RECORD_FOR}s", "--resources", "deployments.apps,replicasets.apps,jobs.batch,pods",
          "-o", str(trace_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -82,8 +83,12 @@ def test_record_a_member_while_workloads_run_and_a_plan_fails_a_pod(
     assert recorder.returncode == 0, said + err
     assert f"recorded {NAME} for" in err
 
-    trace = files.read(trace_path)
-    assert trace.clusters == (NAME,)
+    whole = files.read(trace_path)
+    assert NAME in whole.clusters, "--fleet records every FakeCluster, this one too"
+    trace = dataclasses.replace(  # the test's cluster (others of the session's fleet are in)
+        whole, initial=tuple(i for i in whole.initial if i[0] == NAME),
+        changes=tuple(c for c in whole.changes if c.target.cluster == NAME),
+        pods=tuple(p for p in whole.pods if p.cluster == NAME))
     assert [obj["metadata"]["name"] for _, obj in trace.initial
             if obj["kind"] == "Deployment"] == ["web"]
     scaled = [c for c in trace.changes if c.target.resource.resource == "deployments"
@@ -113,7 +118,8 @@ def test_record_a_member_while_workloads_run_and_a_plan_fails_a_pod(
     assert all(life.node.startswith(f"{NAME}-pool") for life in web)
 
     kwok_path = tmp_path / "rec.yaml"
-    fakefleet("convert", str(trace_path), "--to", "kwok", "-o", str(kwok_path))
+    fakefleet("convert", str(trace_path), "--to", "kwok", "--cluster", NAME, "-o",
+              str(kwok_path))
     again = kwok.read(kwok_path.read_text(), source=str(kwok_path), cluster=NAME)
     assert again.changes == trace.changes, "KWOK's format holds every change"
 

@@ -222,3 +222,20 @@ def test_convert_goes_both_ways_and_fails_with_a_message(tmp_path: Path) -> None
                                        "--for", "1s", "-o", str(tmp_path / "t")])
     assert unreachable.exit_code == 1
     assert "cluster a: cannot read the kubeconfig" in unreachable.output
+    unnamed = runner.invoke(main, ["record", "-o", str(tmp_path / "t")])
+    assert unnamed.exit_code == 1
+    assert "name the clusters to record: --kubeconfig" in unnamed.output
+    kubeconfig = tmp_path / "a.yaml"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {"
+                          "server: 'https://127.0.0.1:1', insecure-skip-tls-verify: true}}]\n"
+                          "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, "
+                          "context: {cluster: c, user: u}}]\ncurrent-context: x\n")
+    twice = runner.invoke(main, ["record", "--kubeconfig", str(kubeconfig), "--kubeconfig",
+                                 f"a={kubeconfig}", "-o", str(tmp_path / "t")])
+    assert twice.exit_code == 1
+    assert "two clusters are named a: name each" in twice.output
+    down = runner.invoke(main, ["record", "--kubeconfig", str(kubeconfig), "--for", "1s",
+                                "-o", str(tmp_path / "t")])
+    assert down.exit_code == 1
+    assert "cluster a did not answer its discovery" in down.output
+    assert not (tmp_path / "t").exists()

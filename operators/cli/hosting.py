@@ -10,7 +10,6 @@ commands only start, stop, probe and read it.
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import signal
 import subprocess
@@ -38,12 +37,12 @@ from operators.addons.metricsserver import TOOL as METRICS_SERVER
 from operators.addons.prometheus import PROMETHEUS_RELEASE
 from operators.addons.prometheus import TOOL as PROMETHEUS
 from operators.api.base import API_VERSION
-from operators.api.clusters import KUBECONFIG_KEY
 from operators.cli.terminal import (
     WAIT,
     console,
     default_state_dir,
     host_client,
+    member_kubeconfig,
     run_k8s,
     state_dir_option,
     stdout,
@@ -379,13 +378,6 @@ def kubeconfig(state_dir: Path, cluster: str | None) -> None:
             except NotFound:
                 raise StateError(f"FakeCluster {namespace}/{name} does not exist: see "
                                  f"'fakefleet get'") from None
-            ref = found["spec"].get("controlPlane", {}).get("kubeconfigSecretRef") or {}
-            secret_name = (found.get("status") or {}).get("kubeconfigSecret")
-            if not secret_name:
-                raise StateError(f"FakeCluster {namespace}/{name} has no kubeconfig yet "
-                                 f"(phase {(found.get('status') or {}).get('phase', 'Pending')})")
-            secret = await client.get(f"/api/v1/namespaces/{namespace}/secrets/{secret_name}")
-        data = secret.get("data", {}).get(ref.get("key", KUBECONFIG_KEY))
-        return base64.b64decode(data).decode()
+            return await member_kubeconfig(client, found)
 
     sys.stdout.write(run_k8s(fetch()))

@@ -8,7 +8,6 @@ model and the file.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -16,10 +15,17 @@ from pathlib import Path
 
 import click
 
+from operators.api.base import API_VERSION
 from operators.api.durations import parse_duration
-from operators.cli.terminal import console
+from operators.cli.terminal import (
+    console,
+    host_client,
+    member_kubeconfig,
+    run_k8s,
+    state_dir_option,
+)
 from operators.k8s.client import Client
-from operators.k8s.config import load_kubeconfig_file
+from operators.k8s.config import ClusterAccess, load_kubeconfig, load_kubeconfig_file
 from operators.k8s.errors import K8sError
 from operators.recording import files, kwok, loading, sanitizing, watching
 from operators.recording.files import Summary, TraceError
@@ -44,32 +50,51 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
     return seconds
 
 
-def _clusters(kubeconfigs: tuple[str, ...]) -> list[tuple[str, Path]]:
-    """``[NAME=]PATH`` as (name, path): a name defaults to the file's name up to its first
+def _clusters(kubeconfigs: tuple[str, ...]) -> list[tuple[str, ClusterAccess]]:
+    """``[NAME=]PATH`` as (name, access): a name defaults to the file's name up to its first
     dot (``west.kubeconfig`` is ``west``)."""
-    named: list[tuple[str, Path]] = []
+    named = []
     for given in kubeconfigs:
         name, _, path = given.rpartition("=")
         name = name or Path(path).name.split(".")[0].lower()
         if not is_dns_label(name):
             raise TraceError(f"--kubeconfig {given!r}: the cluster name {name!r} is no DNS "
                              f"label: name it, as NAME=PATH")
-        if name in (n for n, _ in named):
-            raise TraceError(f"--kubeconfig {given!r}: a second cluster named {name!r}: name "
-                             f"each, as NAME=PATH")
-        named.append((name, Path(path)))
+        try:
+            named.append((name, load_kubeconfig_file(Path(path))))
+        except K8sError as error:
+            raise TraceError(f"cluster {name}: {error}") from error
     return named
 
 
+async def _fleet(state_dir: Path) -> list[tuple[str, ClusterAccess]]:
+    """Every FakeCluster of the ``fakefleet up`` in ``state_dir``, by its name."""
+    async with host_client(state_dir) as host:
+        items = (await host.get(f"/apis/{API_VERSION}/fakeclusters")).get("items") or []
+        found = []
+        for item in sorted(items, key=lambda i: (i["metadata"]["namespace"],
+                                                 i["metadata"]["name"])):
+            metadata = item["metadata"]
+            text = await member_kubeconfig(host, item)
+            found.append((str(metadata["name"]), load_kubeconfig(
+                text, source=f"FakeCluster {metadata['namespace']}/{metadata['name']}'s "
+                             f"kubeconfig")))
+    if not found:
+        raise TraceError(f"--fleet: the fakefleet in {state_dir} has no FakeCluster: create "
+                         f"one, or name clusters with --kubeconfig")
+    return found
+
+
 @contextlib.asynccontextmanager
-async def _sources(clusters: list[tuple[str, Path]]) -> AsyncIterator[list[watching.Source]]:
-    clients = []
+async def _sources(clusters: list[tuple[str, ClusterAccess]]) -> AsyncIterator[
+        list[watching.Source]]:
+    names = [name for name, _ in clusters]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise TraceError(f"two clusters are named {', '.join(twice)}: name each, as "
+                         f"--kubeconfig NAME=PATH")
+    clients = [(name, Client.connect(access)) for name, access in clusters]
     try:
-        for name, path in clusters:
-            try:
-                clients.append((name, Client.connect(load_kubeconfig_file(path))))
-            except K8sError as error:
-                raise TraceError(f"cluster {name}: {error}") from error
         yield [watching.Source(name, client) for name, client in clients]
     finally:
         for _, client in clients:
@@ -77,10 +102,13 @@ async def _sources(clusters: list[tuple[str, Path]]) -> AsyncIterator[list[watch
 
 
 @click.command()
-@click.option("--kubeconfig", "kubeconfigs", multiple=True, required=True,
-              metavar="[NAME=]PATH",
+@click.option("--kubeconfig", "kubeconfigs", multiple=True, metavar="[NAME=]PATH",
               help="A cluster to record; repeat for a fleet trace on one clock. NAME is its "
                    "name in the trace (default: the file's name up to its first dot).")
+@click.option("--fleet", is_flag=True,
+              help="Record every FakeCluster of the 'fakefleet up' in --state-dir too, each by "
+                   "its name.")
+@state_dir_option
 @click.option("--for", "duration", default="10m", show_default=True, callback=_duration,
               help="How long to record (90s, 10m, 2h).")
 @click.option("--resources", default=",".join(watching.DEFAULT_RESOURCES), show_default=True,
@@ -100,11 +128,14 @@ async def _sources(clusters: list[tuple[str, Path]]) -> AsyncIterator[list[watch
               help="Record Secrets' data as it is (it is sanitised by default).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="The trace file to write (0600).")
-def record(kubeconfigs: tuple[str, ...], duration: float, resources: str, sanitize: str,
-           redact_env: tuple[str, ...], redact_annotation: tuple[str, ...],
-           keep_secret_data: bool, output: Path) -> None:
+def record(kubeconfigs: tuple[str, ...], fleet: bool, state_dir: Path, duration: float,
+           resources: str, sanitize: str, redact_env: tuple[str, ...],
+           redact_annotation: tuple[str, ...], keep_secret_data: bool, output: Path) -> None:
     """Record what happens in clusters (objects at the start, every change, pods' lives) into
     a trace that 'fakefleet replay' plays into FakeClusters."""
+    if not kubeconfigs and not fleet:
+        raise TraceError("name the clusters to record: --kubeconfig [NAME=]PATH (repeat it), "
+                         "or --fleet for every FakeCluster")
     clusters = _clusters(kubeconfigs)
     try:
         rules = Rules(
@@ -123,7 +154,8 @@ def record(kubeconfigs: tuple[str, ...], duration: float, resources: str, saniti
         raise TraceError(f"-o {output}: there is no directory {output.parent}: create it first")
 
     async def work() -> Summary:
-        async with _sources(clusters) as sources:
+        everything = clusters + (await _fleet(state_dir.resolve()) if fleet else [])
+        async with _sources(everything) as sources:
             resolved = {}
             for source in sources:
                 try:
@@ -135,7 +167,7 @@ def record(kubeconfigs: tuple[str, ...], duration: float, resources: str, saniti
             started = time.monotonic()
 
             def progress(initial: int, changes: int) -> None:
-                status.update(f"recording {', '.join(c for c, _ in clusters)}: {initial} "
+                status.update(f"recording {', '.join(s.cluster for s in sources)}: {initial} "
                               f"objects at the start, {changes} changes, "
                               f"{time.monotonic() - started:.0f}/{duration:.0f}s")
 
@@ -149,7 +181,7 @@ def record(kubeconfigs: tuple[str, ...], duration: float, resources: str, saniti
                                          on_listed=listed)
 
     with console.status("connecting") as status:
-        summary = asyncio.run(work())
+        summary = run_k8s(work())
     console.print(f"recorded {', '.join(summary.clusters)} for "
                   f"{summary.duration / 1e9:.1f}s into {output}: {summary.initial} objects at "
                   f"the start, {summary.changes} changes, {summary.pods} pod lives",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import os
 import sys
 from collections.abc import Coroutine
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
+from operators.api.clusters import KUBECONFIG_KEY
 from operators.controlplane.errors import StateError
 from operators.controlplane.state import StateDir
 from operators.k8s.client import Client
@@ -88,3 +90,17 @@ def run_k8s(work: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(work)
     except K8sError as error:
         raise StateError(f"the host cluster did not answer as expected: {error}") from error
+
+
+async def member_kubeconfig(host: Client, cluster: dict[str, Any]) -> str:
+    """The kubeconfig of the FakeCluster ``cluster`` (as the host API serves it), from the
+    Secret its status names; StateError while it has none yet."""
+    namespace, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
+    status = cluster.get("status") or {}
+    secret_name = status.get("kubeconfigSecret")
+    if not secret_name:
+        raise StateError(f"FakeCluster {namespace}/{name} has no kubeconfig yet (phase "
+                         f"{status.get('phase', 'Pending')}): wait for it with 'fakefleet wait'")
+    ref = (cluster["spec"].get("controlPlane") or {}).get("kubeconfigSecretRef") or {}
+    secret = await host.get(f"/api/v1/namespaces/{namespace}/secrets/{secret_name}")
+    return base64.b64decode(secret.get("data", {}).get(ref.get("key", KUBECONFIG_KEY))).decode()
