@@ -295,3 +295,10 @@ async def test_two_clusters_recorded_on_one_clock_through_a_410(tmp_path: Path) 
     assert summary.changes == 4
     assert trace.duration >= 30 * S
     assert not list(tmp_path.glob(".*")), "no temporary file left beside the trace"
+
+
+def test_a_trace_that_cannot_be_written_says_where_and_leaves_nothing(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=rf"cannot write trace {tmp_path}/none/x\.trace: .*"
+                                         r"give -o a path in a writable directory"):
+        files.write(tmp_path / "none" / "x.trace", TRACE)
+    assert list(tmp_path.iterdir()) == []
