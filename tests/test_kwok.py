@@ -239,3 +239,56 @@ def test_convert_goes_both_ways_and_fails_with_a_message(tmp_path: Path) -> None
     assert down.exit_code == 1
     assert "cluster a did not answer its discovery" in down.output
     assert not (tmp_path / "t").exists()
+
+
+JOB_POD = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: default, creationTimestamp: "2026-01-01T00:00:00Z"}
+---
+apiVersion: action.kwok.x-k8s.io/v1alpha1
+kind: ResourcePatch
+resource: {version: v1, resource: pods}
+target: {name: job-abc, namespace: default}
+durationNanosecond: 10500000000
+method: create
+template:
+  apiVersion: v1
+  kind: Pod
+  metadata:
+    name: job-abc
+    namespace: default
+    uid: u1
+    creationTimestamp: "2026-01-01T00:01:10Z"
+    ownerReferences: [{apiVersion: batch/v1, kind: Job, name: job, uid: j, controller: true}]
+  spec: {nodeName: kwok-node-0, containers: [{name: main, image: busybox}]}
+  status: {phase: Pending}
+---
+apiVersion: action.kwok.x-k8s.io/v1alpha1
+kind: ResourcePatch
+resource: {version: v1, resource: pods}
+target: {name: job-abc, namespace: default}
+durationNanosecond: 40000000000
+method: patch
+template:
+  status:
+    phase: Failed
+    containerStatuses:
+    - name: main
+      state: {terminated: {exitCode: 2, startedAt: "2026-01-01T00:01:12Z",
+                           finishedAt: "2026-01-01T00:01:39Z"}}
+"""
+
+
+def test_a_kwok_recording_s_start_and_pod_lives_come_from_its_stamps() -> None:
+    trace = kwok.read(JOB_POD, source="job.yaml", cluster="kind")
+    assert trace.started_at == "2026-01-01T00:00:59Z", \
+        "created at 00:01:10 and seen 10.5 s in: the start was no earlier than 00:00:59.5"
+    [life] = trace.pods
+    assert life == PodLife(cluster="kind", namespace="default", name="job-abc",
+                           owner=Owner("Job", "job"), ordinal=0, created=21 * S // 2,
+                           started=25 * S // 2, finished=79 * S // 2, exit_code=2,
+                           node="kwok-node-0")
+    assert "start estimated" in trace.notes[0]
+    assert kwok.read("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n", source="x",
+                     cluster="c").pods == ()

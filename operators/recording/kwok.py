@@ -18,7 +18,9 @@ server refuses for custom resources; each is applied to the object as the record
 (its start, its create, its patches before) and turned into the merge patch between the two
 states (:mod:`~operators.recording.patches`). A patch of an object the recording never showed
 is taken with its directives dropped and its lists whole, and the trace's notes say so. KWOK's
-recording has no clusters (the one it holds is named by the caller) and no pod lives.
+recording has no clusters (the one it holds is named by the caller), no start time and no pod
+lives: the start is estimated from the objects' creation stamps, and the pods' lives read from
+their recorded states (:mod:`~operators.recording.podlives`), as the notes say.
 
 Writing: one cluster's initial objects and changes; a merge patch is said as a strategic-merge
 patch with the same effect (a list under a merge key replaced whole with ``$patch: replace``).
@@ -36,10 +38,13 @@ from typing import Any
 
 import yaml
 
-from operators.recording import patches
+from operators.k8s.times import parse, rfc3339
+from operators.recording import patches, podlives
 from operators.recording.files import TraceError
 from operators.recording.sanitizing import SERVER_METADATA
-from operators.recording.trace import Change, Resource, Target, Trace
+from operators.recording.trace import Change, PodLife, Resource, Target, Trace
+
+NANOS = 1_000_000_000
 
 API_VERSION = "action.kwok.x-k8s.io/v1alpha1"
 KIND = "ResourcePatch"
@@ -86,13 +91,73 @@ def read(text: str, *, source: str, cluster: str) -> Trace:
         state[_key_of(str(api_version), plurals.get((str(api_version), str(kind)),
                                                     _plural(str(kind))), obj)] = obj
         initial.append((cluster, obj))
-    notes = ["read from KWOK's recording format: no pod lives, no start time"]
+    start = _start(documents)
+    lives = _lives(documents, cluster, start) if start is not None else ()
+    notes = ["read from KWOK's recording format: " + (
+        "its start estimated from the objects' creation stamps (whole seconds), and the pods' "
+        "lives from their recorded status" if start is not None else
+        "no creation stamps, so no start time and no pod lives")]
     if blind:
         notes.append(f"{blind} strategic-merge patches of objects the recording did not show "
                      f"were taken with their directives dropped and their lists whole")
-    return Trace(clusters=(cluster,), started_at="",
+    return Trace(clusters=(cluster,), started_at=rfc3339(start) if start is not None else "",
                  duration=max((c.at for c in changes), default=0), initial=tuple(initial),
-                 changes=tuple(sorted(changes, key=lambda c: c.at)), notes=tuple(notes))
+                 changes=tuple(sorted(changes, key=lambda c: c.at)), pods=lives,
+                 notes=tuple(notes))
+
+
+def _start(documents: list[Any]) -> float | None:
+    """When the recording started (seconds since the epoch), as its objects' creation stamps
+    bound it: an object at the start was created before it, one created ``d`` into it at most
+    ``d`` after it (stamps are whole seconds, rounded down), so each gives a lower bound and
+    the latest is the best. None without any stamp."""
+    bounds = []
+    for doc in documents:
+        if not isinstance(doc, dict):
+            continue
+        patch = doc.get("kind") == KIND and doc.get("apiVersion") == API_VERSION
+        obj = doc.get("template") if patch and doc.get("method") == "create" else (
+            None if patch else doc)
+        stamp = ((obj or {}).get("metadata") or {}).get("creationTimestamp") \
+            if isinstance(obj, dict) else None
+        if isinstance(stamp, str):
+            try:
+                bounds.append(parse(stamp) - (int(doc.get("durationNanosecond") or 0) / NANOS
+                                              if patch else 0))
+            except ValueError:
+                continue
+    return max(bounds, default=None)
+
+
+def _lives(documents: list[Any], cluster: str, start: float) -> tuple[PodLife, ...]:
+    """The pods' lives, from each pod's states as the recording had them (untrimmed: the
+    stamps are in their metadata and status)."""
+    states: dict[tuple[str, str], dict[str, Any]] = {}
+    lives: dict[tuple[str, ...], PodLife] = {}
+    for doc in documents:
+        if not isinstance(doc, dict):
+            continue
+        if doc.get("kind") == KIND and doc.get("apiVersion") == API_VERSION:
+            resource, target = doc.get("resource") or {}, doc.get("target") or {}
+            if resource.get("group") or resource.get("resource") != "pods" or \
+                    not isinstance(doc.get("template"), dict):
+                continue
+            key = (str(target.get("namespace") or ""), str(target.get("name")))
+            states[key] = doc["template"] if doc.get("method") == "create" else \
+                patches.apply_strategic(states.get(key, {}), doc["template"])
+        elif doc.get("kind") == "Pod" and doc.get("apiVersion") == "v1":
+            metadata = doc.get("metadata") or {}
+            key = (str(metadata.get("namespace") or ""), str(metadata.get("name")))
+            states[key] = doc
+        else:
+            continue
+        pod = states[key]
+        metadata = pod.get("metadata") or {}
+        ident = (str(metadata.get("uid") or metadata.get("creationTimestamp")), *key)
+        lives[ident] = podlives.life(cluster, {**pod, "metadata": {
+            "namespace": key[0], "name": key[1], **metadata}}, start=start,
+            seen=lives.get(ident))
+    return podlives.numbered(lives.values())
 
 
 def _change(doc: dict[str, Any], *, where: str, cluster: str,
