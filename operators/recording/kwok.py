@@ -237,8 +237,8 @@ def losses(trace: Trace, cluster: str) -> list[str]:
     """What writing ``cluster`` of ``trace`` in KWOK's format leaves out."""
     lost = []
     if trace.pods:
-        lost.append(f"{len(trace.pods)} pod lives (KWOK's format has none: its pods replay "
-                    f"from their recorded status)")
+        lost.append(f"{len(trace.pods)} pod lives as recorded (KWOK's format has none: read "
+                    f"back, they are derived again from the pods' recorded states)")
     others = [c for c in trace.clusters if c != cluster]
     if others:
         lost.append(f"clusters {', '.join(others)} (KWOK's format holds one)")
