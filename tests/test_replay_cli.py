@@ -1,10 +1,8 @@
 """``fakefleet replay``'s command line (operators/cli/replays.py): its speed, the trace file
-reader it expects, and the exit code of a replay that cannot start."""
+it reads, and the exit code of a replay that cannot start."""
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -12,7 +10,7 @@ from click.testing import CliRunner
 
 from operators.cli import main
 from operators.cli.replays import ReplayError, load
-from operators.recording import planning
+from operators.recording import files, planning
 from operators.recording.trace import Trace
 
 TRACE = Trace(("c1",), "2026-01-01T00:00:00Z", 0)
@@ -44,19 +42,13 @@ def test_a_speed_out_of_range_is_refused_with_what_is_accepted(given: str,
     assert "or max (0)" in done.output
 
 
-def test_load_reads_with_the_trace_files_reader(monkeypatch: pytest.MonkeyPatch,
-                                                tmp_path: Path) -> None:
-    """The wiring the record side's reader merges into: read(path: Path) -> Trace."""
-    files = types.ModuleType("operators.recording.files")
-    files.read = lambda path: TRACE if path == tmp_path / "t" else None  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "operators.recording.files", files)
-    assert load(tmp_path / "t") is TRACE
+def test_load_reads_a_trace_file_and_names_a_truncated_one(tmp_path: Path) -> None:
+    files.write(tmp_path / "t", TRACE)
+    assert load(tmp_path / "t") == TRACE
 
-    def bad(path: Path) -> Trace:
-        raise ValueError("version 9 is newer than this fakefleet reads")
-    files.read = bad  # type: ignore[attr-defined]
-    with pytest.raises(ReplayError, match=r"t: version 9 is newer"):
-        load(tmp_path / "t")
+    (tmp_path / "cut").write_bytes((tmp_path / "t").read_bytes()[:-5])
+    with pytest.raises(ReplayError, match=r"cut is truncated"):
+        load(tmp_path / "cut")
 
 
 def test_a_trace_that_cannot_be_planned_exits_2_naming_the_file(

@@ -20,6 +20,7 @@ from operators.cli import (
     hosting,
     kueue,
     plans,
+    recording,
     replays,
     snapshots,
     traces,
@@ -56,6 +57,7 @@ for command in (
     traces.trace,
     etcd.etcd,
     snapshots.snapshot,
+    recording.record, recording.convert,
     replays.replay,
 ):
     main.add_command(command)

@@ -41,7 +41,7 @@ from operators.cli.terminal import (
     console,
     default_state_dir,
     host_client,
-    member_kubeconfig,
+    named_member_kubeconfig,
     run_k8s,
     split_cluster,
     state_dir_option,
@@ -366,6 +366,6 @@ def kubeconfig(state_dir: Path, cluster: str | None) -> None:
 
     async def fetch() -> str:
         async with host_client(state_dir) as client:
-            return await member_kubeconfig(client, namespace, name)
+            return await named_member_kubeconfig(client, namespace, name)
 
     sys.stdout.write(run_k8s(fetch()))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import importlib
 import secrets
 import sys
 import time
@@ -26,7 +25,7 @@ import click
 from operators.cli.terminal import (
     console,
     host_client,
-    member_kubeconfig,
+    named_member_kubeconfig,
     split_cluster,
     state_dir_option,
 )
@@ -34,7 +33,8 @@ from operators.controlplane.errors import StateError
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig
 from operators.k8s.errors import K8sError
-from operators.recording import planning, replaying
+from operators.recording import loading, planning, replaying
+from operators.recording.files import TraceError
 from operators.recording.trace import Trace
 from primitives.clocks import SYSTEM_CLOCK
 
@@ -75,18 +75,12 @@ class Speed(click.ParamType[float]):
 
 
 def load(path: Path) -> Trace:
-    """The trace in ``path``, read by the trace files' reader, ``read(path: Path) -> Trace``
-    in :mod:`operators.recording.files` (a ValueError or OSError names what is wrong)."""
+    """The trace in ``path``: a fakefleet trace or KWOK's recording
+    (:func:`operators.recording.loading.load`); what is wrong with it exits 2."""
     try:
-        files = importlib.import_module("operators.recording.files")
-    except ModuleNotFoundError:
-        raise ReplayError(f"{path}: this build of fakefleet reads no trace files "
-                          f"(operators.recording.files is missing)") from None
-    try:
-        trace: Trace = files.read(path)
-    except (ValueError, OSError) as error:
-        raise ReplayError(f"{path}: {error}") from None
-    return trace
+        return loading.load(path)
+    except TraceError as error:
+        raise ReplayError(str(error)) from None
 
 
 @click.command()
@@ -128,7 +122,7 @@ def replay(state_dir: Path, file: Path, into: str, speed: float, seed: str | Non
 
     async def work() -> replaying.Progress:
         async with host_client(state_dir) as host:
-            kubeconfig = await member_kubeconfig(host, namespace, name)
+            kubeconfig = await named_member_kubeconfig(host, namespace, name)
         async with Client.connect(load_kubeconfig(kubeconfig)) as member:
             return await replaying.Replayer(member, clock=SYSTEM_CLOCK,
                                             on_progress=report).run(plan)

@@ -91,21 +91,14 @@ def split_cluster(cluster: str) -> tuple[str, str]:
     return namespace or "default", name
 
 
-async def member_kubeconfig(host: Client, namespace: str, name: str) -> str:
-    """The kubeconfig of FakeCluster ``namespace/name``, from the Secret its status names."""
+async def named_member_kubeconfig(host: Client, namespace: str, name: str) -> str:
+    """The kubeconfig of FakeCluster ``namespace/name`` (:func:`member_kubeconfig`)."""
     try:
         found = await host.get(f"/apis/{API_VERSION}/namespaces/{namespace}/fakeclusters/{name}")
     except NotFound:
         raise StateError(f"FakeCluster {namespace}/{name} does not exist: see "
                          f"'fakefleet get'") from None
-    ref = found["spec"].get("controlPlane", {}).get("kubeconfigSecretRef") or {}
-    secret_name = (found.get("status") or {}).get("kubeconfigSecret")
-    if not secret_name:
-        raise StateError(f"FakeCluster {namespace}/{name} has no kubeconfig yet "
-                         f"(phase {(found.get('status') or {}).get('phase', 'Pending')})")
-    secret = await host.get(f"/api/v1/namespaces/{namespace}/secrets/{secret_name}")
-    data = secret.get("data", {}).get(ref.get("key", KUBECONFIG_KEY))
-    return base64.b64decode(data).decode()
+    return await member_kubeconfig(host, found)
 
 
 def run_k8s(work: Coroutine[Any, Any, T]) -> T:
@@ -114,3 +107,17 @@ def run_k8s(work: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(work)
     except K8sError as error:
         raise StateError(f"the host cluster did not answer as expected: {error}") from error
+
+
+async def member_kubeconfig(host: Client, cluster: dict[str, Any]) -> str:
+    """The kubeconfig of the FakeCluster ``cluster`` (as the host API serves it), from the
+    Secret its status names; StateError while it has none yet."""
+    namespace, name = cluster["metadata"]["namespace"], cluster["metadata"]["name"]
+    status = cluster.get("status") or {}
+    secret_name = status.get("kubeconfigSecret")
+    if not secret_name:
+        raise StateError(f"FakeCluster {namespace}/{name} has no kubeconfig yet (phase "
+                         f"{status.get('phase', 'Pending')}): wait for it with 'fakefleet wait'")
+    ref = (cluster["spec"].get("controlPlane") or {}).get("kubeconfigSecretRef") or {}
+    secret = await host.get(f"/api/v1/namespaces/{namespace}/secrets/{secret_name}")
+    return base64.b64decode(secret.get("data", {}).get(ref.get("key", KUBECONFIG_KEY))).decode()

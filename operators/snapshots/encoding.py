@@ -11,34 +11,37 @@ A snapshot is one file anyone can copy::
 ``snapshot ls`` reads the header alone. A reader checks the header's format (a later format is
 refused with the version that wrote it; each earlier one is read as it was written), the
 payload's length (a truncated copy) and its checksum (a corrupted one) before it decodes
-anything, and every error names the file and what to do. This module does no I/O but reading
-and writing the one file it is given.
+anything, and every error names the file and what to do: the framing is
+:mod:`primitives.framing`, shared with traces. This module says what a snapshot's header and
+payload hold.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
-import gzip
-import hashlib
 import json
-import zlib
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from operators.controlplane.errors import ControlPlaneError
+from primitives import framing
 
 MAGIC = b"fakefleet-snapshot\n"
 #: The format this fakefleet writes, and the latest it reads. A change that an older reader
 #: would misread takes a new number, and the reader learns to read the old one.
 FORMAT = 1
-#: A header longer than this is not one of ours (the clusters' names make it grow).
-MAX_HEADER = 1 << 20
 
 
 class SnapshotError(ControlPlaneError):
     """A snapshot cannot be read, written, saved or restored; the message names the file."""
+
+
+#: The framing (:mod:`primitives.framing`) every snapshot file has.
+KIND = framing.Kind(magic=MAGIC, noun="snapshot", format=FORMAT,
+                    writer="'fakefleet snapshot save'",
+                    when_missing="'fakefleet snapshot ls' lists the saved ones",
+                    use="restore it", error=SnapshotError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,94 +94,38 @@ class Header:
 
 def encode(snapshot: Snapshot, *, created_at: str) -> bytes:
     """The file's bytes."""
-    payload = gzip.compress(json.dumps({"clusters": [
-        _cluster_json(cluster) for cluster in snapshot.clusters]},
-        separators=(",", ":")).encode(), compresslevel=6, mtime=0)
-    header = Header(
-        format=FORMAT, createdAt=created_at, savedAt=snapshot.saved_at,
-        revision=snapshot.revision, clusters=[c.member for c in snapshot.clusters],
-        secrets=snapshot.secrets, writtenBy=_version(),
-        keys=sum(len(c.keys) for c in snapshot.clusters), payloadBytes=len(payload),
-        sha256=hashlib.sha256(payload).hexdigest())
-    return MAGIC + json.dumps(dataclasses.asdict(header)).encode() + b"\n" + payload
+    payload = json.dumps({"clusters": [_cluster_json(cluster) for cluster in snapshot.clusters]},
+                         separators=(",", ":")).encode()
+    return framing.encode(KIND, {
+        "createdAt": created_at, "savedAt": snapshot.saved_at, "revision": snapshot.revision,
+        "clusters": [c.member for c in snapshot.clusters], "secrets": snapshot.secrets,
+        "keys": sum(len(c.keys) for c in snapshot.clusters)}, payload)
 
 
 def read_header(path: Path) -> Header:
     """The header of the snapshot at ``path`` (the payload is not read)."""
-    with _open(path) as handle:
-        return _header(path, handle.read(len(MAGIC) + MAX_HEADER))[0]
+    return _typed(path, framing.read_header(KIND, path))
 
 
 def read(path: Path) -> tuple[Header, Snapshot]:
     """The snapshot at ``path``, checked whole before it is decoded."""
-    with _open(path) as handle:
-        data = handle.read()
-    header, start = _header(path, data)
-    payload = data[start:]
-    if len(payload) != header.payloadBytes:
-        raise SnapshotError(
-            f"snapshot {path} is truncated: its payload has {len(payload)} of "
-            f"{header.payloadBytes} bytes (an interrupted copy?): copy the whole file again")
-    if hashlib.sha256(payload).hexdigest() != header.sha256:
-        raise SnapshotError(
-            f"snapshot {path} is corrupted: its payload's SHA-256 is not the "
-            f"{header.sha256[:12]}… its header records: copy it again from where it was saved")
+    raw, payload = framing.read(KIND, path)
+    header = _typed(path, raw)
     try:
-        body = json.loads(gzip.decompress(payload))
+        body = json.loads(payload)
         clusters = tuple(_cluster(item) for item in body["clusters"])
-    except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as error:
-        raise SnapshotError(f"snapshot {path} passed its checksum but its content cannot be "
-                            f"read ({error}): it was not written by fakefleet") from error
+    except (ValueError, KeyError, TypeError) as error:
+        raise framing.unreadable(KIND, path, error) from error
     return header, Snapshot(saved_at=header.savedAt, revision=header.revision,
                             secrets=header.secrets, clusters=clusters)
 
 
-def _open(path: Path) -> Any:
+def _typed(path: Path, raw: dict[str, Any]) -> Header:
     try:
-        return path.open("rb")
-    except FileNotFoundError:
-        raise SnapshotError(f"no snapshot at {path}: 'fakefleet snapshot ls' lists the saved "
-                            f"ones") from None
-    except OSError as error:
-        raise SnapshotError(f"cannot read snapshot {path}: {error}") from error
-
-
-def _header(path: Path, data: bytes) -> tuple[Header, int]:
-    """The header and where the payload starts."""
-    if not data.startswith(MAGIC):
-        raise SnapshotError(f"{path} is not a fakefleet snapshot (it does not start with "
-                            f"{MAGIC.strip().decode()!r}): give a file that "
-                            f"'fakefleet snapshot save' wrote")
-    end = data.find(b"\n", len(MAGIC))
-    if end < 0:
-        raise SnapshotError(f"snapshot {path} is truncated inside its header: copy the whole "
-                            f"file again")
-    try:
-        raw = json.loads(data[len(MAGIC):end])
-        written = int(raw["format"])
-    except (ValueError, KeyError, TypeError) as error:
-        raise SnapshotError(f"snapshot {path} has an unreadable header ({error}): copy it "
-                            f"again from where it was saved") from error
-    if written > FORMAT:
-        raise SnapshotError(
-            f"snapshot {path} has format {written}, written by fakefleet "
-            f"{raw.get('writtenBy', '?')}; this fakefleet ({_version()}) reads formats up to "
-            f"{FORMAT}: restore it with that fakefleet or a later one")
-    if written < 1:
-        raise SnapshotError(f"snapshot {path} has format {written}, which no fakefleet wrote")
-    try:
-        header = Header(**{field.name: raw[field.name] for field in dataclasses.fields(Header)})
+        return Header(**{field.name: raw[field.name] for field in dataclasses.fields(Header)})
     except KeyError as error:
         raise SnapshotError(f"snapshot {path}'s header lacks {error}: copy it again from where "
                             f"it was saved") from error
-    return header, end + 1
-
-
-def _version() -> str:
-    try:
-        return metadata.version("fakefleet")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _b64(data: bytes) -> str:

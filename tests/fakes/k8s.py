@@ -199,8 +199,12 @@ class MemoryTransport:
             return _ok({"gitVersion": self.git_version, "major": "1", "minor": "36"})
         if request.path == "/readyz":
             return Response(200, {}, b"ok")
+        # A group (version) not served is a 404, as the API server answers it.
         if request.method == "GET" and request.path.rstrip("/") in self._discovery:
             return _ok(self._discovery[request.path.rstrip("/")])
+        if request.method == "GET" and re.fullmatch(r"/api/v1|/apis/[^/]+(/[^/]+)?",
+                                                     request.path.rstrip("/")):
+            return _status(404, "NotFound", "the server could not find the requested resource")
         target = _parse(request.path)
         query = request.query
         if request.method == "GET":

@@ -1,0 +1,130 @@
+"""Recording a real member: while ``fakefleet record`` runs, a Deployment scales, a Job's pods
+run to the end and a FaultPlan makes another Job's pod exit 3; the trace holds the changes and
+each pod's life (exit code, owner, ordinal), and converts to KWOK's format and back."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from pathlib import Path
+
+from e2e.conftest import CLUSTER, FAKEFLEET, POOL, Fleet, eventually, fakefleet, kubectl
+from operators.recording import files, kwok
+from operators.recording.trace import Owner
+
+NAME = "rec"
+#: How long the recording runs: the workloads below are done well within it.
+RECORD_FOR = 40
+
+JOBS = """
+apiVersion: batch/v1
+kind: Job
+metadata: {name: batch, namespace: default}
+spec:
+  parallelism: 2
+  completions: 2
+  template:
+    metadata: {annotations: {fakefleet.dev/run-time: 3s}}
+    spec:
+      restartPolicy: Never
+      containers: [{name: work, image: busybox}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: victim, namespace: default}
+spec:
+  backoffLimit: 0
+  template:
+    metadata: {labels: {app: victim}, annotations: {fakefleet.dev/run-time: 10m}}
+    spec:
+      restartPolicy: Never
+      containers: [{name: work, image: busybox, env: [{name: API_TOKEN, value: hunter2}]}]
+"""
+
+
+def test_record_a_member_while_workloads_run_and_a_plan_fails_a_pod(
+        fleet: Fleet, tmp_path: Path) -> None:
+    fleet.apply(CLUSTER.format(name=NAME))
+    fleet.apply(POOL.format(name=f"{NAME}-pool", cluster=NAME, replicas=2, extra=""))
+    fleet.wait_cluster_ready(NAME)
+    fleet.wait_pool(f"{NAME}-pool", 2)
+    member = fleet.member(NAME)  # through 'fakefleet kubeconfig', as 'record --fleet' reads it
+    eventually(lambda: kubectl(member, "get", "serviceaccount", "default",
+                               check=False).returncode == 0, what="the default ServiceAccount")
+    kubectl(member, "create", "deployment", "web", "--image=nginx:1.27", "--replicas=1")
+    trace_path = tmp_path / "rec.trace"
+    recorder = subprocess.Popen(
+        [str(FAKEFLEET), "record", "--fleet", "--state-dir", str(fleet.state), "--for",
+         f"{RECORD_FOR}s", "--resources", "deployments.apps,replicasets.apps,jobs.batch,pods",
+         "-o", str(trace_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert recorder.stderr is not None
+        said = ""
+        while "recording changes" not in said:  # the lists are taken: what follows is a change
+            line = recorder.stderr.readline()
+            assert line, f"fakefleet record ended early: {said}"
+            said += line
+        kubectl(member, "scale", "deployment", "web", "--replicas=3")
+        kubectl(member, "apply", "-f", str(_file(tmp_path, "jobs.yaml", JOBS)))
+        eventually(lambda: kubectl(member, "get", "pods", "-l", "app=victim", "-o",
+                                   "name").stdout.strip(), timeout=60, what="the victim pod")
+        fleet.apply(json.dumps({
+            "apiVersion": "fakefleet.dev/v1alpha1", "kind": "FaultPlan",
+            "metadata": {"name": f"{NAME}-exit", "namespace": "default"},
+            "spec": {"seed": 1, "steps": [{
+                "name": "exit", "at": "1s", "fault": {"type": "ContainerExit", "exitCode": 3},
+                "target": {"clusters": {"names": [NAME]},
+                           "pods": {"namespace": "default", "ownerKind": "Job",
+                                    "ownerName": "victim"}}}]}}))
+        _, err = recorder.communicate(timeout=RECORD_FOR + 60)
+    finally:
+        recorder.kill()
+    assert recorder.returncode == 0, said + err
+    assert f"recorded {NAME} for" in err
+
+    whole = files.read(trace_path)
+    assert NAME in whole.clusters, "--fleet records every FakeCluster, this one too"
+    trace = dataclasses.replace(  # the test's cluster (others of the session's fleet are in)
+        whole, initial=tuple(i for i in whole.initial if i[0] == NAME),
+        changes=tuple(c for c in whole.changes if c.target.cluster == NAME),
+        pods=tuple(p for p in whole.pods if p.cluster == NAME))
+    assert [obj["metadata"]["name"] for _, obj in trace.initial
+            if obj["kind"] == "Deployment"] == ["web"]
+    scaled = [c for c in trace.changes if c.target.resource.resource == "deployments"
+              and c.method == "patch" and (c.template or {}).get("spec", {}).get("replicas")]
+    assert scaled[0].template is not None
+    assert scaled[0].template["spec"]["replicas"] == 3
+    created = {c.target.name for c in trace.changes if c.method == "create"
+               and c.target.resource.resource == "jobs"}
+    assert created == {"batch", "victim"}
+    assert [c.at for c in trace.changes] == sorted(c.at for c in trace.changes)
+    victim_job = next(c for c in trace.changes if c.target.name == "victim"
+                      and c.method == "create")
+    assert victim_job.template is not None
+    [env] = victim_job.template["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env == {"name": "API_TOKEN"}, "the token's value is sanitised by default"
+
+    lives = {(life.owner, life.ordinal): life for life in trace.pods}
+    batch = [lives[(Owner("Job", "batch"), n)] for n in (0, 1)]
+    assert [life.exit_code for life in batch] == [0, 0]
+    assert all(life.started is not None and life.finished is not None
+               and life.finished > life.started for life in batch)
+    victim = lives[(Owner("Job", "victim"), 0)]
+    assert victim.exit_code == 3
+    web = [life for life in trace.pods if life.owner is not None
+           and life.owner.kind == "ReplicaSet" and life.owner.name.startswith("web-")]
+    assert sorted(life.ordinal for life in web) == [0, 1, 2]
+    assert all(life.node.startswith(f"{NAME}-pool") for life in web)
+
+    kwok_path = tmp_path / "rec.yaml"
+    fakefleet("convert", str(trace_path), "--to", "kwok", "--cluster", NAME, "-o",
+              str(kwok_path))
+    again = kwok.read(kwok_path.read_text(), source=str(kwok_path), cluster=NAME)
+    assert again.changes == trace.changes, "KWOK's format holds every change"
+
+
+def _file(directory: Path, name: str, text: str) -> Path:
+    path = directory / name
+    path.write_text(text)
+    return path
