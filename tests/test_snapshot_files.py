@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import stat
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from operators.api.restores import RestoreHold, held, read_hold
-from operators.snapshots import encoding, storing
+from operators.snapshots import encoding, restoring, storing
 from operators.snapshots.encoding import ClusterSnapshot, Snapshot, SnapshotError
 from operators.snapshots.shifting import shift
 from primitives import keys
@@ -61,9 +62,44 @@ def test_a_later_format_is_refused_with_the_version_that_wrote_it(tmp_path: Path
     header = json.loads(data[len(encoding.MAGIC):header_end])
     header.update(format=encoding.FORMAT + 1, writtenBy="9.9.9")
     path = saved(tmp_path, encoding.MAGIC + json.dumps(header).encode() + data[header_end:])
-    with pytest.raises(SnapshotError, match=rf"{path}.*format 2, written by fakefleet 9\.9\.9"
+    with pytest.raises(SnapshotError, match=rf"{path}.*format {encoding.FORMAT + 1}, written "
+                                            r"by fakefleet 9\.9\.9"
                                             r".*restore it with that fakefleet or a later one"):
         encoding.read(path)
+
+
+def test_a_fleet_snapshot_reads_back_with_the_hubs_state(tmp_path: Path) -> None:
+    hub = {"format": 2, "hubId": "h", "members": [{"identity": {"name": "west"}}],
+           "runs": [], "workloads": [{"id": "w1"}]}
+    fleet = dataclasses.replace(SNAPSHOT, hub=hub)
+    path = saved(tmp_path, encoding.encode(fleet, created_at="x"))
+    header, read = encoding.read(path)
+    assert read == fleet
+    assert header.hub
+    assert read.hub_counts() == "1 members, 0 runs, 1 workloads"
+    assert encoding.read_header(saved(tmp_path)).hub is False
+
+
+def test_a_format_1_snapshot_reads_as_one_without_the_hub(tmp_path: Path) -> None:
+    """What the first fakefleet with snapshots wrote: no hub in its header nor its payload."""
+    data = encoding.encode(SNAPSHOT, created_at="x")
+    header_end = data.index(b"\n", len(encoding.MAGIC))
+    header = json.loads(data[len(encoding.MAGIC):header_end])
+    del header["hub"]
+    header["format"] = 1
+    path = saved(tmp_path, encoding.MAGIC + json.dumps(header).encode() + data[header_end:])
+    read_header, read = encoding.read(path)
+    assert (read_header.format, read_header.hub) == (1, False)
+    assert read == SNAPSHOT
+    assert read.hub is None
+
+
+def test_the_hubs_part_names_the_members_as_the_fleet_does() -> None:
+    east = dataclasses.replace(CLUSTER, namespace="team", name="east")
+    fleet = dataclasses.replace(SNAPSHOT, clusters=(CLUSTER, east), hub={"format": 2})
+    taken = json.loads(restoring.hub_import(fleet, host="here-1234"))
+    assert taken == {"state": {"format": 2}, "savedAt": SNAPSHOT.saved_at, "host": "here-1234",
+                     "members": ["west", "team/east"]}
 
 
 def test_a_truncated_copy_names_the_file_and_the_fix(tmp_path: Path) -> None:
