@@ -109,6 +109,22 @@ def test_a_truncated_copy_names_the_file_and_the_fix(tmp_path: Path) -> None:
         encoding.read(path)
 
 
+def test_a_copy_cut_inside_its_header_or_of_no_format_names_the_file_and_the_fix(
+        tmp_path: Path) -> None:
+    path = saved(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[:len(encoding.MAGIC) + 20])
+    with pytest.raises(SnapshotError, match=rf"{path} is truncated inside its header: copy the "
+                                            r"whole file again"):
+        encoding.read_header(path)
+    header_end = data.index(b"\n", len(encoding.MAGIC))
+    header = json.loads(data[len(encoding.MAGIC):header_end]) | {"format": 0}
+    path.write_bytes(encoding.MAGIC + json.dumps(header).encode() + data[header_end:])
+    with pytest.raises(SnapshotError, match=rf"{path} has format 0, which no fakefleet wrote: "
+                                            r"give a file that 'fakefleet snapshot save' wrote"):
+        encoding.read(path)
+
+
 def test_a_corrupted_copy_fails_its_checksum(tmp_path: Path) -> None:
     path = saved(tmp_path)
     data = bytearray(path.read_bytes())

@@ -184,7 +184,8 @@ def _header(path: Path, data: bytes) -> tuple[Header, int]:
             f"{raw.get('writtenBy', '?')}; this fakefleet ({_version()}) reads formats up to "
             f"{FORMAT}: restore it with that fakefleet or a later one")
     if written < 1:
-        raise SnapshotError(f"snapshot {path} has format {written}, which no fakefleet wrote")
+        raise SnapshotError(f"snapshot {path} has format {written}, which no fakefleet wrote: "
+                            f"give a file that 'fakefleet snapshot save' wrote")
     try:
         header = Header(**{field.name: raw[field.name] for field in dataclasses.fields(Header)
                            if field.name in raw or field.default is dataclasses.MISSING})
