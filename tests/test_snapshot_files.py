@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 
 from operators.api.restores import RestoreHold, held, read_hold
-from operators.snapshots import encoding, restoring, storing
+from operators.controlplane.etcd import EtcdEndpoint, KeyValue
+from operators.controlplane.state import StateDir
+from operators.snapshots import encoding, restoring, saving, storing
 from operators.snapshots.encoding import ClusterSnapshot, Snapshot, SnapshotError
 from operators.snapshots.shifting import shift
 from primitives import keys
+from tests.fakes.clocks import FakeClock
 
 CLUSTER = ClusterSnapshot(
     namespace="default", name="west",
@@ -71,13 +74,45 @@ def test_a_later_format_is_refused_with_the_version_that_wrote_it(tmp_path: Path
 def test_a_fleet_snapshot_reads_back_with_the_hubs_state(tmp_path: Path) -> None:
     hub = {"format": 2, "hubId": "h", "members": [{"identity": {"name": "west"}}],
            "runs": [], "workloads": [{"id": "w1"}]}
-    fleet = dataclasses.replace(SNAPSHOT, hub=hub)
+    fleet = dataclasses.replace(SNAPSHOT, hub=hub, hub_at_revision=True)
     path = saved(tmp_path, encoding.encode(fleet, created_at="x"))
     header, read = encoding.read(path)
     assert read == fleet
     assert header.hub
+    assert header.hubAtRevision
     assert read.hub_counts() == "1 members, 0 runs, 1 workloads"
     assert encoding.read_header(saved(tmp_path)).hub is False
+
+
+@pytest.mark.parametrize("stored_meanwhile", [False, True])
+async def test_the_hubs_state_is_read_after_etcd_and_said_at_the_revision_if_unchanged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stored_meanwhile: bool) -> None:
+    """The hub's file is read before and after the etcd read; the one after is saved, and it
+    is the state at the revision only if the hub stored nothing in between."""
+    hub = tmp_path / "state.json"
+    hub.write_text(json.dumps({"format": 2, "runs": []}))
+
+    async def read_prefixes(etcd: EtcdEndpoint,
+                            prefixes: list[str]) -> tuple[int, dict[str, list[KeyValue]]]:
+        if stored_meanwhile:
+            hub.write_text(json.dumps({"format": 2, "runs": [{"id": "r1"}]}))
+        found: dict[str, list[KeyValue]] = {prefix: [] for prefix in prefixes}
+        found[saving.host_prefix("fakeclusters", "default")] = [
+            (b"west", json.dumps(CLUSTER.fake_cluster).encode())]
+        found[saving.member_prefix("default", "west")] = [CLUSTER.keys[0]]
+        return 7, found
+
+    monkeypatch.setattr(saving, "read_prefixes", read_prefixes)
+    taken = await saving.save(etcd=None, state=StateDir(tmp_path),  # type: ignore[arg-type]
+                              members=[("default", "west")], secrets=False, clock=FakeClock(),
+                              hub=hub)
+    assert taken.hub == json.loads(hub.read_text())
+    assert taken.hub_at_revision is not stored_meanwhile
+    hub.unlink()
+    with pytest.raises(SnapshotError, match=rf"no state at {hub}.*--without-hub"):
+        await saving.save(etcd=None, state=StateDir(tmp_path),  # type: ignore[arg-type]
+                          members=[("default", "west")], secrets=False, clock=FakeClock(),
+                          hub=hub)
 
 
 def test_a_format_1_snapshot_reads_as_one_without_the_hub(tmp_path: Path) -> None:

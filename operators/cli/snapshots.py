@@ -88,7 +88,10 @@ def save(state_dir: Path, name: str, clusters: tuple[str, ...], without_secrets:
         f"{taken.revision} to {path} ({len(data) / 2**20:.1f} MiB, "
         f"{sum(len(c.keys) for c in taken.clusters)} keys, "
         f"{time.monotonic() - started:.1f}s); "
-        + (f"the hub's {taken.hub_counts()}; " if taken.hub is not None else "")
+        + (f"the hub's {taken.hub_counts()} "
+           + ("(as stored at that revision); " if taken.hub_at_revision else
+              "(as stored just after that revision: the hub changed during the read); ")
+           if taken.hub is not None else "")
         + ("it holds Secrets and keys: mode 0600" if not without_secrets else
            "without Secrets"), highlight=False)
 

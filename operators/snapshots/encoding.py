@@ -77,6 +77,9 @@ class Snapshot:
     #: The federation hub's members, runs and workloads, as its ``state.json`` held them (the
     #: hub's own format, which only the hub reads); None: not saved.
     hub: dict[str, Any] | None = None
+    #: Whether the hub's stored state was the same before and after the etcd read: then it is
+    #: the one it had at the revision; else the one after, a little ahead of the members.
+    hub_at_revision: bool = False
 
     def hub_counts(self) -> str:
         """What the hub's state holds, for people."""
@@ -99,8 +102,10 @@ class Header:
     keys: int
     payloadBytes: int
     sha256: str
-    #: Whether it holds the hub's state (format 1 never did).
+    #: Whether it holds the hub's state (format 1 never did), and whether that is the state
+    #: the hub had at the revision (Snapshot.hub_at_revision).
     hub: bool = False
+    hubAtRevision: bool = False
 
 
 def encode(snapshot: Snapshot, *, created_at: str) -> bytes:
@@ -115,7 +120,8 @@ def encode(snapshot: Snapshot, *, created_at: str) -> bytes:
         revision=snapshot.revision, clusters=[c.member for c in snapshot.clusters],
         secrets=snapshot.secrets, writtenBy=_version(),
         keys=sum(len(c.keys) for c in snapshot.clusters), payloadBytes=len(payload),
-        sha256=hashlib.sha256(payload).hexdigest(), hub=snapshot.hub is not None)
+        sha256=hashlib.sha256(payload).hexdigest(), hub=snapshot.hub is not None,
+        hubAtRevision=snapshot.hub_at_revision)
     return MAGIC + json.dumps(dataclasses.asdict(header)).encode() + b"\n" + payload
 
 
@@ -149,7 +155,8 @@ def read(path: Path) -> tuple[Header, Snapshot]:
         raise SnapshotError(f"snapshot {path} passed its checksum but its content cannot be "
                             f"read ({error}): it was not written by fakefleet") from error
     return header, Snapshot(saved_at=header.savedAt, revision=header.revision,
-                            secrets=header.secrets, clusters=clusters, hub=hub)
+                            secrets=header.secrets, clusters=clusters, hub=hub,
+                            hub_at_revision=header.hubAtRevision)
 
 
 def _open(path: Path) -> Any:

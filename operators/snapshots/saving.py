@@ -13,11 +13,12 @@ What the API servers compute from etcd is not read from them, so a saved value i
 a restore writes back: same names, same UIDs.
 
 The federation hub's members, runs and workloads are not in etcd: they are read from the file
-the hub keeps them in, right *after* etcd. The hub writes that file (whole, atomically) before
-it sends anything, so every command whose effect the members' objects show at the revision is
-in it; what it holds beyond the revision (a command sent, a result heard since) is what a hub
-ahead of its members holds after any restart, and the members' Hello settles it
-(docs/snapshots.md).
+the hub keeps them in, before and right *after* etcd, and the one after is saved. The hub
+writes that file (whole, atomically) before it sends anything, so every command whose effect
+the members' objects show at the revision is in it. When both reads are the same, it is the
+state the hub had stored at the revision (:attr:`Snapshot.hub_at_revision`); else it holds
+what the hub stored during the read too (a command sent, a result heard since), as a hub ahead
+of its members does after any restart, which the members' Hello settles (docs/snapshots.md).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ async def save(*, etcd: EtcdEndpoint, state: StateDir, members: Sequence[tuple[s
                 for resource in HOST_RESOURCES]
     prefixes += [member_prefix(namespace, name) for namespace, name in members]
     saved_at = clock.now()
+    hub_before = _hub_state(hub) if hub is not None else None
     revision, found = await read_prefixes(etcd, prefixes)
     hub_state = _hub_state(hub) if hub is not None else None
     clusters = []
@@ -83,7 +85,8 @@ async def save(*, etcd: EtcdEndpoint, state: StateDir, members: Sequence[tuple[s
                         if name in (plan.get("spec", {}).get("clusters") or [name])),
             pki=_pki(state, cluster_key(namespace, name)) if secrets else ()))
     return Snapshot(saved_at=saved_at, revision=revision, secrets=secrets,
-                    clusters=tuple(clusters), hub=hub_state)
+                    clusters=tuple(clusters), hub=hub_state,
+                    hub_at_revision=hub_state is not None and hub_state == hub_before)
 
 
 def _hub_state(path: Path) -> dict[str, Any]:
