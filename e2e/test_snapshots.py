@@ -18,6 +18,8 @@ from operators.controlplane.state import StateDir
 from operators.k8s.times import parse
 
 NAME = "snap"
+#: The second cluster of the fleet snapshot.
+OTHER = "snap-b"
 #: The plan's step is due this long after the plan starts: long after the restore.
 STEP_AT = 600
 
@@ -153,30 +155,78 @@ def test_bad_input_is_refused_with_the_file_and_the_fix(fleet: Fleet, tmp_path: 
     assert "copy" in result.stderr
 
 
-def test_a_copied_snapshot_restores_into_a_fresh_fakefleet(fleet: Fleet, member: Path,
-                                                           cli_state: Path,
-                                                           tmp_path: Path) -> None:
-    if kubectl(member, "get", "deployment", "copied", check=False).returncode != 0:
-        kubectl(member, "create", "deployment", "copied", "--image=nginx:1.27", "--replicas=2")
-    eventually(lambda: kubectl_json(member, "get", "deployment", "copied").get(
-        "status", {}).get("readyReplicas") == 2, timeout=90, what="the Deployment Ready")
-    uid = kubectl_json(member, "get", "deployment", "copied")["metadata"]["uid"]
-    fakefleet("snapshot", "save", "to-copy", "--force", "--cluster", NAME,
-              "--state-dir", str(fleet.state))
-    copy = tmp_path / "elsewhere" / "to-copy.snapshot"
-    copy.parent.mkdir()
-    copy.write_bytes((StateDir(fleet.state).snapshots / "to-copy.snapshot").read_bytes())
+def test_a_fleet_snapshot_restores_into_a_fresh_fakefleet(fleet: Fleet, member: Path,
+                                                         cli_state: Path,
+                                                         tmp_path: Path) -> None:
+    """Two clusters and the hub, with a workload whose second Job is due 600 s after its
+    start, copied to another state directory: a fresh 'fakefleet up' gets the clusters (same
+    UIDs, nodes Ready, no NodeNotReady) and the hub's workload, its arrival as far off as at
+    the save."""
+    fleet.apply(CLUSTER.format(name=OTHER))
+    fleet.apply(POOL.format(name=f"{OTHER}-pool", cluster=OTHER, replicas=1, extra=""))
+    fleet.wait_cluster_ready(OTHER)
+    fleet.wait_pool(f"{OTHER}-pool", 1)
+    workload_file = tmp_path / "workload.yaml"
+    workload_file.write_text(json.dumps({
+        "apiVersion": "fakefleet.dev/v1alpha1", "kind": "Workload",
+        "metadata": {"name": "snap-later"},
+        "spec": {"jobs": 2, "pods_per_job": 1, "resources": {"cpu": "100m"},
+                 "run_time": {"distribution": "fixed", "seconds": 900},
+                 "arrivals": {"process": "times", "times": [0, STEP_AT]}, "seed": 3,
+                 "namespace": "default",
+                 "target": {"placement": "spread", "clusters": {"names": [NAME, OTHER]}}}}))
+    submitted = json.loads(fakefleet("fleet", "submit", str(workload_file), "--start-delay",
+                                     "1", "-o", "json", "--state-dir", str(fleet.state)).stdout)
 
-    fakefleet("up", "--state-dir", str(cli_state), "--unsafe-no-fsync", "--no-hub",
-              "--no-collector")
-    restored = fakefleet("snapshot", "restore", str(copy), "--state-dir", str(cli_state))
-    assert "restored default/snap" in restored.stderr, restored.stderr
+    def running(state: Path) -> dict[str, Any] | None:
+        found: dict[str, Any] = json.loads(fakefleet(
+            "fleet", "workload", submitted["id"], "--jobs", "-o", "json",
+            "--state-dir", str(state)).stdout)
+        return found if found["report"]["counts"].get("running") == 1 else None
+
+    before = eventually(lambda: running(fleet.state), timeout=120,
+                        what="the workload's first Job running")
+    [job] = [j for j in before["jobs"] if j.get("state") == "Running"]
+    job_kubeconfig = fleet.member(job["cluster"])
+    job_uid = kubectl_json(job_kubeconfig, "get", "job", job["name"])["metadata"]["uid"]
+    node_uids = {cluster: {name: node["metadata"]["uid"] for name, node in
+                           objects(fleet.member(cluster), "nodes").items()}
+                 for cluster in (NAME, OTHER)}
+    saved = fakefleet("snapshot", "save", "fleet", "--force", "--cluster", NAME, "--cluster",
+                      OTHER, "--hub", "--state-dir", str(fleet.state))
+    assert "the hub's" in saved.stderr, saved.stderr
+    copy = tmp_path / "elsewhere" / "fleet.snapshot"
+    copy.parent.mkdir()
+    copy.write_bytes((StateDir(fleet.state).snapshots / "fleet.snapshot").read_bytes())
+
+    fakefleet("up", "--state-dir", str(cli_state), "--unsafe-no-fsync", "--no-collector")
+    restored = fakefleet("snapshot", "restore", str(copy), "--state-dir", str(cli_state),
+                         check=False)
+    assert restored.returncode == 0, restored.stderr
+    assert f"restored default/{NAME}" in restored.stderr
+    assert f"restored default/{OTHER}" in restored.stderr
+    assert "restored the hub's" in restored.stderr
     fresh = Fleet(cli_state)
-    fresh.wait_cluster_ready(NAME)
-    kubeconfig = fresh.member(NAME)
-    deployment = kubectl_json(kubeconfig, "get", "deployment", "copied")
-    assert deployment["metadata"]["uid"] == uid
-    eventually(lambda: kubectl_json(kubeconfig, "get", "deployment", "copied").get(
-        "status", {}).get("readyReplicas") == 2, timeout=90, what="the Deployment Ready")
-    for node in objects(kubeconfig, "nodes").values():
-        assert ready_condition(node)["status"] == "True"
+    for cluster in (NAME, OTHER):
+        fresh.wait_cluster_ready(cluster)
+        kubeconfig = fresh.member(cluster)
+        nodes = objects(kubeconfig, "nodes")
+        assert {name: node["metadata"]["uid"] for name, node in nodes.items()} == \
+            node_uids[cluster]
+        assert all(ready_condition(node)["status"] == "True" for node in nodes.values())
+        assert kubectl(kubeconfig, "get", "events", "-A", "--field-selector",
+                       "reason=NodeNotReady", "-o", "name").stdout.strip() == ""
+    assert kubectl_json(fresh.member(job["cluster"]), "get", "job", job["name"])[
+        "metadata"]["uid"] == job_uid
+
+    # The hub's workload is back, its Job still to arrive as far after the restore as it was
+    # after the save: every time moved by the same amount.
+    after = eventually(lambda: running(cli_state), timeout=90,
+                       what="the restored workload with its Job running")
+    shifted = parse(after["startAt"]) - parse(before["startAt"])
+    assert shifted > 0
+    [waiting_before] = [j for j in before["jobs"] if j.get("state") == "Waiting"]
+    [waiting_after] = [j for j in after["jobs"] if j.get("state") == "Waiting"]
+    assert abs(parse(waiting_after["arriveAt"]) - parse(waiting_before["arriveAt"])
+               - shifted) < 0.01
+    assert after["phase"] == "WORKLOAD_PHASE_RUNNING"

@@ -200,7 +200,8 @@ def _header(kind: Kind, path: Path, data: bytes) -> tuple[dict[str, Any], int]:
             f"{raw.get('writtenBy', '?')}; this fakefleet ({version()}) reads formats up to "
             f"{kind.format}: {kind.use} with that fakefleet or a later one")
     if written < 1:
-        raise kind.error(f"{kind.noun} {path} has format {written}, which no fakefleet wrote")
+        raise kind.error(f"{kind.noun} {path} has format {written}, which no fakefleet wrote: "
+                         f"give a file that {kind.writer} wrote")
     missing = [field for field in FRAMING_FIELDS if field not in raw]
     if missing:
         raise kind.error(f"{kind.noun} {path}'s header lacks {', '.join(missing)}: copy it "

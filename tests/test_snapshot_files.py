@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import stat
 from pathlib import Path
@@ -9,10 +10,13 @@ from pathlib import Path
 import pytest
 
 from operators.api.restores import RestoreHold, held, read_hold
-from operators.snapshots import encoding, storing
+from operators.controlplane.etcd import EtcdEndpoint, KeyValue
+from operators.controlplane.state import StateDir
+from operators.snapshots import encoding, restoring, saving, storing
 from operators.snapshots.encoding import ClusterSnapshot, Snapshot, SnapshotError
 from operators.snapshots.shifting import shift
 from primitives import keys
+from tests.fakes.clocks import FakeClock
 
 CLUSTER = ClusterSnapshot(
     namespace="default", name="west",
@@ -61,15 +65,98 @@ def test_a_later_format_is_refused_with_the_version_that_wrote_it(tmp_path: Path
     header = json.loads(data[len(encoding.MAGIC):header_end])
     header.update(format=encoding.FORMAT + 1, writtenBy="9.9.9")
     path = saved(tmp_path, encoding.MAGIC + json.dumps(header).encode() + data[header_end:])
-    with pytest.raises(SnapshotError, match=rf"{path}.*format 2, written by fakefleet 9\.9\.9"
+    with pytest.raises(SnapshotError, match=rf"{path}.*format {encoding.FORMAT + 1}, written "
+                                            r"by fakefleet 9\.9\.9"
                                             r".*restore it with that fakefleet or a later one"):
         encoding.read(path)
+
+
+def test_a_fleet_snapshot_reads_back_with_the_hubs_state(tmp_path: Path) -> None:
+    hub = {"format": 2, "hubId": "h", "members": [{"identity": {"name": "west"}}],
+           "runs": [], "workloads": [{"id": "w1"}]}
+    fleet = dataclasses.replace(SNAPSHOT, hub=hub, hub_at_revision=True)
+    path = saved(tmp_path, encoding.encode(fleet, created_at="x"))
+    header, read = encoding.read(path)
+    assert read == fleet
+    assert header.hub
+    assert header.hubAtRevision
+    assert read.hub_counts() == "1 members, 0 runs, 1 workloads"
+    assert encoding.read_header(saved(tmp_path)).hub is False
+
+
+@pytest.mark.parametrize("stored_meanwhile", [False, True])
+async def test_the_hubs_state_is_read_after_etcd_and_said_at_the_revision_if_unchanged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stored_meanwhile: bool) -> None:
+    """The hub's file is read before and after the etcd read; the one after is saved, and it
+    is the state at the revision only if the hub stored nothing in between."""
+    hub = tmp_path / "state.json"
+    hub.write_text(json.dumps({"format": 2, "runs": []}))
+
+    async def read_prefixes(etcd: EtcdEndpoint,
+                            prefixes: list[str]) -> tuple[int, dict[str, list[KeyValue]]]:
+        if stored_meanwhile:
+            hub.write_text(json.dumps({"format": 2, "runs": [{"id": "r1"}]}))
+        found: dict[str, list[KeyValue]] = {prefix: [] for prefix in prefixes}
+        found[saving.host_prefix("fakeclusters", "default")] = [
+            (b"west", json.dumps(CLUSTER.fake_cluster).encode())]
+        found[saving.member_prefix("default", "west")] = [CLUSTER.keys[0]]
+        return 7, found
+
+    monkeypatch.setattr(saving, "read_prefixes", read_prefixes)
+    taken = await saving.save(etcd=None, state=StateDir(tmp_path),  # type: ignore[arg-type]
+                              members=[("default", "west")], secrets=False, clock=FakeClock(),
+                              hub=hub)
+    assert taken.hub == json.loads(hub.read_text())
+    assert taken.hub_at_revision is not stored_meanwhile
+    hub.unlink()
+    with pytest.raises(SnapshotError, match=rf"no state at {hub}.*--without-hub"):
+        await saving.save(etcd=None, state=StateDir(tmp_path),  # type: ignore[arg-type]
+                          members=[("default", "west")], secrets=False, clock=FakeClock(),
+                          hub=hub)
+
+
+def test_a_format_1_snapshot_reads_as_one_without_the_hub(tmp_path: Path) -> None:
+    """What the first fakefleet with snapshots wrote: no hub in its header nor its payload."""
+    data = encoding.encode(SNAPSHOT, created_at="x")
+    header_end = data.index(b"\n", len(encoding.MAGIC))
+    header = json.loads(data[len(encoding.MAGIC):header_end])
+    del header["hub"]
+    header["format"] = 1
+    path = saved(tmp_path, encoding.MAGIC + json.dumps(header).encode() + data[header_end:])
+    read_header, read = encoding.read(path)
+    assert (read_header.format, read_header.hub) == (1, False)
+    assert read == SNAPSHOT
+    assert read.hub is None
+
+
+def test_the_hubs_part_names_the_members_as_the_fleet_does() -> None:
+    east = dataclasses.replace(CLUSTER, namespace="team", name="east")
+    fleet = dataclasses.replace(SNAPSHOT, clusters=(CLUSTER, east), hub={"format": 2})
+    taken = json.loads(restoring.hub_import(fleet, host="here-1234"))
+    assert taken == {"state": {"format": 2}, "savedAt": SNAPSHOT.saved_at, "host": "here-1234",
+                     "members": ["west", "team/east"]}
 
 
 def test_a_truncated_copy_names_the_file_and_the_fix(tmp_path: Path) -> None:
     path = saved(tmp_path)
     path.write_bytes(path.read_bytes()[:-10])
     with pytest.raises(SnapshotError, match=rf"{path} is truncated.*copy the whole file again"):
+        encoding.read(path)
+
+
+def test_a_copy_cut_inside_its_header_or_of_no_format_names_the_file_and_the_fix(
+        tmp_path: Path) -> None:
+    path = saved(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[:len(encoding.MAGIC) + 20])
+    with pytest.raises(SnapshotError, match=rf"{path} is truncated inside its header: copy the "
+                                            r"whole file again"):
+        encoding.read_header(path)
+    header_end = data.index(b"\n", len(encoding.MAGIC))
+    header = json.loads(data[len(encoding.MAGIC):header_end]) | {"format": 0}
+    path.write_bytes(encoding.MAGIC + json.dumps(header).encode() + data[header_end:])
+    with pytest.raises(SnapshotError, match=rf"{path} has format 0, which no fakefleet wrote: "
+                                            r"give a file that 'fakefleet snapshot save' wrote"):
         encoding.read(path)
 
 

@@ -19,6 +19,13 @@ class HubFiles(ProcessDirectory):
     process = "hub"
     key = Named("hub.key")
     fleet_token = Named("fleet.token")
+    #: Its members, runs and workloads (federation.hub.store), which a fleet snapshot saves.
+    state = Named("state.json")
+    #: A fleet snapshot's hub state that the hub takes in at its next start
+    #: (federation.hub.importing), written by ``fakefleet snapshot restore``; one it could not
+    #: take in is set aside as ``refused``, with why.
+    restore = Named("restore.json")
+    refused = Named("restore.refused.json")
 
 
 @dataclasses.dataclass(frozen=True)

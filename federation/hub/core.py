@@ -13,7 +13,8 @@ The parts, each a protocol of its own:
 The hub owns what they share (membership, the store, the open sessions, the clock, the
 tracer), starts and stops them, and ticks: a heartbeat to every session at the interval, a
 sweep of the members' liveness, the stats line. A change is stored before the hub acts on it,
-and a restarted hub carries on from what it stored.
+and a restarted hub carries on from what it stored (or from a fleet snapshot's state, when a
+restore left one to take in: :mod:`federation.hub.importing`).
 
 No gRPC here: sessions are queues of outgoing messages, watchers are queues of events;
 :mod:`federation.hub.services` puts them on the wire. Nor does the hub decide what its parts
@@ -30,6 +31,8 @@ from pathlib import Path
 
 from opentelemetry import trace
 
+from federation.client.discovery import HubFiles
+from federation.hub import importing
 from federation.hub.dispatching import Dispatching
 from federation.hub.membership import Membership, State
 from federation.hub.running import Running
@@ -67,7 +70,7 @@ class Hub:
         self.settings = settings
         self.clock = clock
         self.tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
-        self.store = Store(settings.state_dir / "state.json", fsync=settings.fsync,
+        self.store = Store(HubFiles(settings.state_dir).state, fsync=settings.fsync,
                            clock=clock)
         self.membership = Membership(grace=settings.grace)
         self.connected: dict[str, Session] = {}
@@ -86,7 +89,10 @@ class Hub:
 
     async def start(self) -> None:
         self.settings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        files = HubFiles(self.settings.state_dir)
         snapshot = self.store.load()
+        imported = importing.take(files, snapshot, self.clock.now())
+        snapshot = imported or snapshot
         self.hub_id = snapshot.hub_id
         self.membership.restore(snapshot.members, self.clock.now())
         # A member that echoes the highest heartbeat number it has seen across sessions (ours
@@ -98,6 +104,8 @@ class Hub:
         self.dispatching.workloads = {workload.id: workload for workload in snapshot.workloads}
         self.store.start(self.snapshot)
         await self.store.commit()
+        if imported is not None:
+            importing.taken(files)
         self._stats_from = (self.clock.now(), Counters())
         # A defect in either must not leave the hub serving without heartbeats or
         # dispatching: each runs again after a back-off, its error logged.

@@ -6,7 +6,8 @@
     <state>/operator.json               what the operator runs: members and engines (OperatorState)
     <state>/host-id                     this host's id in the fleet (the hub's members are its)
     <state>/etcd/                       the shared etcd (operators.controlplane.etcd)
-    <state>/hub/                        the federation hub: its key, state.json, hub.json
+    <state>/hub/                        the federation hub: its key, state.json, hub.json,
+                                        restore.json (a snapshot's state to take in)
                                         (federation.client.discovery), pki/, hub.log
     <state>/clusters/<key>/             one cluster: cluster.json (ports), pki/, kubeconfig
                                         (admin) and one per component, *.log, tracing.yaml

@@ -3,10 +3,11 @@
 A snapshot is one file anyone can copy::
 
     fakefleet-snapshot\\n                the magic line
-    {"format": 1, ...}\\n                the header (JSON, one line): what it holds, when it was
+    {"format": 2, ...}\\n                the header (JSON, one line): what it holds, when it was
                                          taken, whether it has secrets, the payload's size and
                                          SHA-256
-    <gzip>                               the payload: JSON of the clusters
+    <gzip>                               the payload: JSON of the clusters (and of the hub's
+                                         state, for a fleet)
 
 ``snapshot ls`` reads the header alone. A reader checks the header's format (a later format is
 refused with the version that wrote it; each earlier one is read as it was written), the
@@ -29,8 +30,10 @@ from primitives import framing
 
 MAGIC = b"fakefleet-snapshot\n"
 #: The format this fakefleet writes, and the latest it reads. A change that an older reader
-#: would misread takes a new number, and the reader learns to read the old one.
-FORMAT = 1
+#: would misread takes a new number, and the reader learns to read the old one. Format 2 adds
+#: the hub's state, which a format-1 reader would drop without a word; a format-1 file reads
+#: as a snapshot without it.
+FORMAT = 2
 
 
 class SnapshotError(ControlPlaneError):
@@ -68,12 +71,24 @@ class ClusterSnapshot:
 
 @dataclasses.dataclass(frozen=True)
 class Snapshot:
-    """Clusters read at one etcd revision."""
+    """Clusters read at one etcd revision, and the hub's state read just after it."""
 
     saved_at: float
     revision: int
     secrets: bool
     clusters: tuple[ClusterSnapshot, ...]
+    #: The federation hub's members, runs and workloads, as its ``state.json`` held them (the
+    #: hub's own format, which only the hub reads); None: not saved.
+    hub: dict[str, Any] | None = None
+    #: Whether the hub's stored state was the same before and after the etcd read: then it is
+    #: the one it had at the revision; else the one after, a little ahead of the members.
+    hub_at_revision: bool = False
+
+    def hub_counts(self) -> str:
+        """What the hub's state holds, for people."""
+        hub = self.hub or {}
+        return ", ".join(f"{len(hub.get(part) or [])} {part}"
+                         for part in ("members", "runs", "workloads"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,16 +105,23 @@ class Header:
     keys: int
     payloadBytes: int
     sha256: str
+    #: Whether it holds the hub's state (format 1 never did), and whether that is the state
+    #: the hub had at the revision (Snapshot.hub_at_revision).
+    hub: bool = False
+    hubAtRevision: bool = False
 
 
 def encode(snapshot: Snapshot, *, created_at: str) -> bytes:
     """The file's bytes."""
-    payload = json.dumps({"clusters": [_cluster_json(cluster) for cluster in snapshot.clusters]},
-                         separators=(",", ":")).encode()
+    body: dict[str, Any] = {"clusters": [_cluster_json(c) for c in snapshot.clusters]}
+    if snapshot.hub is not None:
+        body["hub"] = snapshot.hub
     return framing.encode(KIND, {
         "createdAt": created_at, "savedAt": snapshot.saved_at, "revision": snapshot.revision,
         "clusters": [c.member for c in snapshot.clusters], "secrets": snapshot.secrets,
-        "keys": sum(len(c.keys) for c in snapshot.clusters)}, payload)
+        "keys": sum(len(c.keys) for c in snapshot.clusters), "hub": snapshot.hub is not None,
+        "hubAtRevision": snapshot.hub_at_revision},
+        json.dumps(body, separators=(",", ":")).encode())
 
 
 def read_header(path: Path) -> Header:
@@ -114,15 +136,20 @@ def read(path: Path) -> tuple[Header, Snapshot]:
     try:
         body = json.loads(payload)
         clusters = tuple(_cluster(item) for item in body["clusters"])
+        hub = body.get("hub")
+        if hub is not None and not isinstance(hub, dict):
+            raise TypeError(f"its hub state is a {type(hub).__name__}, not an object")
     except (ValueError, KeyError, TypeError) as error:
         raise framing.unreadable(KIND, path, error) from error
     return header, Snapshot(saved_at=header.savedAt, revision=header.revision,
-                            secrets=header.secrets, clusters=clusters)
+                            secrets=header.secrets, clusters=clusters, hub=hub,
+                            hub_at_revision=header.hubAtRevision)
 
 
 def _typed(path: Path, raw: dict[str, Any]) -> Header:
     try:
-        return Header(**{field.name: raw[field.name] for field in dataclasses.fields(Header)})
+        return Header(**{field.name: raw[field.name] for field in dataclasses.fields(Header)
+                         if field.name in raw or field.default is dataclasses.MISSING})
     except KeyError as error:
         raise SnapshotError(f"snapshot {path}'s header lacks {error}: copy it again from where "
                             f"it was saved") from error

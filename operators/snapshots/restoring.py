@@ -17,6 +17,10 @@ Per cluster, in this order (docs/snapshots.md says why):
 
 A failure leaves the cluster held, stopped, and says which step it reached: running the same
 restore again finishes it (every step can be done twice).
+
+A fleet snapshot's hub state goes back once every cluster is Ready, so that its time resumes
+with the fleet's: :func:`hub_import` is what the hub takes in at its next start
+(``federation.hub.importing``), the command line has it restarted.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -44,6 +49,7 @@ from operators.snapshots.shifting import shift
 from primitives import keys
 from primitives.clocks import Clock
 from primitives.files import private_directory, write_private
+from primitives.names import member_name
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +134,15 @@ async def restore(snapshot: Snapshot, cluster: ClusterSnapshot, *, source: str, 
             f"as it is") from error
     return Restored(member, len(cluster.keys), seconds, shifted,
                     time.monotonic() - started, tuple(notes))
+
+
+def hub_import(snapshot: Snapshot, *, host: str) -> bytes:
+    """What the hub takes in at its next start: the saved state, when it was saved (its times
+    move by the time since), and the members restored here, which this ``host`` owns now (it
+    registers them again; the saved host may be another machine)."""
+    return json.dumps({"state": snapshot.hub, "savedAt": snapshot.saved_at, "host": host,
+                       "members": [member_name(c.namespace, c.name)
+                                   for c in snapshot.clusters]}).encode()
 
 
 def _path(cluster: ClusterSnapshot, resource: str, name: str = "") -> str:

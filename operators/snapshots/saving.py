@@ -11,6 +11,14 @@ not saved.
 
 What the API servers compute from etcd is not read from them, so a saved value is exactly what
 a restore writes back: same names, same UIDs.
+
+The federation hub's members, runs and workloads are not in etcd: they are read from the file
+the hub keeps them in, before and right *after* etcd, and the one after is saved. The hub
+writes that file (whole, atomically) before it sends anything, so every command whose effect
+the members' objects show at the revision is in it. When both reads are the same, it is the
+state the hub had stored at the revision (:attr:`Snapshot.hub_at_revision`); else it holds
+what the hub stored during the read too (a command sent, a result heard since), as a hub ahead
+of its members does after any restart, which the members' Hello settles (docs/snapshots.md).
 """
 
 from __future__ import annotations
@@ -43,14 +51,17 @@ def host_prefix(resource: str, namespace: str) -> str:
 
 
 async def save(*, etcd: EtcdEndpoint, state: StateDir, members: Sequence[tuple[str, str]],
-               secrets: bool, clock: Clock) -> Snapshot:
-    """The members (namespace, name) as they are now, read at one etcd revision."""
+               secrets: bool, clock: Clock, hub: Path | None = None) -> Snapshot:
+    """The members (namespace, name) as they are now, read at one etcd revision, and the
+    hub's state from ``hub`` (its ``state.json``) when given."""
     namespaces = sorted({namespace for namespace, _ in members})
     prefixes = [host_prefix(resource, namespace) for namespace in namespaces
                 for resource in HOST_RESOURCES]
     prefixes += [member_prefix(namespace, name) for namespace, name in members]
     saved_at = clock.now()
+    hub_before = _hub_state(hub) if hub is not None else None
     revision, found = await read_prefixes(etcd, prefixes)
+    hub_state = _hub_state(hub) if hub is not None else None
     clusters = []
     for namespace, name in members:
         objects = {resource: _decoded(found[host_prefix(resource, namespace)])
@@ -74,7 +85,19 @@ async def save(*, etcd: EtcdEndpoint, state: StateDir, members: Sequence[tuple[s
                         if name in (plan.get("spec", {}).get("clusters") or [name])),
             pki=_pki(state, cluster_key(namespace, name)) if secrets else ()))
     return Snapshot(saved_at=saved_at, revision=revision, secrets=secrets,
-                    clusters=tuple(clusters))
+                    clusters=tuple(clusters), hub=hub_state,
+                    hub_at_revision=hub_state is not None and hub_state == hub_before)
+
+
+def _hub_state(path: Path) -> dict[str, Any]:
+    try:
+        found: dict[str, Any] = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise SnapshotError(f"the hub keeps no state at {path}: is a hub running ('fakefleet "
+                            f"status')? Save without it: --without-hub") from None
+    except (OSError, ValueError) as error:
+        raise SnapshotError(f"cannot read the hub's state {path}: {error}") from error
+    return found
 
 
 def _decoded(kvs: list[KeyValue]) -> dict[str, dict[str, Any]]:
