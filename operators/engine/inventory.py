@@ -10,7 +10,8 @@ Two views, kept apart on purpose:
   :class:`~operators.engine.nodes.NodeLife`.
 
 A record appears when a create (or a take-over) succeeded or when the watch shows a node the
-engine plays that it did not know (adoption after a restart); it goes when a delete succeeded
+engine plays that it did not know (adoption after a restart; never one whose take-over is
+under way); it goes when a delete succeeded
 or the watch shows the node gone. Listeners hear of each so timers start and stop with the
 node. A provisioner's node that the watch shows gone leaves its name in ``released``, until
 its Lease is deleted.
@@ -93,6 +94,9 @@ class NodeBook:
         self._deleted: set[str] = set()  # uids the engine deleted, until the watch agrees
         #: Provisioners' nodes gone, whose Leases are still to delete.
         self.released: set[str] = set()
+        #: Provisioners' nodes whose take-over is under way: the watch may show one with its
+        #: pod CIDR before its status is written, and it is the take-over that plays it.
+        self.taking: set[str] = set()
 
     # -- from the node watch ------------------------------------------------------------------
 
@@ -140,6 +144,11 @@ class NodeBook:
             self._listener.provisioned(facts)
         elif facts.foreign or facts.slot is None:
             self._listener.foreign(facts)
+        elif record is None and facts.name in self.taking:
+            # Half written: adopted now, it would renew a Lease not made yet and post its
+            # Ready condition a second time. The take-over plays it once its status is
+            # written, or (it failed) the next plan takes it again from these facts.
+            pass
         elif record is None and (facts.slot not in self._slots_used
                                  or self._reserved.get(facts.name) == facts.slot):
             self._reserved.pop(facts.name, None)

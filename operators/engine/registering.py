@@ -204,6 +204,7 @@ class Registrar:
                                           kubelet_version=self.kubelet_version,
                                           kubelet_port=self.kubelet_port, life=life)
         written_cidr = not meta
+        self._book.taking.add(name)
         try:
             if meta:
                 await self.client.patch(f"{NODES}/{name}", meta)
@@ -214,13 +215,16 @@ class Registrar:
             return True  # Karpenter deleted it meanwhile
         except K8sError as error:
             # Its slot stays reserved once its pod CIDR may be written (no answer, or the
-            # status failed after it): the watch shows it with it, and the book takes it.
+            # status failed after it): the watch shows it with it, and the next plan takes
+            # it again on that slot.
             if not written_cidr and not isinstance(error, TransportError):
                 self._book.release_slot(name)
             logger.debug("engine %s: taking %s failed: %s", self.cluster, name, error)
             return False
+        finally:
+            self._book.taking.discard(name)
         record = self._book.records.get(name)
-        if record is not None:  # played already (the watch showed its pod CIDR first)
+        if record is not None:  # played already (taken again: not as the engine makes it)
             self._book.wrote(name, life or record.life, nodes.observe(written, self.cluster))
             return True
         lease = spec.leaseDurationSeconds if spec is not None else \

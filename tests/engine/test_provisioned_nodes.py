@@ -244,3 +244,27 @@ async def test_a_pool_deleted_meanwhile_keeps_its_played_nodes_until_karpenter_r
         assert fleet.engine_sent("PATCH", f"{LEASES}/kwok-gpu-x")
         assert "kwok-gpu-late" not in engine.book.records, "none taken for a pool gone"
         assert fleet.engine_sent("DELETE", NODES + "/.*") == []
+
+
+async def test_a_take_over_is_one_status_write_and_one_lease_even_if_the_watch_is_quicker(
+) -> None:
+    """The watch shows the pod CIDR while the status write is still under way (a busy API
+    server answers it late): the node is not adopted from that half-written state, which would
+    renew a Lease that does not exist yet (404, then a POST) and write its Ready condition a
+    second time."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("gpu", provisioner="karpenter", gpu=H100))
+    async with fleet.running(fleet.engine()) as engine:
+        await fleet.clock.advance(1)
+        fleet.member.fail("PATCH", f"{NODES}/kwok-gpu-x/status", delay=2)
+        fleet.member.put(NODES, karpenter_node("kwok-gpu-x"))
+        await fleet.clock.advance(5)
+        assert ready(fleet.nodes()["kwok-gpu-x"]) == "True"
+        assert len(fleet.engine_sent("PATCH", f"{NODES}/kwok-gpu-x")) == 1, "its pod CIDR"
+        assert len(fleet.engine_sent("PATCH", f"{NODES}/kwok-gpu-x/status")) == 1
+        assert len(fleet.engine_sent("POST", LEASES)) == 1
+        assert fleet.engine_sent("PATCH", f"{LEASES}/kwok-gpu-x") == [], "renewed from 10 s"
+        assert engine.book.records["kwok-gpu-x"].slot == 0
+        await fleet.clock.advance(10)
+        assert len(fleet.engine_sent("PATCH", f"{LEASES}/kwok-gpu-x")) == 1
+        assert len(fleet.engine_sent("PATCH", f"{NODES}/kwok-gpu-x/status")) == 1
