@@ -48,7 +48,11 @@ Then the pods are deleted. The engine's pool finishes a deleted pod at once
 (``terminationGracePeriodCap: 0s``), and so does KWOK's fast stage. Scale-down times are
 measured from the first deletion: the pods gone, consolidation's first NodeClaim deletion, and
 every NodeClaim and node gone. For each phase the table also gives the CPU seconds and peak
-RSS of the node player (engine or KWOK), of Karpenter and of the kube-apiserver.
+RSS of the node player (engine or KWOK), of Karpenter and of the kube-apiserver. A second
+table counts the member API server's requests during scale-up (its ``apiserver_request_total``
+and APF's ``apiserver_flowcontrol_dispatched_requests_total``, read before the first pod and
+once every pod is Running), by verb and resource and by flow schema, in all and per NodeClaim:
+what one side's node player asks of the API server that the other's does not.
 
 Fairness: Karpenter, KWOK and the harness use the admin identity, which API Priority and
 Fairness exempts. The engine writes as a node, in APF's ``node-high`` and ``system`` levels,
@@ -80,7 +84,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
-from bench import kwok
+from bench import kwok, metrics
 from bench.engines import (
     CONCURRENCY,
     NAMESPACE,
@@ -170,6 +174,10 @@ class SideRun:
     #: Per process (PROCESSES): CPU seconds of each phase and peak RSS (MiB).
     usage: dict[str, dict[str, float | None]] = dataclasses.field(default_factory=dict)
     nodeclaims: int = 0
+    #: The member API server's requests during scale-up, by "VERB resource[/subresource]",
+    #: and by the APF flow schema that let them through (who sent them).
+    requests: dict[str, int] = dataclasses.field(default_factory=dict)
+    flows: dict[str, int] = dataclasses.field(default_factory=dict)
     error: str = ""
 
 
@@ -381,6 +389,7 @@ class Harness:
                       nodes: Stamps) -> None:
         wanted = self.settings.pods
         before = self._cpu()
+        counted = await self._api_counts()
         started = time.time()
         await bounded([functools.partial(self._create_pod, index) for index in range(wanted)])
         running = await until(lambda: pods.count("running") >= wanted, PHASE_TIMEOUT)
@@ -408,6 +417,9 @@ class Harness:
             if running else None,
         }
         grown = self._cpu()
+        requests, flows = await self._api_counts()
+        result.requests = metrics.grown(counted[0], requests)
+        result.flows = metrics.grown(counted[1], flows)
         result.karpenter = metric_figures(await self._metrics(), scaled_down=False)
         if not running:
             self._usage(result, before, grown, None)
@@ -461,6 +473,11 @@ class Harness:
 
     def _peaks(self) -> dict[str, float]:
         return {name: usage(name, pid).peak_rss_mib for name, pid in self._pids().items()}
+
+    async def _api_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """The member API server's request counters: by request, and by flow schema."""
+        text = await self.watcher.get_text("/metrics")
+        return metrics.all_requests(text), metrics.dispatched_requests(text)
 
     async def _metrics(self) -> str:
         url = f"http://127.0.0.1:{self.ports.metrics}/metrics"
@@ -654,9 +671,45 @@ def report(runs: list[SideRun], console: Console, *, settings: Settings, profile
         for what in ("CPU s, scale-up", "CPU s, scale-down", "peak RSS MiB"):
             row(f"{name}: {what}", functools.partial(used, name, what))
     console.print(table)
+    console.print(requests_table(runs, sides))
     for run in runs:
         if run.error:
             console.print(f"[red]{run.nodes_by} run {run.run}: {run.error}[/]")
+
+
+#: The API requests table shows the most frequent requests, this many.
+REQUEST_ROWS = 30
+
+
+def per_node(count: int, run: SideRun) -> str:
+    return f"{count} ({count / run.nodeclaims:.1f})" if run.nodeclaims else str(count)
+
+
+def requests_table(runs: list[SideRun], sides: list[str]) -> Table:
+    """The member API server's requests during scale-up, most frequent first: what each node
+    player (with Karpenter and the harness, the same on both sides) asked of it."""
+    table = Table(title="API requests during scale-up, by request and by APF flow schema "
+                        "(who sent them): total (per NodeClaim); runs separated by /")
+    table.add_column("")
+    for side in sides:
+        table.add_column(f"nodes by {side}", justify="right")
+
+    def rows(counts: Callable[[SideRun], dict[str, int]], limit: int | None) -> None:
+        keys = sorted({key for run in runs for key in counts(run)},
+                      key=lambda key: -max(counts(run).get(key, 0) for run in runs))
+        for key in keys[:limit]:
+            table.add_row(key or "(none)", *(
+                " / ".join(per_node(counts(run).get(key, 0), run)
+                           for run in runs if run.nodes_by == side) for side in sides))
+
+    table.add_row("[bold]all requests[/]", *(
+        " / ".join(per_node(sum(run.requests.values()), run)
+                   for run in runs if run.nodes_by == side) for side in sides))
+    table.add_row("[bold]by flow schema[/]")
+    rows(lambda run: run.flows, None)
+    table.add_row(f"[bold]by request (the {REQUEST_ROWS} most frequent)[/]")
+    rows(lambda run: run.requests, REQUEST_ROWS)
+    return table
 
 
 def main() -> None:

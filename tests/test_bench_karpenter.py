@@ -7,8 +7,17 @@ import json
 from typing import Any
 
 import pytest
+from rich.console import Console
 
-from bench.karpenter import Stamps, condition, log_figures, metric_figures, provisioned
+from bench.karpenter import (
+    SideRun,
+    Stamps,
+    condition,
+    log_figures,
+    metric_figures,
+    provisioned,
+    requests_table,
+)
 
 
 def entry(message: str, **fields: Any) -> str:
@@ -116,3 +125,19 @@ def test_stamps_record_each_mark_once_and_what_went(monkeypatch: pytest.MonkeyPa
     assert stamps.live == set()
     assert sorted(stamps.times("gone")) == [104.0, 105.0]
     assert stamps.times("ready") == [101.0], "a node gone keeps its moments"
+
+
+def test_the_requests_table_says_each_side_s_requests_in_all_and_per_nodeclaim() -> None:
+    ours = SideRun("fakefleet", 1, nodeclaims=100,
+                   requests={"PATCH leases": 740, "POST pods": 100},
+                   flows={"exempt": 3900, "system-node-high": 1191})
+    theirs = SideRun("kwok", 1, nodeclaims=100, requests={"PUT leases": 500, "POST pods": 100},
+                     flows={"exempt": 4000})
+    console = Console(width=150, record=True)
+    console.print(requests_table([ours, theirs], ["fakefleet", "kwok"]))
+    lines = [" ".join(line.replace("│", " ").split())
+             for line in console.export_text().splitlines()]
+    assert "all requests 840 (8.4) 600 (6.0)" in lines
+    assert "system-node-high 1191 (11.9) 0 (0.0)" in lines
+    requests = [line.split(" (", 1)[0] for line in lines if "leases" in line or "pods" in line]
+    assert requests == ["PATCH leases 740", "PUT leases 0", "POST pods 100"], "most first"

@@ -10,7 +10,8 @@ Two views, kept apart on purpose:
   :class:`~operators.engine.nodes.NodeLife`.
 
 A record appears when a create (or a take-over) succeeded or when the watch shows a node the
-engine plays that it did not know (adoption after a restart); it goes when a delete succeeded
+engine plays that it did not know (adoption after a restart; never one whose take-over is
+under way); it goes when a delete succeeded
 or the watch shows the node gone. Listeners hear of each so timers start and stop with the
 node. A provisioner's node that the watch shows gone leaves its name in ``released``, until
 its Lease is deleted.
@@ -93,6 +94,13 @@ class NodeBook:
         self._deleted: set[str] = set()  # uids the engine deleted, until the watch agrees
         #: Provisioners' nodes gone, whose Leases are still to delete.
         self.released: set[str] = set()
+        #: Provisioners' nodes whose take-over is under way, with the resourceVersions the
+        #: watch showed meanwhile: it may show one with its pod CIDR before its status is
+        #: written, and it is the take-over that plays it.
+        self._taking: dict[str, set[str]] = {}
+        #: Per node, the resourceVersion a take-over's write was answered with, until the watch
+        #: shows it: the events before it show the node as it was before that write.
+        self._awaited: dict[str, str] = {}
 
     # -- from the node watch ------------------------------------------------------------------
 
@@ -104,6 +112,7 @@ class NodeBook:
             if facts is not None:
                 by_name[facts.name] = (facts, item)
         present = {facts.uid for facts, _ in by_name.values()}
+        self._awaited.clear()  # a list is newer than any write answered before it
         self._deleted &= present
         for name in [name for name in self.records if name not in by_name]:
             self._drop(name)  # deleted while the watch was away
@@ -117,6 +126,7 @@ class NodeBook:
         if facts is None:
             return
         if kind == "DELETED":
+            self._awaited.pop(facts.name, None)
             self._deleted.discard(facts.uid)
             if self.facts.get(facts.name, facts).uid == facts.uid:
                 self.facts.pop(facts.name, None)
@@ -126,6 +136,17 @@ class NodeBook:
             return
         if facts.uid in self._deleted:
             return  # an event from before our delete: the node is going
+        seen = self._taking.get(facts.name)
+        if seen is not None:
+            seen.add(facts.resource_version)
+        awaited = self._awaited.get(facts.name)
+        if awaited is not None:
+            if facts.resource_version != awaited:
+                # Older than a take-over's write already answered (a watch shows a node's
+                # changes in order): played as it is, its status not yet written, it would
+                # be taken over again and post Ready a second time.
+                return
+            del self._awaited[facts.name]
         self.facts[facts.name] = facts
         self._see(facts, node)
 
@@ -140,6 +161,11 @@ class NodeBook:
             self._listener.provisioned(facts)
         elif facts.foreign or facts.slot is None:
             self._listener.foreign(facts)
+        elif record is None and facts.name in self._taking:
+            # Half written: adopted now, it would renew a Lease not made yet and post its
+            # Ready condition a second time. The take-over plays it once its status is
+            # written, or (it failed) the next plan takes it again from these facts.
+            pass
         elif record is None and (facts.slot not in self._slots_used
                                  or self._reserved.get(facts.name) == facts.slot):
             self._reserved.pop(facts.name, None)
@@ -161,10 +187,31 @@ class NodeBook:
 
     # -- from the engine's own writes ---------------------------------------------------------
 
+    def taking(self, name: str) -> None:
+        """A take-over of provisioner's node ``name`` starts (:meth:`took` when it ends)."""
+        self._taking[name] = set()
+
+    def took(self, name: str) -> None:
+        self._taking.pop(name, None)
+
+    def _answered(self, facts: NodeFacts) -> bool:
+        """Whether the facts a write was answered with are the node's newest: not when the
+        watch showed that write already (its facts are as new, or newer). A take-over's are
+        kept until the watch shows its write."""
+        seen = self._taking.get(facts.name)
+        if seen is None:
+            return True
+        known = self.facts.get(facts.name)
+        if facts.resource_version in seen or (
+                known is not None and known.resource_version == facts.resource_version):
+            return False
+        self._awaited[facts.name] = facts.resource_version
+        return True
+
     def created(self, name: str, node: Mapping[str, Any], record: NodeRecord) -> None:
         """A create succeeded: play the node before the watch reports it."""
         facts = nodes.observe(node, self.cluster)
-        if facts is not None:
+        if facts is not None and self._answered(facts):
             self.facts[name] = facts
         self._reserved.pop(name, None)
         self._remember(name, record)
@@ -187,7 +234,7 @@ class NodeBook:
             return
         record.life = life
         facts = self.facts.get(name)
-        if seen is not None and seen.uid == record.uid:
+        if seen is not None and seen.uid == record.uid and self._answered(seen):
             facts = seen
         if facts is None:
             return

@@ -204,31 +204,37 @@ class Registrar:
                                           kubelet_version=self.kubelet_version,
                                           kubelet_port=self.kubelet_port, life=life)
         written_cidr = not meta
+        self._book.taking(name)
         try:
-            if meta:
-                await self.client.patch(f"{NODES}/{name}", meta)
-                written_cidr = True
-            written = await self.client.patch(f"{NODES}/{name}/status", status)
-        except NotFound:
-            self._book.release_slot(name)
-            return True  # Karpenter deleted it meanwhile
-        except K8sError as error:
-            # Its slot stays reserved once its pod CIDR may be written (no answer, or the
-            # status failed after it): the watch shows it with it, and the book takes it.
-            if not written_cidr and not isinstance(error, TransportError):
+            try:
+                if meta:
+                    await self.client.patch(f"{NODES}/{name}", meta)
+                    written_cidr = True
+                written = await self.client.patch(f"{NODES}/{name}/status", status)
+            except NotFound:
                 self._book.release_slot(name)
-            logger.debug("engine %s: taking %s failed: %s", self.cluster, name, error)
-            return False
-        record = self._book.records.get(name)
-        if record is not None:  # played already (the watch showed its pod CIDR first)
-            self._book.wrote(name, life or record.life, nodes.observe(written, self.cluster))
-            return True
-        lease = spec.leaseDurationSeconds if spec is not None else \
-            self._book.lease_seconds.get(pool, DEFAULT_LEASE_SECONDS)
-        record = NodeRecord(pool, slot, written["metadata"]["uid"], lease,
-                            life or nodes.life_from_node(written), provisioned=True)
-        record.renew_at = now
-        self._book.created(name, written, record)
+                return True  # Karpenter deleted it meanwhile
+            except K8sError as error:
+                # Its slot stays reserved once its pod CIDR may be written (no answer, or the
+                # status failed after it): the watch shows it with it, and the next plan
+                # takes it again on that slot.
+                if not written_cidr and not isinstance(error, TransportError):
+                    self._book.release_slot(name)
+                logger.debug("engine %s: taking %s failed: %s", self.cluster, name, error)
+                return False
+            record = self._book.records.get(name)
+            if record is not None:  # played already (taken again: not as the engine makes it)
+                self._book.wrote(name, life or record.life,
+                                 nodes.observe(written, self.cluster))
+                return True
+            lease = spec.leaseDurationSeconds if spec is not None else \
+                self._book.lease_seconds.get(pool, DEFAULT_LEASE_SECONDS)
+            record = NodeRecord(pool, slot, written["metadata"]["uid"], lease,
+                                life or nodes.life_from_node(written), provisioned=True)
+            record.renew_at = now
+            self._book.created(name, written, record)
+        finally:
+            self._book.took(name)
         await self._heartbeats.create_lease(name, record)
         return True
 

@@ -244,3 +244,58 @@ async def test_a_pool_deleted_meanwhile_keeps_its_played_nodes_until_karpenter_r
         assert fleet.engine_sent("PATCH", f"{LEASES}/kwok-gpu-x")
         assert "kwok-gpu-late" not in engine.book.records, "none taken for a pool gone"
         assert fleet.engine_sent("DELETE", NODES + "/.*") == []
+
+
+async def test_a_take_over_is_one_status_write_and_one_lease_even_if_the_watch_is_quicker(
+) -> None:
+    """The watch shows the pod CIDR while the status write is still under way (a busy API
+    server answers it late): the node is not adopted from that half-written state, which would
+    renew a Lease that does not exist yet (404, then a POST) and write its Ready condition a
+    second time."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("gpu", provisioner="karpenter", gpu=H100))
+    async with fleet.running(fleet.engine()) as engine:
+        await fleet.clock.advance(1)
+        fleet.member.fail("PATCH", f"{NODES}/kwok-gpu-x/status", delay=2)
+        fleet.member.put(NODES, karpenter_node("kwok-gpu-x"))
+        await fleet.clock.advance(5)
+        assert ready(fleet.nodes()["kwok-gpu-x"]) == "True"
+        assert len(fleet.engine_sent("PATCH", f"{NODES}/kwok-gpu-x")) == 1, "its pod CIDR"
+        assert len(fleet.engine_sent("PATCH", f"{NODES}/kwok-gpu-x/status")) == 1
+        assert len(fleet.engine_sent("POST", LEASES)) == 1
+        assert fleet.engine_sent("PATCH", f"{LEASES}/kwok-gpu-x") == [], "renewed from 10 s"
+        assert engine.book.records["kwok-gpu-x"].slot == 0
+        await fleet.clock.advance(10)
+        assert len(fleet.engine_sent("PATCH", f"{LEASES}/kwok-gpu-x")) == 1
+        assert len(fleet.engine_sent("PATCH", f"{NODES}/kwok-gpu-x/status")) == 1
+
+
+async def test_a_watch_behind_the_take_over_neither_takes_the_node_again_nor_posts_ready_twice(
+) -> None:
+    """Karpenter registers the node between the engine's two writes, and the watch shows that
+    change only after the take-over's status write was answered (a busy API server's watch
+    cache lags behind its answers): the engine keeps what its write answered until the watch
+    catches up with it, rather than playing the older view (no status yet) as the node's."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("gpu", provisioner="karpenter", gpu=H100))
+    async with fleet.running(fleet.engine()) as engine:
+        await fleet.clock.advance(1)
+        fleet.member.fail("PATCH", f"{NODES}/kwok-gpu-x/status", delay=2)
+        fleet.member.put(NODES, karpenter_node("kwok-gpu-x"))
+        await fleet.clock.advance(1)  # its pod CIDR written and seen, its status under way
+        fleet.member.hold_watches()
+        await fleet.member_client_patch(f"{NODES}/kwok-gpu-x", {
+            "metadata": {"labels": {"karpenter.sh/registered": "true"}},
+            "spec": {"taints": TAINTS[1:]}})
+        registered = fleet.nodes()["kwok-gpu-x"]["metadata"]["resourceVersion"]
+        await fleet.clock.advance(3)  # the status written and answered, not yet watched
+        assert "kwok-gpu-x" in engine.book.records
+        fleet.member.release_watches(through=registered)
+        await fleet.clock.advance(35)  # a resync of the plan among them
+        fleet.member.release_watches()
+        await fleet.clock.advance(35)
+        assert ready(fleet.nodes()["kwok-gpu-x"]) == "True"
+        assert len(fleet.engine_sent("PATCH", f"{NODES}/kwok-gpu-x/status")) == 1
+        assert len(fleet.engine_sent("PATCH", f"{NODES}/kwok-gpu-x")) == 1, "its pod CIDR"
+        assert fleet.nodes()["kwok-gpu-x"]["metadata"]["labels"]["karpenter.sh/registered"] \
+            == "true"

@@ -92,6 +92,9 @@ class MemoryTransport:
         self._uids = itertools.count(1)
         self._changed = asyncio.Event()
         self._epoch = 0  # bumped by break_watches(): open streams end with a reset
+        #: Watches show no event past this version (a watch cache behind the writes); None:
+        #: they show every one.
+        self._shown: int | None = None
         self._discovery: dict[str, dict[str, Any]] = {}
         self.closed = False
 
@@ -137,6 +140,17 @@ class MemoryTransport:
     def compact(self) -> None:
         """Forget history: watches and continue tokens from before now answer 410 Gone."""
         self._compacted = self._version
+
+    def hold_watches(self) -> None:
+        """Watches show nothing written from now on (writes are answered at once), as a busy
+        API server's watch cache lags behind its answers, until :meth:`release_watches`."""
+        self._shown = self._version
+
+    def release_watches(self, through: str | None = None) -> None:
+        """Watches show what was held, up to the write of resourceVersion ``through`` (None:
+        all, and nothing is held any more)."""
+        self._shown = int(through) if through is not None else None
+        self._wake()
 
     def break_watches(self) -> None:
         """End every open watch with a connection reset."""
@@ -365,7 +379,8 @@ class MemoryTransport:
         deadline = self.clock.now() + int(query.get("timeoutSeconds", "300"))
         epoch = self._epoch
         while True:
-            for event in [e for e in self._events if e.version > since]:
+            for event in [e for e in self._events if e.version > since and
+                          (self._shown is None or e.version <= self._shown)]:
                 if self._epoch != epoch:
                     break
                 since = event.version
