@@ -22,9 +22,9 @@ import pytest
 #: a rough figure is enough; every e2e file is named (tests/test_e2e_ordering.py checks it), a
 #: file missing counts as quick.
 SECONDS: dict[str, int] = {
-    "e2e/test_operator.py": 290,
     "e2e/test_federation.py": 280,
     "e2e/test_faults.py": 270,
+    "e2e/test_operator.py": 240,
     "e2e/test_conformance.py": 210,
     "e2e/test_kueue.py": 170,
     "e2e/test_bench_smoke.py": 160,
