@@ -56,10 +56,12 @@ chart: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH hack/chart.sh
 
 ## test: unit tests and end-to-end tests on real control planes, two test files at a time (most
-## of an e2e test's time is spent waiting for controllers and timers, not on the CPU)
+## of an e2e test's time is spent waiting for controllers and timers, not on the CPU), the
+## longest files first in collection order (e2e/ordering.py) so that none starts last; the
+## summary names every failure, error and skip (no test here may skip: a skip is not a pass)
 test: setup kwok
 	hack/inotify.sh 1024
-	$(BIN)/pytest -n 2 --dist loadfile --durations=25 tests e2e
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=25 -rfEs tests e2e
 
 test-unit: $(STAMP)
 	$(BIN)/pytest tests

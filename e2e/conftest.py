@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from e2e.ordering import longest_first
 from operators.controlplane import binaries as binaries_
 from operators.controlplane.state import StateDir, read_operator
 from operators.controlplane.substrate import Substrate
@@ -24,6 +25,12 @@ from operators.controlplane.substrate import Substrate
 BIN = Path(sys.executable).parent
 KUBECTL = BIN / "kubectl"
 FAKEFLEET = BIN / "fakefleet"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest files first, so that neither xdist worker starts a long one last (see
+    e2e/ordering.py); it sees every collected item, the unit tests' too."""
+    items[:] = longest_first(items)
 
 
 @pytest.fixture(scope="session")

@@ -359,9 +359,15 @@ def test_whatever_the_api_server_accepts_gets_somewhere_and_says_so(
                             f"{json.dumps(fetch(fleet, obj).get('status'))}\n"
                             f"{yaml.safe_dump(obj)}")
     finally:
-        for obj in reversed(accepted):
-            kubectl(fleet.host, "-n", NAMESPACE, "delete", resource(obj["kind"]),
-                    obj["metadata"]["name"], "--wait=true", "--timeout=90s", check=False)
+        # One kubectl for all of them, as `kubectl delete -f` a user's file: it asks for each
+        # deletion in turn (the plan first, the cluster last) and then waits for them together,
+        # not for one finalizer after another.
+        if accepted:
+            subprocess.run(
+                [str(KUBECTL), "--kubeconfig", str(fleet.host), "-n", NAMESPACE, "delete",
+                 *(f"{resource(obj['kind'])}/{obj['metadata']['name']}"
+                   for obj in reversed(accepted)), "--wait=true", "--timeout=90s"],
+                capture_output=True, text=True, check=False, timeout=60 * len(accepted))
     after = components(fleet)
     restarted = {name: (before[name], count) for name, count in after.items()
                  if name in before and count != before[name]}

@@ -150,27 +150,6 @@ def test_real_scheduler_binds_pods_to_fake_nodes(alpha: Path) -> None:
     assert all(node.startswith("cpu-") for node in nodes)
 
 
-def test_heartbeats_keep_nodes_ready_over_several_lease_periods(alpha: Path) -> None:
-    """The member's node-lifecycle controller (grace period 40s by default) must never see a
-    stale node: wait until the oldest node is 70s old and check leases and conditions."""
-    nodes = kubectl_json(alpha, "get", "nodes")["items"]
-    oldest = min(parse(n["metadata"]["creationTimestamp"]) for n in nodes)
-    time.sleep(max(0.0, oldest + 70 - time.time()))
-    now = time.time()
-    for node in kubectl_json(alpha, "get", "nodes")["items"]:
-        name = node["metadata"]["name"]
-        ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
-        assert ready["status"] == "True", f"{name} is not Ready: {ready}"
-        taints = {t["key"] for t in node["spec"].get("taints", [])}
-        assert not taints & {"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"}
-        lease = kubectl_json(alpha, "-n", "kube-node-lease", "get", "lease", name)
-        age = now - parse(lease["spec"]["renewTime"])
-        assert age < lease["spec"]["leaseDurationSeconds"] / 2, f"{name} lease is {age:.0f}s old"
-    events = kubectl(alpha, "get", "events", "-A", "--field-selector",
-                     "reason=NodeNotReady").stdout
-    assert "NodeNotReady" not in events
-
-
 def test_operator_restart_adopts_without_duplicates(fleet: Fleet, alpha: Path) -> None:
     endpoint = fleet.get("fc", "alpha")["status"]["endpoint"]
     nodes_before = ready_nodes(alpha)
@@ -230,6 +209,46 @@ def test_a_stopping_operator_closes_every_client(fleet: Fleet, alpha: Path) -> N
                 check=False)
 
 
+def test_the_longest_names_the_api_accepts_work_end_to_end(fleet: Fleet) -> None:
+    """A 60-character FakeCluster name stayed Pending forever: its CA's common name did not
+    fit X.509's 64 characters. Names at the CRDs' limits (63 and 53) now get Ready nodes."""
+    cluster, pool = "c" * 63, "p" * 53
+    fleet.apply(CLUSTER.format(name=cluster))
+    fleet.apply(POOL.format(name=pool, cluster=cluster, replicas=1,
+                            extra="  gpu: {preset: GB200}"))
+    fleet.wait_cluster_ready(cluster, timeout=180)
+    fleet.wait_pool(pool, 1)
+    member = fleet.member(cluster)
+    node = kubectl_json(member, "get", "node", f"{pool}-0")
+    assert len(node["metadata"]["labels"]["nvidia.com/gpu.clique"]) <= 63
+    kubectl(fleet.host, "delete", "fnp", pool, "--timeout=60s")
+    kubectl(fleet.host, "delete", "fc", cluster, "--timeout=60s")
+
+
+def test_heartbeats_keep_nodes_ready_over_several_lease_periods(alpha: Path) -> None:
+    """The member's node-lifecycle controller (grace period 40s by default) must never see a
+    stale node: wait until the oldest node is 70s old and check leases and conditions. It comes
+    after the operator's kill and stop and another cluster's start, so that their time counts
+    toward the 70s instead of a sleep (and the heartbeats are seen to go on through them); and
+    before the test that turns a node NotReady on purpose."""
+    nodes = kubectl_json(alpha, "get", "nodes")["items"]
+    oldest = min(parse(n["metadata"]["creationTimestamp"]) for n in nodes)
+    time.sleep(max(0.0, oldest + 70 - time.time()))
+    now = time.time()
+    for node in kubectl_json(alpha, "get", "nodes")["items"]:
+        name = node["metadata"]["name"]
+        ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True", f"{name} is not Ready: {ready}"
+        taints = {t["key"] for t in node["spec"].get("taints", [])}
+        assert not taints & {"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"}
+        lease = kubectl_json(alpha, "-n", "kube-node-lease", "get", "lease", name)
+        age = now - parse(lease["spec"]["renewTime"])
+        assert age < lease["spec"]["leaseDurationSeconds"] / 2, f"{name} lease is {age:.0f}s old"
+    events = kubectl(alpha, "get", "events", "-A", "--field-selector",
+                     "reason=NodeNotReady").stdout
+    assert "NodeNotReady" not in events
+
+
 def test_a_node_annotated_not_ready_turns_not_ready_and_back(alpha: Path) -> None:
     """Node behaviour is stages too: the default ones read fakefleet.dev/state."""
     kubectl(alpha, "annotate", "node", "cpu-1", "fakefleet.dev/state=NotReady")
@@ -245,22 +264,6 @@ def test_a_node_annotated_not_ready_turns_not_ready_and_back(alpha: Path) -> Non
     assert condition["reason"] == "KubeletNotReady"
     kubectl(alpha, "annotate", "node", "cpu-1", "fakefleet.dev/state-")
     eventually(lambda: ready_status() == "True", timeout=30, what="cpu-1 Ready again")
-
-
-def test_the_longest_names_the_api_accepts_work_end_to_end(fleet: Fleet) -> None:
-    """A 60-character FakeCluster name stayed Pending forever: its CA's common name did not
-    fit X.509's 64 characters. Names at the CRDs' limits (63 and 53) now get Ready nodes."""
-    cluster, pool = "c" * 63, "p" * 53
-    fleet.apply(CLUSTER.format(name=cluster))
-    fleet.apply(POOL.format(name=pool, cluster=cluster, replicas=1,
-                            extra="  gpu: {preset: GB200}"))
-    fleet.wait_cluster_ready(cluster, timeout=180)
-    fleet.wait_pool(pool, 1)
-    member = fleet.member(cluster)
-    node = kubectl_json(member, "get", "node", f"{pool}-0")
-    assert len(node["metadata"]["labels"]["nvidia.com/gpu.clique"]) <= 63
-    kubectl(fleet.host, "delete", "fnp", pool, "--timeout=60s")
-    kubectl(fleet.host, "delete", "fc", cluster, "--timeout=60s")
 
 
 def test_a_users_secret_where_the_kubeconfig_would_go_is_left_and_survives_the_cluster(
