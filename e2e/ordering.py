@@ -23,6 +23,7 @@ import pytest
 #: file missing counts as quick.
 SECONDS: dict[str, int] = {
     "e2e/test_federation.py": 280,
+    "e2e/test_snapshots.py": 250,
     "e2e/test_faults.py": 270,
     "e2e/test_operator.py": 240,
     "e2e/test_conformance.py": 210,
@@ -35,13 +36,14 @@ SECONDS: dict[str, int] = {
     "e2e/test_ownership.py": 115,
     "e2e/test_chart.py": 100,
     "e2e/test_karpenter.py": 95,
+    "e2e/test_recording.py": 100,
     "e2e/test_custom_metrics.py": 90,
-    "e2e/test_snapshots.py": 85,
     "e2e/test_kuberay.py": 80,
     "e2e/test_dra.py": 75,
     "e2e/test_validation.py": 75,
     "e2e/test_kubelet_streaming.py": 70,
     "e2e/test_pods.py": 60,
+    "e2e/test_replay.py": 60,
     "e2e/test_kubelet_api.py": 45,
     "e2e/test_controlplane.py": 40,
     "e2e/test_tracing.py": 30,
