@@ -413,6 +413,20 @@ def member_access(runtime: Runtime, cluster: FakeCluster, key: str) -> ClusterAc
     return load_kubeconfig_file(local.kubeconfig_path) if local else None
 
 
+def linked_access(runtime: Runtime, cluster: FakeCluster, key: str) -> ClusterAccess | None:
+    """What the hub link reads the member's workload Jobs through: :func:`member_access`, or,
+    for a local member this operator has not started or adopted yet, the admin kubeconfig an
+    earlier operator wrote (same ports and credentials on restart). None only for a member
+    that never had an API server: its Hello then lists no Jobs, which is true only of such a
+    member (after an operator restart, a None here told the hub that every Job the member
+    ran was deleted, and the hub failed them)."""
+    access = member_access(runtime, cluster, key)
+    if access is not None or cluster.spec.controlPlane.backend == "external":
+        return access
+    left = StateDir(runtime.state_dir).kubeconfig(key)
+    return load_kubeconfig_file(left) if left.exists() else None
+
+
 async def _version(runtime: Runtime, cluster: FakeCluster, key: str) -> tuple[str, str]:
     """What the member's API server reports, or why there is nothing: a local control plane is
     asked once per start (its processes are watched); an adopted cluster again every

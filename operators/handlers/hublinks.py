@@ -26,7 +26,7 @@ from federation.client.member import MemberLink, deregister
 from operators.api.base import API_VERSION
 from operators.api.clusters import CA_KEY, TOKEN_KEY, FakeCluster
 from operators.controlplane.state import StateDir
-from operators.handlers.clusters import member_access
+from operators.handlers.clusters import linked_access, member_access
 from operators.handlers.runtime import Runtime
 from operators.hublink.jobwatching import MEMBER_CONNECTIONS, WORKER_CONNECTIONS
 from operators.hublink.member import HostMember
@@ -118,7 +118,7 @@ async def _link(runtime: Runtime, body: kopf.Body, key: str, found: Target,
         if members:
             return members[0]
         cluster = FakeCluster.model_validate(dict(body))
-        access = member_access(runtime, cluster, key)
+        access = linked_access(runtime, cluster, key)
         if access is None:
             return None
         members.append(Client.connect(access, connections=MEMBER_CONNECTIONS, timeout=30))
