@@ -199,3 +199,20 @@ def test_a_trace_of_several_clusters_needs_the_one_to_replay() -> None:
     with pytest.raises(PlanError, match="no cluster 'c9'; it has c1, c2"):
         planning.plan(two, Options(speed=1, cluster="c9"))
     assert planning.plan(two, Options(speed=1, cluster="c1")).writes
+
+
+def test_what_users_put_in_the_default_namespace_is_replayed() -> None:
+    """A recording of workloads in ``default`` (what ``kubectl create`` makes without -n)
+    replays them: only the namespace itself and its ``kubernetes`` Service are the
+    cluster's. Before, everything in ``default`` was left out as the cluster's own."""
+    initial = [obj("v1", "Namespace", "default", namespace=""),
+               obj("v1", "Service", "kubernetes", namespace="default"),
+               obj("apps/v1", "Deployment", "web", namespace="default",
+                   spec={"replicas": 1, "template": template()})]
+    changes = [Change(S, "create", Target("c1", JOBS, "default", "batch"),
+                      {**job(), "metadata": {"name": "batch", "namespace": "default"}})]
+    plan = planning.plan(trace(initial, changes), Options(speed=1))
+    assert sorted(by_name(plan)) == ["create Deployment web", "create Job batch"]
+    reasons = {s.what: s.reason for s in plan.skipped}
+    assert reasons == {"Namespace default": "the cluster makes it itself",
+                       "Service default/kubernetes": "the cluster makes it itself"}

@@ -5,7 +5,8 @@ The rules, in the order they apply to each recorded object:
 
 1. What the cluster makes itself is left out: nodes and Leases (the FakeNodePools' and the
    engine's), Events, Endpoints and EndpointSlices, ControllerRevisions, the system
-   namespaces and what is in them, each namespace's ``default`` ServiceAccount and
+   namespaces and what is in them, the ``default`` namespace (not what is in it, but for its
+   ``kubernetes`` Service), each namespace's ``default`` ServiceAccount and
    ``kube-root-ca.crt`` ConfigMap.
 2. What a replayed controller makes is left out, so that the member's real controllers make
    it: an object whose controller (``ownerReferences`` with ``controller: true``) is replayed
@@ -46,10 +47,14 @@ WRITER = "Replay"
 #: Kinds the cluster makes and keeps itself, never replayed.
 SYSTEM_KINDS = frozenset({"Node", "Lease", "Event", "Endpoints", "EndpointSlice",
                           "ControllerRevision", "ComponentStatus"})
-SYSTEM_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease",
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease",
                                lives.NAMESPACE})
+#: Namespaces every cluster has: not replayed, though what users put in them is.
+BUILT_IN_NAMESPACES = SYSTEM_NAMESPACES | {"default"}
 #: Objects each namespace gets from the controller-manager: (kind, name).
 PER_NAMESPACE = frozenset({("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")})
+#: Objects the API server keeps in ``default``: (kind, name).
+IN_DEFAULT = frozenset({("Service", "kubernetes")})
 #: Where each workload kind keeps its pod template.
 TEMPLATES: Mapping[str, tuple[str, ...]] = {
     "Deployment": ("spec", "template"), "ReplicaSet": ("spec", "template"),
@@ -178,8 +183,9 @@ def _controller(obj: Mapping[str, Any]) -> _Ref | None:
 
 def _system(ref: _Ref) -> bool:
     return ref.kind in SYSTEM_KINDS or ref.namespace in SYSTEM_NAMESPACES or \
-        (ref.kind == "Namespace" and ref.name in SYSTEM_NAMESPACES) or \
-        (ref.kind, ref.name) in PER_NAMESPACE
+        (ref.kind == "Namespace" and ref.name in BUILT_IN_NAMESPACES) or \
+        (ref.kind, ref.name) in PER_NAMESPACE or \
+        (ref.namespace == "default" and (ref.kind, ref.name) in IN_DEFAULT)
 
 
 def _cleaned(obj: Mapping[str, Any]) -> dict[str, Any]:
