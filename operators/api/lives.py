@@ -25,9 +25,11 @@ pod's start delay, run time and exit code)::
       taken: '{"<pod uid>": 0}'
 
 A life's missing field is the pod's default (the pool's): a recorded pod that had not started
-or not ended when the recording stopped. A pod past the last life is given an ordinal too and
-no life. The pod's ordinal is kept by uid in the set, so an engine restarted finds the same
-life for each pod it adopts, and a pod made anew after a deletion takes a new ordinal.
+or not ended when the recording stopped. A pod past the last life gets no life and nothing
+is written for it: the set stays as large as the recording made it, however many pods a
+controller makes and deletes. The pod's ordinal is kept by uid in the set, so an engine
+restarted finds the same life for each pod it adopts, and a pod made anew after a deletion
+takes a new ordinal.
 """
 
 from __future__ import annotations
@@ -116,7 +118,9 @@ def _life(raw: Any, name: str, ordinal: int) -> Life:
 def claim(configmap: Mapping[str, Any], uid: str) -> tuple[int, Life | None,
                                                              dict[str, Any] | None]:
     """The ordinal pod ``uid`` takes in the set, its life (None past the last one), and the
-    conditional merge patch that records the choice (None: the pod took it before)."""
+    conditional merge patch that records the choice (None: the pod took it before, or every
+    life is taken, which needs no write: a pod past the last life is not recorded, so the set
+    never outgrows its lives however long a controller keeps replacing pods)."""
     name = configmap["metadata"]["name"]
     data = configmap.get("data") or {}
     lives = _loaded(data, "lives", name, list)
@@ -126,6 +130,8 @@ def claim(configmap: Mapping[str, Any], uid: str) -> tuple[int, Life | None,
     if not isinstance(ordinal, int):
         used = {value for value in taken.values() if isinstance(value, int)}
         ordinal = next(n for n in range(len(used) + 1) if n not in used)
+        if ordinal >= len(lives):
+            return ordinal, None, None
         taken = {**taken, uid: ordinal}
         patch = {"metadata": {"resourceVersion": configmap["metadata"]["resourceVersion"]},
                  "data": {"taken": json.dumps(taken, sort_keys=True)}}

@@ -54,8 +54,10 @@ async def test_pods_take_the_recorded_lives_in_order_through_the_stages() -> Non
         fleet.member.put(PODS, job_pod("second"))
         fleet.member.put(PODS, job_pod("third"))
         await fleet.clock.advance(30)
-    assert taken(fleet) == uids(fleet, "first", "second", "third")
+    # The third is past the last life: nothing is written for it.
+    assert taken(fleet) == uids(fleet, "first", "second")
     assert len(fleet.member.sent("GET", SET)) == 1, "read once, then each choice written"
+    assert len(fleet.member.sent("PATCH", SET)) == 2
     first, second = terminated(fleet, "first"), terminated(fleet, "second")
     assert (first["exitCode"], second["exitCode"]) == (0, 3)
     assert parse(first["finishedAt"]) - parse(first["startedAt"]) == 10
@@ -123,4 +125,18 @@ async def test_two_pods_of_a_set_taken_at_once_never_share_an_ordinal() -> None:
         for name in ("a", "b", "c", "d"):
             fleet.member.put(PODS, job_pod(name))
         await fleet.clock.advance(1)
-    assert sorted(taken(fleet).values()) == [0, 1, 2, 3]
+    # Two lives for four pods: each life taken by one pod, the other two past the last.
+    assert sorted(taken(fleet).values()) == [0, 1]
+
+
+def test_pods_past_the_last_life_write_nothing_so_the_set_stays_its_size() -> None:
+    """A controller that keeps replacing pods (a Deployment's churn over a long replay) never
+    grows the set: past the last life, a pod takes its defaults and nothing is recorded."""
+    found = lives.render("lives-batch", owner="default/Job/j", writer="Replay/t",
+                         lives=RECORDED)
+    found["metadata"]["resourceVersion"] = "7"
+    found["data"]["taken"] = json.dumps({"uid-a": 0, "uid-b": 1})
+    for n in range(1000):
+        ordinal, life, patch = lives.claim(found, f"uid-{n:06d}")
+        assert (ordinal, life, patch) == (2, None, None)
+    assert lives.claim(found, "uid-b") == (1, RECORDED[1], None), "its own, as taken"
