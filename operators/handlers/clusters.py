@@ -415,15 +415,18 @@ def member_access(runtime: Runtime, cluster: FakeCluster, key: str) -> ClusterAc
 
 def linked_access(runtime: Runtime, cluster: FakeCluster, key: str) -> ClusterAccess | None:
     """What the hub link reads the member's workload Jobs through: :func:`member_access`, or,
-    for a local member this operator has not started or adopted yet, the admin kubeconfig an
-    earlier operator wrote (same ports and credentials on restart). None only for a member
-    that never had an API server: its Hello then lists no Jobs, which is true only of such a
-    member (after an operator restart, a None here told the hub that every Job the member
-    ran was deleted, and the hub failed them)."""
+    for a member this operator has not started or adopted yet, the kubeconfig an earlier
+    operator left for it: a local member's admin kubeconfig (same ports and credentials on
+    restart), an adopted cluster's copy of its Secret's. None only for a member that never
+    had an API server here: its Hello then lists no Jobs, which is true only of such a member
+    (after an operator restart, a None here told the hub that every Job the member ran was
+    deleted, and the hub failed them)."""
     access = member_access(runtime, cluster, key)
-    if access is not None or cluster.spec.controlPlane.backend == "external":
+    if access is not None:
         return access
-    left = StateDir(runtime.state_dir).kubeconfig(key)
+    state = StateDir(runtime.state_dir)
+    left = state.member_kubeconfig(key) if cluster.spec.controlPlane.backend == "external" \
+        else state.kubeconfig(key)
     return load_kubeconfig_file(left) if left.exists() else None
 
 
