@@ -3,7 +3,8 @@
 The ``main`` group, the error handling every command shares, and the one list of what
 ``fakefleet`` offers: each module of this package defines the commands of one group, and only
 this list adds them to ``main`` (importing a module registers nothing). Errors of fakefleet
-itself are one clear message and exit 1 (the plan and fleet commands' own exit 2).
+itself are one clear message and exit 1 (the plan and fleet commands' own exit 2; ``replay``
+and ``diff`` exit 2 on input they cannot use, ``diff`` 1 on runs that differ).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import click
 
 from operators.cli import (
     conformance,
+    diffs,
     etcd,
     fleets,
     hosting,
@@ -59,6 +61,7 @@ for command in (
     snapshots.snapshot,
     recording.record, recording.convert,
     replays.replay,
+    diffs.diff,
 ):
     main.add_command(command)
 
