@@ -142,9 +142,8 @@ def test_a_pods_sequence_is_its_semantic_changes_matched_by_owner_and_order() ->
     history = run.objects[key]
     assert history.names == ["batch-hh3ks"]
     assert sequencing.sequence(history) == (
-        "created", "phase: Pending", "node: pool-0", "condition PodScheduled: True",
-        "phase: Running", "condition Ready: True", "phase: Failed",
-        "condition Ready: False", "container main exit 0: 2 (Error)")
+        "created", "phase: Pending", "node: pool-0", "phase: Running", "condition Ready: True",
+        "phase: Failed", "condition Ready: False", "container main exit 0: 2 (Error)")
     assert [event.at for event in history.events][:3] == [int(3.1 * S)] * 2 + [int(3.2 * S)]
     replica_set = sequencing.Key("west", "ReplicaSet", NS, "Deployment/web/ReplicaSet#0")
     assert run.objects[replica_set].names == ["web-6b7f9c"]
@@ -182,6 +181,39 @@ def test_a_restart_seen_at_once_makes_the_events_of_one_seen_in_two_steps() -> N
 
     assert events(running, ended, again) == events(running, again) == [
         "container main exit 0: 137 (OOMKilled)", "container main restarts: 1"]
+
+
+def test_conditions_come_in_the_order_they_were_added_however_many_writes_brought_them(
+        ) -> None:
+    met = {"type": "SuccessCriteriaMet", "status": "True"}
+    complete = {"type": "Complete", "status": "True"}
+    at_once = sequencing.changes({}, sequencing.facts(
+        {"kind": "Job", "status": {"conditions": [met, complete]}}))
+    first = sequencing.facts({"kind": "Job", "status": {"conditions": [met]}})
+    in_two = sequencing.changes({}, first) + sequencing.changes(first, sequencing.facts(
+        {"kind": "Job", "status": {"conditions": [met, complete]}}))
+    assert at_once == in_two == ["condition SuccessCriteriaMet: True",
+                                 "condition Complete: True"]
+
+
+def test_a_daemonsets_pods_are_matched_by_the_node_they_are_made_for() -> None:
+    def run(order: tuple[str, ...], suffixes: str) -> Trace:
+        made = Run()
+        for index, node in enumerate(order):
+            made.create(index, PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": f"agent-{suffixes[index]}", "namespace": NS,
+                "ownerReferences": owned("DaemonSet", "agent")}, "spec": {"affinity": {
+                    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchFields": [{
+                            "key": "metadata.name", "operator": "In", "values": [node]}]}]}}}}})
+            made.patch(index + 0.5, PODS, f"agent-{suffixes[index]}",
+                       {"spec": {"nodeName": node}})
+        return made.trace()
+
+    found = comparing.compare(run(("n1", "n2"), "ab"), run(("n2", "n1"), "cd"))
+    assert found.identical(), "made in another order, each pod is still its node's"
+    assert {key.name for key in sequencing.histories(run(("n1",), "a")).objects} == \
+        {"DaemonSet/agent/Pod@n1#0"}
 
 
 def test_identifiers_timestamps_and_spec_are_not_events() -> None:
@@ -247,7 +279,7 @@ def test_a_changed_exit_code_is_the_first_divergence() -> None:
     assert first is not None
     assert first.key == sequencing.Key("west", "Pod", NS, "Job/batch/Pod#0")
     assert (first.index, first.a, first.b) == (
-        8, "container main exit 0: 2 (Error)", "container main exit 0: 3 (Error)")
+        7, "container main exit 0: 2 (Error)", "container main exit 0: 3 (Error)")
     assert first.at == round(8.1 * S)
     assert first.names_a == ("batch-hh3ks",)
     assert first.names_b == ("batch-c1234",)
@@ -314,7 +346,7 @@ def test_diff_exits_1_naming_the_first_divergence(tmp_path: Path) -> None:
     done = CliRunner().invoke(main, ["diff", a, b])
     assert done.exit_code == 1, done.output
     assert "first divergence: west Pod rp/Job/batch/Pod#0 (batch-hh3ks in A, batch-hh3ks in " \
-        "B), event 8 at +8.100s" in done.output
+        "B), event 7 at +8.100s" in done.output
     assert "A: container main exit 0: 2 (Error)" in done.output
     assert "the runs differ" in done.output
 

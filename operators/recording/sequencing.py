@@ -6,11 +6,11 @@ An event is one fact of an object that changed (at most one event per fact per r
 in a fixed order within one change), said as ``fact: value``:
 
 - ``created`` and ``deleted``;
-- a pod's ``node`` (its placement), its ``phase``, each ``condition T`` (``Ready``,
-  ``PodScheduled``, ...), each container's exits (``container C exit N: CODE (REASON)`` for
-  its N-th run, read from ``state`` or from ``lastState`` after a restart, so that a restart
-  the recorder saw at once and one it saw in two steps make the same events) and its
-  ``restarts``;
+- a pod's ``node`` (its placement), its ``phase``, its ``condition Ready`` and
+  ``condition DisruptionTarget`` (an eviction), each container's exits
+  (``container C exit N: CODE (REASON)`` for its N-th run, read from ``state`` or from
+  ``lastState`` after a restart, so that a restart the recorder saw at once and one it saw in
+  two steps make the same events) and its ``restarts``;
 - a workload's ``replicas``, a Job's or CronJob's ``suspended``, a node's ``unschedulable`` and
   ``taints``, any object's ``phase`` and ``condition T``;
 - a FaultPlan's ``verdict`` and each injection's state (``step S#OCCURRENCE``).
@@ -60,6 +60,10 @@ from primitives import keys
 IGNORED_KINDS = frozenset({"Event", "Lease"})
 #: Controllers whose objects keep their names: their names are their ordinals by design.
 NAMING_CONTROLLERS = frozenset({"StatefulSet"})
+#: A pod's conditions compared: the rest repeat its node, phase and containers
+#: (PodScheduled, Initialized, ContainersReady, PodReadyToStartContainers), in an order of
+#: writes that is the kubelet's business.
+POD_CONDITIONS = frozenset({"Ready", "DisruptionTarget"})
 #: A controller chain followed at most this deep (a cycle of owner references ends there).
 DEEPEST = 16
 
@@ -168,9 +172,12 @@ def facts(obj: Mapping[str, Any]) -> dict[str, str]:
             for t in spec.get("taints") or () if isinstance(t, dict))) or "none"
     if isinstance(status.get("phase"), str) and status["phase"]:
         found["phase"] = status["phase"]
-    conditions = [c for c in status.get("conditions") or () if isinstance(c, dict)]
-    for condition in sorted(conditions, key=lambda c: str(c.get("type", ""))):
-        found[f"condition {condition.get('type', '')}"] = str(condition.get("status", ""))
+    # In the list's order, which is the order they were added in (controllers append): a
+    # Job's SuccessCriteriaMet and Complete say the same whether one write or two brought them.
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, dict) and (kind != "Pod" or condition.get("type") in
+                                            POD_CONDITIONS):
+            found[f"condition {condition.get('type', '')}"] = str(condition.get("status", ""))
     if kind == "Pod":
         found.update(_containers(status))
     if kind == "FaultPlan":
