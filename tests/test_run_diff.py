@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from operators.cli import main
 from operators.recording import comparing, files, sequencing
@@ -250,6 +252,53 @@ def test_objects_at_the_start_are_matched_after_their_controllers() -> None:
     assert sequencing.Key("west", "Pod", NS, "Deployment/web/ReplicaSet#0/Pod#0") in keys
 
 
+LEAF = st.none() | st.booleans() | st.integers() | st.text(max_size=3) | st.just([])
+
+
+def shaped(**fields: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Objects with ``fields``, each as the API writes it or anything else in its place."""
+    return st.fixed_dictionaries({key: value | LEAF for key, value in fields.items()})
+
+
+ENDED = shaped(terminated=shaped(exitCode=LEAF, reason=LEAF))
+CONTAINERS = st.lists(shaped(name=LEAF, restartCount=LEAF, state=ENDED, lastState=ENDED),
+                      max_size=2)
+CONDITIONS = st.lists(shaped(type=st.sampled_from(["Ready", "Complete"]), status=LEAF),
+                      max_size=2)
+STATUS = shaped(phase=LEAF, conditions=CONDITIONS, containerStatuses=CONTAINERS,
+                initContainerStatuses=CONTAINERS, verdict=LEAF, injections=st.lists(
+                    shaped(step=LEAF, occurrence=LEAF, state=LEAF), max_size=2))
+SPEC = shaped(nodeName=LEAF, replicas=LEAF, suspend=LEAF, unschedulable=LEAF,
+              taints=st.lists(shaped(key=LEAF, value=LEAF, effect=LEAF), max_size=2),
+              affinity=shaped(nodeAffinity=shaped(
+                  requiredDuringSchedulingIgnoredDuringExecution=shaped(
+                      nodeSelectorTerms=st.lists(shaped(matchFields=st.lists(
+                          shaped(key=st.just("metadata.name"), values=LEAF | st.lists(LEAF)),
+                          max_size=1)), max_size=1)))))
+CONTENT = shaped(spec=SPEC, status=STATUS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(["Pod", "Node", "Job", "FaultPlan", "Widget"]),
+       owners=st.lists(shaped(kind=st.sampled_from(["Job", "DaemonSet", "StatefulSet"]),
+                              name=LEAF, controller=st.booleans()), max_size=2) | LEAF,
+       created=CONTENT, patches=st.lists(CONTENT, max_size=3))
+def test_any_recorded_content_makes_sequences_and_a_run_is_identical_to_itself(
+        kind: str, owners: Any, created: dict[str, Any],
+        patches: list[dict[str, Any]]) -> None:
+    run = Run()
+    resource = Resource("", "v1", kind.lower() + "s")
+    run.create(0, resource, {**created, "apiVersion": "v1", "kind": kind, "metadata": {
+        "name": "w", "namespace": NS, "ownerReferences": owners}})
+    for index, patch in enumerate(patches):
+        run.patch(index + 1, resource, "w", patch)
+    trace = run.trace()
+    assert sequencing.histories(trace).objects
+    found = comparing.compare(trace, trace)
+    assert found.identical()
+    assert found.sequences.ratio == 1.0
+
+
 # -- two runs compared -----------------------------------------------------------------------
 
 def test_runs_that_differ_only_in_generated_names_and_timing_are_identical() -> None:
@@ -383,9 +432,21 @@ def test_diff_of_a_missing_or_truncated_file_exits_2_naming_it_and_the_fix(
     assert "cut.trace is truncated" in done.output
 
 
+def test_diff_of_an_empty_file_exits_2(tmp_path: Path) -> None:
+    (tmp_path / "empty.yaml").write_text("")
+    a = written(tmp_path / "a.trace", scenario())
+    done = CliRunner().invoke(main, ["diff", a, str(tmp_path / "empty.yaml")])
+    assert done.exit_code == 2
+    assert "empty.yaml holds no recorded object: give the file that 'fakefleet record -o' " \
+        "wrote" in done.output
+
+
 def test_diff_of_runs_of_different_clusters_exits_2(tmp_path: Path) -> None:
-    a = written(tmp_path / "a.trace", Trace(("west", "east"), "2026-12-03T12:00:00Z", 0))
-    b = written(tmp_path / "b.trace", Trace(("west", "north"), "2026-12-03T12:00:00Z", 0))
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+    a = written(tmp_path / "a.trace", Trace(("west", "east"), "2026-12-03T12:00:00Z", 0,
+                                            initial=(("west", namespace),)))
+    b = written(tmp_path / "b.trace", Trace(("west", "north"), "2026-12-03T12:00:00Z", 0,
+                                            initial=(("west", namespace),)))
     done = CliRunner().invoke(main, ["diff", a, b])
     assert done.exit_code == 2
     assert "recorded different clusters (west, east against west, north)" in done.output

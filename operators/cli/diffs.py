@@ -38,9 +38,13 @@ class DiffError(click.ClickException):
 def load(path: Path, which: str) -> Trace:
     """The recording in ``path``; what is wrong with it exits 2, naming the run and file."""
     try:
-        return loading.load(path)
+        trace = loading.load(path)
     except TraceError as error:
         raise DiffError(f"{which}: {error}") from None
+    if not (trace.initial or trace.changes or trace.pods):
+        raise DiffError(f"{which}: {path} holds no recorded object: give the file that "
+                        f"'fakefleet record -o' wrote while the run ran")
+    return trace
 
 
 @click.command()

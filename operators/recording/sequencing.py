@@ -120,22 +120,24 @@ class History:
 
     @property
     def node(self) -> str:
-        return str((self.last.get("spec") or {}).get("nodeName") or "")
+        return str(_mapping(self.last.get("spec")).get("nodeName") or "")
 
     @property
     def verdict(self) -> str:
-        return str((self.last.get("status") or {}).get("verdict") or "")
+        return str(_mapping(self.last.get("status")).get("verdict") or "")
 
     def outcome(self) -> Outcome:
-        status = self.last.get("status") or {}
+        status = _mapping(self.last.get("status"))
         code: int | None = None
         restarts = 0
-        for container in status.get("containerStatuses") or ():
-            restarts += int(container.get("restartCount") or 0)
-            ended = (container.get("state") or {}).get("terminated") or \
-                (container.get("lastState") or {}).get("terminated")
+        for container in _list(status.get("containerStatuses")):
+            if not isinstance(container, dict):
+                continue
+            restarts += _count(container.get("restartCount"))
+            ended = _mapping(container.get("state")).get("terminated") or \
+                _mapping(container.get("lastState")).get("terminated")
             if isinstance(ended, dict):
-                found = int(ended.get("exitCode") or 0)
+                found = _count(ended.get("exitCode"))
                 code = found if code in (None, 0) else code
         return Outcome(str(status.get("phase") or ""), code, restarts)
 
@@ -169,19 +171,19 @@ def facts(obj: Mapping[str, Any]) -> dict[str, str]:
         found["unschedulable"] = str(bool(spec.get("unschedulable"))).lower()
         found["taints"] = ",".join(sorted(
             f"{t.get('key', '')}={t.get('value', '')}:{t.get('effect', '')}"
-            for t in spec.get("taints") or () if isinstance(t, dict))) or "none"
+            for t in _list(spec.get("taints")) if isinstance(t, dict))) or "none"
     if isinstance(status.get("phase"), str) and status["phase"]:
         found["phase"] = status["phase"]
     # In the list's order, which is the order they were added in (controllers append): a
     # Job's SuccessCriteriaMet and Complete say the same whether one write or two brought them.
-    for condition in status.get("conditions") or ():
-        if isinstance(condition, dict) and (kind != "Pod" or condition.get("type") in
-                                            POD_CONDITIONS):
-            found[f"condition {condition.get('type', '')}"] = str(condition.get("status", ""))
+    for condition in _list(status.get("conditions")):
+        kept = _mapping(condition)
+        if kept and (kind != "Pod" or str(kept.get("type")) in POD_CONDITIONS):
+            found[f"condition {kept.get('type', '')}"] = str(kept.get("status", ""))
     if kind == "Pod":
         found.update(_containers(status))
     if kind == "FaultPlan":
-        for injection in status.get("injections") or ():
+        for injection in _list(status.get("injections")):
             if isinstance(injection, dict):
                 found[f"step {injection.get('step', '')}#{injection.get('occurrence', 0)}"] = \
                     str(injection.get("state", ""))
@@ -192,25 +194,25 @@ def facts(obj: Mapping[str, Any]) -> dict[str, str]:
 
 def _containers(status: Mapping[str, Any]) -> dict[str, str]:
     found: dict[str, str] = {}
-    containers = [*(status.get("initContainerStatuses") or ()),
-                  *(status.get("containerStatuses") or ())]
+    containers = [*_list(status.get("initContainerStatuses")),
+                  *_list(status.get("containerStatuses"))]
     for container in sorted((c for c in containers if isinstance(c, dict)),
                             key=lambda c: str(c.get("name", ""))):
         name = str(container.get("name", ""))
-        runs = int(container.get("restartCount") or 0)
-        before = (container.get("lastState") or {}).get("terminated")
+        runs = _count(container.get("restartCount"))
+        before = _mapping(container.get("lastState")).get("terminated")
         if runs and isinstance(before, dict):
             found[f"container {name} exit {runs - 1}"] = _ended(before)
         if runs:
             found[f"container {name} restarts"] = str(runs)
-        now = (container.get("state") or {}).get("terminated")
+        now = _mapping(container.get("state")).get("terminated")
         if isinstance(now, dict):
             found[f"container {name} exit {runs}"] = _ended(now)
     return found
 
 
 def _ended(terminated: Mapping[str, Any]) -> str:
-    return f"{int(terminated.get('exitCode') or 0)} ({terminated.get('reason') or '-'})"
+    return f"{_count(terminated.get('exitCode'))} ({terminated.get('reason') or '-'})"
 
 
 def _history(fact: str) -> bool:
@@ -252,12 +254,21 @@ def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _count(value: Any) -> int:
+    """An integer the status gives (a hand-written recording may give anything: 0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     return _mapping(obj.get("metadata"))
 
 
 def _controller(obj: Mapping[str, Any]) -> tuple[str, str] | None:
-    for owner in _meta(obj).get("ownerReferences") or ():
+    for owner in _list(_meta(obj).get("ownerReferences")):
         if isinstance(owner, dict) and owner.get("controller"):
             return str(owner.get("kind", "")), str(owner.get("name", ""))
     return None
@@ -270,13 +281,15 @@ def _ignored(obj: Mapping[str, Any]) -> bool:
 
 def _daemon_node(obj: Mapping[str, Any]) -> str:
     """The node a DaemonSet's pod is made for (its node affinity's ``metadata.name``)."""
-    spec = obj.get("spec") or {}
-    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution") or {}
-    for term in affinity.get("nodeSelectorTerms") or ():
-        for field in term.get("matchFields") or ():
-            if field.get("key") == "metadata.name" and field.get("values"):
-                return str(field["values"][0])
+    spec = _mapping(obj.get("spec"))
+    required = _mapping(_mapping(_mapping(spec.get("affinity")).get("nodeAffinity")).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"))
+    for term in _list(required.get("nodeSelectorTerms")):
+        for field in _list(_mapping(term).get("matchFields")):
+            values = _mapping(field).get("values")
+            if _mapping(field).get("key") == "metadata.name" and isinstance(values, list) \
+                    and values:
+                return str(values[0])
     return str(spec.get("nodeName") or "")
 
 
@@ -323,10 +336,11 @@ class _Builder:
         if plural:
             self.kinds[(cluster, group, plural)] = kind
         if kind == "CustomResourceDefinition":
-            names = (obj.get("spec") or {}).get("names") or {}
+            spec = _mapping(obj.get("spec"))
+            names = _mapping(spec.get("names"))
             if names.get("plural") and names.get("kind"):
-                self.kinds[(cluster, str((obj.get("spec") or {}).get("group", "")),
-                            str(names["plural"]))] = str(names["kind"])
+                self.kinds[(cluster, str(spec.get("group", "")), str(names["plural"]))] = \
+                    str(names["kind"])
         live = (cluster, group, kind, namespace, name)
         if self.live.get(live) is not None:
             self.update(live, obj, at)  # seen again without a delete: its new state
@@ -367,10 +381,13 @@ class _Builder:
             return live if live in self.live else None
         found = [live for live in self.live
                  if live[:2] == (cluster, group) and live[3:] == (target.namespace, target.name)]
-        return found[0] if len(found) == 1 else None
+        if len(found) != 1:
+            return None
+        self.kinds[(cluster, group, target.resource.resource)] = found[0][2]
+        return found[0]
 
     def apply(self, change: Change) -> None:
-        if change.method == "create" and change.template is not None:
+        if change.method == "create" and isinstance(change.template, dict):
             self.create(change.target.cluster, change.template, change.at,
                         plural=change.target.resource.resource)
             return
