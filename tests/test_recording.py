@@ -182,6 +182,18 @@ def test_a_merge_patch_turns_one_state_into_the_other() -> None:
     assert patches.diff(after, after) is None
 
 
+def test_a_merge_patch_merged_without_copies_gives_what_apply_gives_and_changes_neither(
+        ) -> None:
+    before = {"spec": {"replicas": 1, "paused": True, "template": {"x": [1, 2]}}, "a": 1}
+    patch = {"spec": {"replicas": 2, "paused": None, "template": {"x": [1]}}, "b": {"c": None}}
+    kept = json.dumps([before, patch], sort_keys=True)
+    result = patches.merged(before, patch)
+    assert result == patches.apply(before, patch)
+    assert json.dumps([before, patch], sort_keys=True) == kept
+    assert patches.merged(before, {"spec": {"replicas": 3}})["spec"]["template"] is \
+        before["spec"]["template"], "what the patch leaves alone is shared"
+
+
 # -- the file ----------------------------------------------------------------------------------
 
 TRACE = Trace(

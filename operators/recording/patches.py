@@ -81,6 +81,22 @@ def apply(target: Any, patch: Any) -> Any:
     return result
 
 
+def merged(target: Any, patch: Any) -> Any:
+    """RFC 7386 as :func:`apply`, without copying: the result shares what the patch leaves
+    alone with ``target`` and its values with ``patch``, so neither may be changed after
+    (for readers that only look, such as :mod:`~operators.recording.sequencing`, which walks
+    every change of a trace)."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merged(result.get(key), value)
+    return result
+
+
 def has_directives(patch: Any) -> bool:
     """Whether a strategic-merge patch says anything a merge patch cannot (directives, or
     lists that a strategic merge would merge by key)."""

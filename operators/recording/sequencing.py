@@ -400,7 +400,7 @@ class _Builder:
             if history is not None:
                 history.events.append(Event(change.at - self.zero, DELETED))
         elif history is not None and isinstance(change.template, dict):
-            self.update(live, patches.apply(history.last, change.template), change.at)
+            self.update(live, patches.merged(history.last, change.template), change.at)
 
 
 def _ordered_start(trace: Trace) -> list[tuple[str, dict[str, Any]]]:
