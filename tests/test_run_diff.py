@@ -1,6 +1,6 @@
 """``fakefleet diff``: event sequences of recorded objects (operators/recording/sequencing.py),
-two runs compared (comparing.py), and the command (operators/cli/diffs.py), on small traces
-built by hand as ``fakefleet record`` writes them."""
+objects matched across runs (matching.py), two runs compared (comparing.py), and the command
+(operators/cli/diffs.py), on small traces built by hand as ``fakefleet record`` writes them."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from operators.cli import main
-from operators.recording import comparing, files, sequencing
+from operators.recording import comparing, files, matching, sequencing
+from operators.recording.matching import Key
 from operators.recording.trace import Change, Resource, Target, Trace
 
 S = 1_000_000_000
@@ -139,18 +140,18 @@ def scenario(*, cluster: str = "west", template_hash: str = "6b7f9c",
 # -- event sequences -------------------------------------------------------------------------
 
 def test_a_pods_sequence_is_its_semantic_changes_matched_by_owner_and_order() -> None:
-    run = sequencing.histories(scenario())
-    key = sequencing.Key("west", "Pod", NS, "Job/batch/Pod#0")
+    run = matching.histories(scenario())
+    key = Key("west", "Pod", NS, "Job/batch/Pod#0")
     history = run.objects[key]
     assert history.names == ["batch-hh3ks"]
-    assert sequencing.sequence(history) == (
+    assert history.sequence() == (
         "created", "phase: Pending", "node: pool-0", "phase: Running", "condition Ready: True",
         "phase: Failed", "condition Ready: False", "container main exit 0: 2 (Error)")
     assert [event.at for event in history.events][:3] == [int(3.1 * S)] * 2 + [int(3.2 * S)]
-    replica_set = sequencing.Key("west", "ReplicaSet", NS, "Deployment/web/ReplicaSet#0")
+    replica_set = Key("west", "ReplicaSet", NS, "Deployment/web/ReplicaSet#0")
     assert run.objects[replica_set].names == ["web-6b7f9c"]
-    assert sequencing.Key("west", "Pod", NS, "Deployment/web/ReplicaSet#0/Pod#1") in run.objects
-    assert sequencing.Key("west", "Deployment", NS, "web") in run.objects
+    assert Key("west", "Pod", NS, "Deployment/web/ReplicaSet#0/Pod#1") in run.objects
+    assert Key("west", "Deployment", NS, "web") in run.objects
 
 
 def test_a_condition_first_written_false_is_no_event_but_falling_from_true_is() -> None:
@@ -171,18 +172,21 @@ def test_a_restart_seen_at_once_makes_the_events_of_one_seen_in_two_steps() -> N
     again = {"kind": "Pod", "status": {"containerStatuses": [
         {"name": "main", "restartCount": 1, "state": {"running": {}},
          "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}}
+    forgot = {"kind": "Pod", "status": {"containerStatuses": [
+        {"name": "main", "restartCount": 1, "state": {"running": {}}}]}}
 
     def events(*states: dict[str, Any]) -> list[str]:
         said: list[str] = []
-        before: dict[str, str] = {}
+        facts: dict[str, str] = {}
         for state in states:
-            after = sequencing.facts(state)
-            said += sequencing.changes(before, after)
-            before = after
+            facts, now = sequencing.step(facts, state)
+            said += now
         return said
 
     assert events(running, ended, again) == events(running, again) == [
         "container main exit 0: 137 (OOMKilled)", "container main restarts: 1"]
+    assert events(running, again, forgot) == events(running, again), \
+        "an exit happened, whatever the status says later"
 
 
 def test_conditions_come_in_the_order_they_were_added_however_many_writes_brought_them(
@@ -214,7 +218,7 @@ def test_a_daemonsets_pods_are_matched_by_the_node_they_are_made_for() -> None:
 
     found = comparing.compare(run(("n1", "n2"), "ab"), run(("n2", "n1"), "cd"))
     assert found.identical(), "made in another order, each pod is still its node's"
-    assert {key.name for key in sequencing.histories(run(("n1",), "a")).objects} == \
+    assert {key.name for key in matching.histories(run(("n1",), "a")).objects} == \
         {"DaemonSet/agent/Pod@n1#0"}
 
 
@@ -237,7 +241,7 @@ def test_events_leases_and_lives_sets_are_left_out() -> None:
             "name": "lives-5f0c2a", "namespace": "fakefleet-system",
             "labels": {"fakefleet.dev/lives": ""}}})
     run.patch(1, Resource("", "v1", "configmaps"), "lives-5f0c2a", {"data": {"taken": "{}"}})
-    assert sequencing.histories(run.trace()).objects == {}
+    assert matching.histories(run.trace()).objects == {}
 
 
 def test_objects_at_the_start_are_matched_after_their_controllers() -> None:
@@ -248,8 +252,8 @@ def test_objects_at_the_start_are_matched_after_their_controllers() -> None:
         "name": "web-6b7f9c", "namespace": NS, "ownerReferences": owned("Deployment", "web")}}
     trace = Trace(("west",), "2026-12-03T12:00:00Z", S,
                   initial=(("west", pod), ("west", replica_set)))
-    keys = set(sequencing.histories(trace).objects)
-    assert sequencing.Key("west", "Pod", NS, "Deployment/web/ReplicaSet#0/Pod#0") in keys
+    keys = set(matching.histories(trace).objects)
+    assert Key("west", "Pod", NS, "Deployment/web/ReplicaSet#0/Pod#0") in keys
 
 
 LEAF = st.none() | st.booleans() | st.integers() | st.text(max_size=3) | st.just([])
@@ -293,7 +297,7 @@ def test_any_recorded_content_makes_sequences_and_a_run_is_identical_to_itself(
     for index, patch in enumerate(patches):
         run.patch(index + 1, resource, "w", patch)
     trace = run.trace()
-    assert sequencing.histories(trace).objects
+    assert matching.histories(trace).objects
     found = comparing.compare(trace, trace)
     assert found.identical()
     assert found.sequences.ratio == 1.0
@@ -326,7 +330,7 @@ def test_a_changed_exit_code_is_the_first_divergence() -> None:
     assert not found.identical()
     first = found.first
     assert first is not None
-    assert first.key == sequencing.Key("west", "Pod", NS, "Job/batch/Pod#0")
+    assert first.key == Key("west", "Pod", NS, "Job/batch/Pod#0")
     assert (first.index, first.a, first.b) == (
         7, "container main exit 0: 2 (Error)", "container main exit 0: 3 (Error)")
     assert first.at == round(8.1 * S)

@@ -1,5 +1,6 @@
 """Two recorded runs of one scenario compared: which objects' event sequences
-(:mod:`~operators.recording.sequencing`) are identical, where the first one parts, and how far
+(:mod:`~operators.recording.sequencing`, objects matched by :mod:`~operators.recording.matching`)
+are identical, where the first one parts, and how far
 the runs agree on what people look at (placements, pod outcomes, FaultPlan verdicts, and the
 time each object took to reach its final state).
 
@@ -19,7 +20,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from operators.recording.sequencing import History, Key, Run, histories, sequence
+from operators.recording import sequencing
+from operators.recording.matching import History, Key, Run, histories
 from operators.recording.trace import Trace
 
 NANOS = 1e9
@@ -178,12 +180,13 @@ def compare_runs(a: Run, b: Run) -> Comparison:
     both = [(a.objects[key], b.objects[key]) for key in keys
             if key in a.objects and key in b.objects]
     pods = [(x, y) for x, y in both if x.key.kind == "Pod"]
-    placed = [(x, y) for x, y in pods if x.node or y.node]
-    placements = _differences(placed, lambda h: h.node or "(none)")
-    outcomes = _differences(pods, lambda h: h.outcome().text())
+    placed = [(x, y) for x, y in pods
+              if sequencing.placement(x.last) or sequencing.placement(y.last)]
+    placements = _differences(placed, lambda h: sequencing.placement(h.last) or "(none)")
+    outcomes = _differences(pods, lambda h: sequencing.outcome(h.last).text())
     plans = [(x, y) for x, y in both if x.key.kind == "FaultPlan"]
-    verdicts = tuple(Difference(x.key, x.verdict or "(none)", y.verdict or "(none)")
-                     for x, y in plans)
+    verdicts = _differences(plans, lambda h: sequencing.verdict(h.last) or "(none)",
+                            every=True)
     return Comparison(
         clusters=a.clusters,
         sequences=Share(len(keys) - len(divergences), len(keys)),
@@ -202,7 +205,7 @@ def compare_runs(a: Run, b: Run) -> Comparison:
 def _divergence(key: Key, a: History | None, b: History | None) -> Divergence | None:
     events_a = a.events if a is not None else []
     events_b = b.events if b is not None else []
-    if a is not None and b is not None and sequence(a) == sequence(b):
+    if a is not None and b is not None and a.sequence() == b.sequence():
         return None
     index = 0
     while index < min(len(events_a), len(events_b)) and \
@@ -219,9 +222,11 @@ def _divergence(key: Key, a: History | None, b: History | None) -> Divergence | 
         names_a=tuple(a.names) if a else (), names_b=tuple(b.names) if b else ())
 
 
-def _differences(pairs: Sequence[tuple[History, History]],
-                 said: Callable[[History], str]) -> tuple[Difference, ...]:
-    return tuple(Difference(x.key, said(x), said(y)) for x, y in pairs if said(x) != said(y))
+def _differences(pairs: Sequence[tuple[History, History]], said: Callable[[History], str], *,
+                 every: bool = False) -> tuple[Difference, ...]:
+    """The pairs that ``said`` tells apart (``every``: all of them)."""
+    return tuple(Difference(x.key, said(x), said(y)) for x, y in pairs
+                 if every or said(x) != said(y))
 
 
 def _times(both: Sequence[tuple[History, History]], a: Run, b: Run) -> Times:
