@@ -1,6 +1,6 @@
 """Two recorded runs of one scenario compared: which objects' event sequences
-(:mod:`~operators.recording.sequencing`, objects matched by :mod:`~operators.recording.matching`)
-are identical, where the first one parts, and how far
+(:mod:`~operators.recording.sequencing`; objects matched across the runs by
+:mod:`~operators.recording.matching`) are identical, where the first one parts, and how far
 the runs agree on what people look at (placements, pod outcomes, FaultPlan verdicts, and the
 time each object took to reach its final state).
 
