@@ -47,7 +47,7 @@ SECONDS: dict[str, int] = {
     "e2e/test_kubelet_api.py": 45,
     "e2e/test_controlplane.py": 40,
     "e2e/test_tracing.py": 30,
-    "tests/federation/test_fuzz.py": 90,
+    "tests/federation/test_fuzz.py": 50,
 }
 
 
