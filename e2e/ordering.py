@@ -28,7 +28,7 @@ SECONDS: dict[str, int] = {
     "e2e/test_operator.py": 240,
     "e2e/test_conformance.py": 210,
     "e2e/test_kueue.py": 170,
-    "e2e/test_bench_smoke.py": 160,
+    "e2e/test_bench_smoke.py": 140,
     "e2e/test_restarts.py": 160,
     "e2e/test_crd_properties.py": 130,
     "e2e/test_cli.py": 120,
