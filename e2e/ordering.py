@@ -33,7 +33,7 @@ SECONDS: dict[str, int] = {
     "e2e/test_crd_properties.py": 130,
     "e2e/test_cli.py": 120,
     "e2e/test_metrics.py": 120,
-    "e2e/test_ownership.py": 115,
+    "e2e/test_ownership.py": 95,
     "e2e/test_chart.py": 100,
     "e2e/test_karpenter.py": 95,
     "e2e/test_recording.py": 100,
