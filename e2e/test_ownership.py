@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ REPLICAS = 6
 
 
 @pytest.fixture(scope="module")
-def omega(fleet: Fleet) -> Path:
+def omega(fleet: Fleet) -> Iterator[Path]:
     fleet.apply(CLUSTER.format(name="omega"))
     fleet.apply(POOL.format(name="work", cluster="omega", replicas=3, extra=""))
     fleet.wait_cluster_ready("omega")
@@ -37,7 +38,8 @@ def omega(fleet: Fleet) -> Path:
     member = fleet.member("omega")
     eventually(lambda: kubectl(member, "get", "serviceaccount", "default",
                                check=False).returncode == 0, what="the default ServiceAccount")
-    return member
+    yield member
+    fleet.release("omega", "work")
 
 
 def ready(obj: dict[str, Any]) -> bool:
