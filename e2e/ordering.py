@@ -28,12 +28,12 @@ SECONDS: dict[str, int] = {
     "e2e/test_operator.py": 240,
     "e2e/test_conformance.py": 210,
     "e2e/test_kueue.py": 170,
-    "e2e/test_bench_smoke.py": 160,
+    "e2e/test_bench_smoke.py": 140,
     "e2e/test_restarts.py": 160,
     "e2e/test_crd_properties.py": 130,
     "e2e/test_cli.py": 120,
     "e2e/test_metrics.py": 120,
-    "e2e/test_ownership.py": 115,
+    "e2e/test_ownership.py": 95,
     "e2e/test_chart.py": 100,
     "e2e/test_karpenter.py": 95,
     "e2e/test_recording.py": 100,
@@ -47,7 +47,7 @@ SECONDS: dict[str, int] = {
     "e2e/test_kubelet_api.py": 45,
     "e2e/test_controlplane.py": 40,
     "e2e/test_tracing.py": 30,
-    "tests/federation/test_fuzz.py": 90,
+    "tests/federation/test_fuzz.py": 50,
 }
 
 

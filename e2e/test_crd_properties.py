@@ -316,8 +316,7 @@ spec: {{clusterRef: {BASE}, replicas: 4}}
          f"{NAMESPACE}/{BASE}"], capture_output=True, text=True, check=True, timeout=60).stdout)
     kubectl(member, "create", "deployment", "props", "--image=busybox", "--replicas=4")
     yield
-    kubectl(fleet.host, "delete", "namespace", NAMESPACE, "--wait=true", "--timeout=120s",
-            check=False)
+    kubectl(fleet.host, "delete", "namespace", NAMESPACE, "--wait=false", check=False)
 
 
 def property_seed() -> int:

@@ -50,8 +50,8 @@ spec: {{labels: {{fleet: fed, name: {cluster}}}}}
             return bool(found.get("status", {}).get("readyReplicas") == 2)
         eventually(ready, timeout=180, what=f"{cluster}'s GPU nodes Ready")
     yield fleet
-    subprocess.run([*_kubectl(fleet), "delete", "namespace", NAMESPACE, "--wait=true",
-                    "--timeout=120s"], capture_output=True, timeout=150)
+    subprocess.run([*_kubectl(fleet), "delete", "namespace", NAMESPACE, "--wait=false"],
+                   capture_output=True, timeout=60)
 
 
 def _kubectl(fleet: Fleet) -> list[str]:

@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +44,15 @@ STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z ")
 
 
 @pytest.fixture(scope="module")
-def scribe(fleet: Fleet) -> Path:
+def scribe(fleet: Fleet) -> Iterator[Path]:
     fleet.apply(MANIFESTS)
     fleet.wait_cluster_ready(CLUSTER)
     fleet.wait_pool("scribe-cpu", 1)
     kubeconfig = fleet.member(CLUSTER)
     eventually(lambda: kubectl(kubeconfig, "get", "serviceaccount", "default",
                                check=False).returncode == 0, what="the default ServiceAccount")
-    return kubeconfig
+    yield kubeconfig
+    fleet.release(CLUSTER, "scribe-cpu")
 
 
 def run_pod(kubeconfig: Path, name: str, *, restart: str = "Always",

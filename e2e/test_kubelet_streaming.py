@@ -54,7 +54,7 @@ TRANSPORTS = {
 
 
 @pytest.fixture(scope="module")
-def streams(fleet: Fleet) -> Path:
+def streams(fleet: Fleet) -> Iterator[Path]:
     fleet.apply(MANIFESTS)
     fleet.wait_cluster_ready(CLUSTER)
     fleet.wait_pool("streams-gpu", 1)
@@ -71,7 +71,8 @@ def streams(fleet: Fleet) -> Path:
             "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}})
     eventually(lambda: kubectl_json(kubeconfig, "get", "pod", "trainer")["status"].get(
         "phase") == "Running", what="pod trainer Running")
-    return kubeconfig
+    yield kubeconfig
+    fleet.release(CLUSTER, "streams-gpu")
 
 
 def create(kubeconfig: Path, manifest: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ spec:
 
 
 @pytest.fixture(scope="module")
-def gauge(fleet: Fleet) -> Path:
+def gauge(fleet: Fleet) -> Iterator[Path]:
     fleet.apply(MANIFESTS)
     fleet.wait_cluster_ready(CLUSTER)
     fleet.wait_pool("gauge-cpu", 2)
@@ -63,7 +64,8 @@ def gauge(fleet: Fleet) -> Path:
     kubeconfig = fleet.member(CLUSTER)
     eventually(lambda: kubectl(kubeconfig, "get", "serviceaccount", "default",
                                check=False).returncode == 0, what="the default ServiceAccount")
-    return kubeconfig
+    yield kubeconfig
+    fleet.release(CLUSTER, "gauge-cpu", "gauge-gpu")
 
 
 def create(kubeconfig: Path, *manifests: dict[str, Any]) -> None:

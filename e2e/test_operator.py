@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from operators.k8s.times import parse
 
 
 @pytest.fixture(scope="module")
-def alpha(fleet: Fleet) -> Path:
+def alpha(fleet: Fleet) -> Iterator[Path]:
     """Cluster alpha with a CPU pool of 3 and an H100 pool of 2; its member kubeconfig."""
     fleet.apply(CLUSTER.format(name="alpha"))
     fleet.apply(POOL.format(name="cpu", cluster="alpha", replicas=3, extra=""))
@@ -43,7 +44,8 @@ def alpha(fleet: Fleet) -> Path:
     fleet.wait_cluster_ready("alpha")
     fleet.wait_pool("cpu", 3)
     fleet.wait_pool("h100", 2)
-    return fleet.member("alpha")
+    yield fleet.member("alpha")
+    fleet.release("alpha", "cpu", "h100")
 
 
 def ready_nodes(kubeconfig: Path, selector: str = "fakefleet.dev/pool") -> list[str]:

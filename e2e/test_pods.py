@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from e2e.conftest import CLUSTER, KUBECTL, POOL, Fleet, eventually, kubectl, kub
 
 
 @pytest.fixture(scope="module")
-def beta(fleet: Fleet) -> Path:
+def beta(fleet: Fleet) -> Iterator[Path]:
     fleet.apply(CLUSTER.format(name="beta"))
     fleet.apply(POOL.format(name="workers", cluster="beta", replicas=4,
                             extra="  pods: {terminationGracePeriodCap: 0s}"))
@@ -24,7 +25,8 @@ def beta(fleet: Fleet) -> Path:
     # The controller-manager makes the default ServiceAccount that pods need.
     eventually(lambda: kubectl(kubeconfig, "get", "serviceaccount", "default",
                                check=False).returncode == 0, what="the default ServiceAccount")
-    return kubeconfig
+    yield kubeconfig
+    fleet.release("beta", "workers")
 
 
 def create(kubeconfig: Path, manifest: dict[str, Any]) -> None:

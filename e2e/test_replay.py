@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def recorded() -> Trace:
 
 
 @pytest.fixture(scope="module")
-def member(fleet: Fleet) -> Path:
+def member(fleet: Fleet) -> Iterator[Path]:
     fleet.apply(CLUSTER.format(name="replayed"))
     fleet.apply(POOL.format(name="replayed-workers", cluster="replayed", replicas=3,
                             extra="  pods: {terminationGracePeriodCap: 0s}"))
@@ -90,7 +91,8 @@ def member(fleet: Fleet) -> Path:
     kubeconfig = fleet.member("replayed")
     eventually(lambda: kubectl(kubeconfig, "get", "serviceaccount", "default",
                                check=False).returncode == 0, what="the default ServiceAccount")
-    return kubeconfig
+    yield kubeconfig
+    fleet.release("replayed", "replayed-workers")
 
 
 async def replay(kubeconfig: Path) -> tuple[planning.Plan, replaying.Progress]:

@@ -8,6 +8,7 @@ import json
 import stat
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def ready_condition(node: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def member(fleet: Fleet) -> Path:
+def member(fleet: Fleet) -> Iterator[Path]:
     fleet.apply(CLUSTER.format(name=NAME))
     fleet.apply(POOL.format(name=f"{NAME}-pool", cluster=NAME, replicas=3, extra=""))
     fleet.wait_cluster_ready(NAME)
@@ -49,7 +50,10 @@ def member(fleet: Fleet) -> Path:
     kubeconfig = fleet.member(NAME)
     eventually(lambda: kubectl(kubeconfig, "get", "serviceaccount", "default",
                                check=False).returncode == 0, what="the default ServiceAccount")
-    return kubeconfig
+    yield kubeconfig
+    kubectl(fleet.host, "delete", "fp", f"{NAME}-later", "--wait=false", check=False)
+    fleet.release(OTHER, f"{OTHER}-pool")
+    fleet.release(NAME, f"{NAME}-pool")
 
 
 def test_save_change_restore(fleet: Fleet, member: Path) -> None:

@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 from federation.api import common_pb2, fleet_pb2, fleet_pb2_grpc, member_pb2, member_pb2_grpc
 from federation.client import tokens
 from federation.client.channels import bearer, open_channel
-from federation.hub import validation
+from federation.hub import store, validation
 from primitives import names
 from tests.federation.hubs import RunningHub, running_hub
 
@@ -495,12 +495,20 @@ class Fuzzed:
 
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
-    """One hub, in an event loop of this module's own (each example runs in it)."""
+    """One hub, in an event loop of this module's own (each example runs in it).
+
+    Its store writes unpaced: pacing (:data:`federation.hub.store.PACE`, tested in
+    tests/federation/test_hub_store.py) spaces writes by four times the state's encoding, so
+    that a busy hub with much state goes on serving; here every example waits in turn for about
+    eight commits of a state that grows to some 300 KB (the finished runs and workloads the
+    examples leave), and pacing was two thirds of this module's time."""
     errors = Errors()
     loggers = [logging.getLogger(name) for name in ("federation", "asyncio", "grpc")]
     for logger in loggers:
         logger.addHandler(errors)
-    with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+    with pytest.MonkeyPatch.context() as patch, \
+            asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+        patch.setattr(store, "PACE", 0)
         stack = contextlib.AsyncExitStack()
         hub = runner.run(stack.enter_async_context(running_hub(tmp_path_factory.mktemp("hub"))))
         channel = runner.run(_open(hub))
