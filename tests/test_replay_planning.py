@@ -42,10 +42,12 @@ def deployment(name: str = "web") -> dict[str, Any]:
 
 
 def job(name: str = "batch") -> dict[str, Any]:
-    return obj("batch/v1", "Job", name, spec={
+    found = obj("batch/v1", "Job", name, spec={
         "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "old"}},
         "template": {**template("Never"), "metadata": {"labels": {
             "batch.kubernetes.io/controller-uid": "old", "app": "x"}}}})
+    found["metadata"]["labels"] = {"controller-uid": "old", "job-name": name}
+    return found
 
 
 def pod(name: str, owner: tuple[str, str] | None = None, node: str = "n1") -> dict[str, Any]:
@@ -107,7 +109,8 @@ def test_a_created_object_leaves_the_recorded_clusters_identity_behind() -> None
         Options(speed=1))
     made = by_name(plan)
     body = made["create Job batch"].body or {}
-    assert set(body["metadata"]) == {"name", "namespace"}
+    assert set(body["metadata"]) == {"name", "namespace", "labels"}
+    assert body["metadata"]["labels"] == {"job-name": "batch"}, "the recorded Job's UID gone"
     assert "status" not in body
     assert "selector" not in body["spec"]
     assert body["spec"]["template"]["metadata"]["labels"] == {"app": "x"}

@@ -222,9 +222,11 @@ def _cleaned(obj: Mapping[str, Any]) -> dict[str, Any]:
         # The API server generates the selector from the new Job's UID, and refuses one that
         # names the recorded Job's.
         spec.pop("selector", None)
-        labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
-        for label in ("controller-uid", "batch.kubernetes.io/controller-uid"):
-            labels.pop(label, None)
+        template_labels = ((spec.get("template") or {}).get("metadata") or {}).get(
+            "labels") or {}
+        for labels in (template_labels, metadata.get("labels") or {}):  # the Job's own too
+            for label in ("controller-uid", "batch.kubernetes.io/controller-uid"):
+                labels.pop(label, None)
     elif kind == "PersistentVolumeClaim":
         spec.pop("volumeName", None)
     return made
