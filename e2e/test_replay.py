@@ -2,7 +2,8 @@
 ran for given times with given exit codes (one failed). The member's real controllers make the
 pods, the engine gives each the recorded life it takes from its owner's lives set, and the
 outcomes are the recorded ones; an object of a kind the member does not serve is refused and
-the rest replayed."""
+the rest replayed. Then a KWOK-format recording, through ``fakefleet replay``, into the same
+member: its objects, its strategic-merge patches and its pods' outcomes arrive."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from e2e.conftest import CLUSTER, POOL, Fleet, eventually, kubectl, kubectl_json
+from e2e.conftest import CLUSTER, POOL, Fleet, eventually, fakefleet, kubectl, kubectl_json
 from operators.api import lives
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
@@ -142,3 +143,280 @@ def test_a_replayed_trace_gives_the_controllers_pods_the_recorded_lives(member: 
     assert all(p["status"]["phase"] == "Running" for p in web)
     assert all(p["metadata"]["annotations"][keys.LIVES] for p in web)
     assert {p["metadata"]["uid"] for p in web} == set(taken(member, "Deployment/web"))
+
+
+#: A recording as ``kwokctl snapshot record`` (KWOK v0.8.0) writes one: the objects at the
+#: start, then ResourcePatch entries (``pkg/apis/action/v1alpha1/resource_patch_types.go``)
+#: whose patches are strategic-merge patches. It holds no Namespace (``kw`` is made if
+#: missing). Two Jobs' pods lived in it: ``batch``'s ran 4 s and exited 0, ``flaky``'s ran
+#: 2 s and exited 2; the pods' times are their status stamps, the start 00:00:00 (the Jobs'
+#: creation stamps less their offsets).
+KWOK_RECORDING = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: kw, uid: 3f1c-01, resourceVersion: "811",
+           creationTimestamp: "2025-12-31T23:58:00Z"}
+data: {mode: slow, size: "3"}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: old, namespace: kw, uid: 3f1c-02, resourceVersion: "812",
+           creationTimestamp: "2025-12-31T23:58:00Z"}
+data: {stale: "yes"}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: kw
+  uid: 3f1c-03
+  resourceVersion: "840"
+  generation: 1
+  creationTimestamp: "2025-12-31T23:58:30Z"
+  annotations: {deployment.kubernetes.io/revision: "1"}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+      - {name: main, image: "busybox:1.36", args: [sleep, infinity]}
+      - {name: side, image: "envoy:v1.30"}
+status: {replicas: 1, readyReplicas: 1, availableReplicas: 1}
+---
+apiVersion: action.kwok.x-k8s.io/v1alpha1
+kind: ResourcePatch
+resource: {group: batch, version: v1, resource: jobs}
+target: {name: batch, namespace: kw}
+durationNanosecond: 1000000000
+method: create
+template:
+  apiVersion: batch/v1
+  kind: Job
+  metadata:
+    name: batch
+    namespace: kw
+    uid: 7d2e-01
+    resourceVersion: "901"
+    creationTimestamp: "2026-01-01T00:00:01Z"
+    labels: {batch.kubernetes.io/controller-uid: 7d2e-01, controller-uid: 7d2e-01,
+             batch.kubernetes.io/job-name: batch, job-name: batch}
+  spec:
+    backoffLimit: 0
+    selector: {matchLabels: {batch.kubernetes.io/controller-uid: 7d2e-01}}
+    template:
+      metadata:
+        labels: {app: batch, batch.kubernetes.io/controller-uid: 7d2e-01,
+                 controller-uid: 7d2e-01, batch.kubernetes.io/job-name: batch,
+                 job-name: batch}
+      spec:
+        restartPolicy: Never
+        terminationGracePeriodSeconds: 0
+        containers: [{name: main, image: "busybox:1.36"}]
+  status: {}
+---
+apiVersion: action.kwok.x-k8s.io/v1alpha1
+kind: ResourcePatch
+resource: {group: batch, version: v1, resource: jobs}
+target: {name: flaky, namespace: kw}
+durationNanosecond: 1000000000
+method: create
+template:
+  apiVersion: batch/v1
+  kind: Job
+  metadata: {name: flaky, namespace: kw, uid: 7d2e-02, resourceVersion: "902",
+             creationTimestamp: "2026-01-01T00:00:01Z"}
+  spec:
+    backoffLimit: 0
+    selector: {matchLabels: {batch.kubernetes.io/controller-uid: 7d2e-02}}
+    template:
+      metadata:
+        labels: {app: flaky, batch.kubernetes.io/controller-uid: 7d2e-02,
+                 controller-uid: 7d2e-02}
+      spec:
+        restartPolicy: Never
+        terminationGracePeriodSeconds: 0
+        containers: [{name: main, image: "busybox:1.36"}]
+---
+apiVersion: action.kwok.x-k8s.io/v1alpha1
+kind: ResourcePatch
+resource: {version: v1, resource: pods}
+target: {name: batch-x7k2p, namespace: kw}
+durationNanosecond: 1200000000
+method: create
+template:
+  apiVersion: v1
+  kind: Pod
+  metadata:
+    name: batch-x7k2p
+    namespace: kw
+    uid: 9a1b-01
+    creationTimestamp: "2026-01-01T00:00:01Z"
+    ownerReferences: [{apiVersion: batch/v1, kind: Job, name: batch, uid: 7d2e-01,
+                       controller: true, blockOwnerDeletion: true}]
+  spec: {nodeName: kwok-node-0, restartPolicy: Never,
+         containers: [{name: main, image: "busybox:1.36"}]}
+  status: {phase: Pending}
+---
+apiVersion: action.kwok.x-k8s.io/v1alpha1
+kind: ResourcePatch
+resource: {version: v1, resource: pods}
+target: {name: flaky-q9w4m, namespace: kw}
+durationNanosecond: 1200000000
+method: create
+template:
+  apiVersion: v1
+  kind: Pod
+  metadata:
+    name: flaky-q9w4m
+    namespace: kw
+    uid: 9a1b-02
+    creationTimestamp: "2026-01-01T00:00:01Z"
+    ownerReferences: [{apiVersion: batch/v1, kind: Job, name: flaky, uid: 7d2e-02,
+                       controller: true, blockOwnerDeletion: true}]
+  spec: {nodeName: kwok-node-1, restartPolicy: Never,
+         containers: [{name: main, image: "busybox:1.36"}]}
+  status: {phase: Pending}
+---
+apiVersion: action.kwok.x-k8s.io/v1alpha1
+kind: ResourcePatch
+resource: {version: v1, resource: pods}
+target: {name: batch-x7k2p, namespace: kw}
+durationNanosecond: 2300000000
+method: patch
+template:
+  status:
+    phase: Running
+    containerStatuses:
+    - {name: main, ready: true, state: {running: {startedAt: "2026-01-01T00:00:02Z"}}}
+---
+apiVersion: action.kwok.x-k8s.io/v1alpha1
+kind: ResourcePatch
+resource: {version: v1, resource: pods}
+target: {name: flaky-q9w4m, namespace: kw}
+durationNanosecond: 2400000000
+method: patch
+template:
+  status:
+    phase: Running
+    containerStatuses:
+    - {name: main, ready: true, state: {running: {startedAt: "2026-01-01T00:00:02Z"}}}
+---
+apiVersion: action.kwok.x-k8s.io/v1alpha1
+kind: ResourcePatch
+resource: {group: apps, version: v1, resource: deployments}
+target: {name: web, namespace: kw}
+durationNanosecond: 3000000000
+method: patch
+template:
+  spec:
+    replicas: 2
+    template:
+      spec:
+        $setElementOrder/containers: [{name: main}, {name: side}]
+        containers: [{name: main, image: "busybox:1.37"}]
+---
+apiVersion: action.kwok.x-k8s.io/v1alpha1
+kind: ResourcePatch
+resource: {version: v1, resource: pods}
+target: {name: flaky-q9w4m, namespace: kw}
+durationNanosecond: 4100000000
+method: patch
+template:
+  status:
+    phase: Failed
+    containerStatuses:
+    - name: main
+      ready: false
+      state: {terminated: {exitCode: 2, reason: Error, startedAt: "2026-01-01T00:00:02Z",
+                           finishedAt: "2026-01-01T00:00:04Z"}}
+---
+apiVersion: action.kwok.x-k8s.io/v1alpha1
+kind: ResourcePatch
+resource: {version: v1, resource: configmaps}
+target: {name: settings, namespace: kw}
+durationNanosecond: 4500000000
+method: patch
+template: {data: {mode: fast}}
+---
+apiVersion: action.kwok.x-k8s.io/v1alpha1
+kind: ResourcePatch
+resource: {version: v1, resource: configmaps}
+target: {name: old, namespace: kw}
+durationNanosecond: 5000000000
+method: delete
+---
+apiVersion: action.kwok.x-k8s.io/v1alpha1
+kind: ResourcePatch
+resource: {version: v1, resource: pods}
+target: {name: batch-x7k2p, namespace: kw}
+durationNanosecond: 6100000000
+method: patch
+template:
+  status:
+    phase: Succeeded
+    containerStatuses:
+    - name: main
+      ready: false
+      state: {terminated: {exitCode: 0, reason: Completed,
+                           startedAt: "2026-01-01T00:00:02Z",
+                           finishedAt: "2026-01-01T00:00:06Z"}}
+"""
+#: The KWOK recording's Jobs and what their one pod each did: (run time, exit code).
+KWOK_JOBS = {"batch": (4, 0), "flaky": (2, 2)}
+KWOK_SPEED = 2
+
+
+def lives_taken(kubeconfig: Path, owner: str) -> dict[str, int]:
+    """The ordinals the pods took from ``owner``'s lives set (``namespace/Kind/name``), by
+    uid: the set of whichever replay wrote it (``fakefleet replay`` names its run itself)."""
+    sets = kubectl_json(kubeconfig, "get", "configmaps", "-n", lives.NAMESPACE, "-l",
+                        keys.LIVES)["items"]
+    [found] = [s for s in sets if s["data"]["owner"] == owner]
+    result: dict[str, int] = json.loads(found["data"]["taken"])
+    return result
+
+
+def test_a_kwok_recording_replays_with_its_objects_changes_and_pod_lives(
+        fleet: Fleet, member: Path, tmp_path: Path) -> None:
+    recording = tmp_path / "kw.yaml"
+    recording.write_text(KWOK_RECORDING)
+    done = fakefleet("replay", str(recording), "--into", "replayed", "--speed",
+                     str(KWOK_SPEED), "--state-dir", str(fleet.state), check=False)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "namespace kw is not in the trace" in said
+    assert "kw/Job/batch: its pods take 1 recorded lives" in said
+
+    namespace = kubectl_json(member, "get", "namespace", "kw")
+    assert namespace["metadata"]["annotations"][keys.OWNED_BY].startswith("Replay/")
+    settings = kubectl_json(member, "get", "configmap", "-n", "kw", "settings")
+    assert settings["data"] == {"mode": "fast", "size": "3"}, "the patch, merged"
+    assert kubectl(member, "get", "configmap", "-n", "kw", "old",
+                   check=False).returncode != 0, "deleted as recorded"
+    web = kubectl_json(member, "get", "deployment", "-n", "kw", "web")
+    assert web["spec"]["replicas"] == 2
+    # KWOK's strategic-merge patch named the container by its merge key: its args and the
+    # other container are kept.
+    assert [(c["name"], c["image"], c.get("args")) for c in web["spec"]["template"]["spec"][
+        "containers"]] == [("main", "busybox:1.37", ["sleep", "infinity"]),
+                           ("side", "envoy:v1.30", None)]
+
+    def ended(job: str) -> dict[str, Any] | None:
+        pods = kubectl_json(member, "get", "pods", "-n", "kw", "-l", f"job-name={job}")["items"]
+        return pods[0] if len(pods) == 1 and pods[0]["status"].get("phase") in (
+            "Succeeded", "Failed") else None
+    for job, (run, code) in KWOK_JOBS.items():
+        pod = eventually(lambda job=job: ended(job), timeout=45,
+                         what=f"the replayed Job {job}'s pod ended")
+        terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        assert terminated["exitCode"] == code
+        assert pod["status"]["phase"] == ("Succeeded" if code == 0 else "Failed")
+        ran = parse(terminated["finishedAt"]) - parse(terminated["startedAt"])
+        assert abs(ran - run / KWOK_SPEED) <= 1, f"{job} ran {ran}s for a recorded {run}s"
+        assert lives_taken(member, f"kw/Job/{job}") == {pod["metadata"]["uid"]: 0}
+    conditions = {c["type"]: c["status"] for c in kubectl_json(
+        member, "get", "job", "-n", "kw", "flaky")["status"].get("conditions") or ()}
+    assert conditions.get("Failed") == "True", conditions

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from operators.cli import main
+from operators.cli import main, replays
 from operators.cli.replays import ReplayError, load
-from operators.recording import files, planning
+from operators.recording import files, planning, replaying
 from operators.recording.trace import Trace
 
 TRACE = Trace(("c1",), "2026-01-01T00:00:00Z", 0)
@@ -59,3 +59,13 @@ def test_a_trace_that_cannot_be_planned_exits_2_naming_the_file(
     done = CliRunner().invoke(main, ["replay", str(tmp_path / "t"), "--into", "w"])
     assert done.exit_code == 2
     assert "holds 2 clusters (a, b): name the one to replay (--from)" in done.output
+
+
+def test_the_summary_names_what_a_create_if_missing_found_standing(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    write = planning.Write(0.0, "create", "v1", "Namespace", "namespaces", "", "shop", {},
+                           if_missing=True)
+    replays._summary(replaying.Progress(total=1, applied=1, lags=[0.0], present=[write]), 1.0)
+    said = capsys.readouterr().err
+    assert "replayed 1 of 1 writes" in said
+    assert "already in the cluster, left as they stood: Namespace shop" in said

@@ -42,10 +42,12 @@ def deployment(name: str = "web") -> dict[str, Any]:
 
 
 def job(name: str = "batch") -> dict[str, Any]:
-    return obj("batch/v1", "Job", name, spec={
+    found = obj("batch/v1", "Job", name, spec={
         "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "old"}},
         "template": {**template("Never"), "metadata": {"labels": {
             "batch.kubernetes.io/controller-uid": "old", "app": "x"}}}})
+    found["metadata"]["labels"] = {"controller-uid": "old", "job-name": name}
+    return found
 
 
 def pod(name: str, owner: tuple[str, str] | None = None, node: str = "n1") -> dict[str, Any]:
@@ -70,6 +72,11 @@ def by_name(plan: planning.Plan) -> dict[str, planning.Write]:
     return {f"{w.method} {w.kind or w.resource} {w.name}": w for w in plan.writes}
 
 
+def replayed(plan: planning.Plan) -> tuple[planning.Write, ...]:
+    """The plan's writes of what the trace holds (not the namespaces it makes if missing)."""
+    return tuple(w for w in plan.writes if not w.if_missing)
+
+
 def test_changes_are_due_on_the_recorded_timeline_scaled_by_speed() -> None:
     changes = [Change(10 * S, "create", Target("c1", DEPLOYMENTS, "apps", "later"),
                       deployment("later")),
@@ -77,19 +84,20 @@ def test_changes_are_due_on_the_recorded_timeline_scaled_by_speed() -> None:
                       {"spec": {"replicas": 5}}),
                Change(40 * S, "delete", Target("c1", DEPLOYMENTS, "apps", "later"))]
     plan = planning.plan(trace([deployment()], changes), Options(speed=10))
-    assert [(w.method, w.name, w.due) for w in plan.writes] == [
+    writes = replayed(plan)
+    assert [(w.method, w.name, w.due) for w in writes] == [
         ("create", "web", 0.0), ("create", "later", 1.0), ("patch", "later", 3.0),
         ("delete", "later", 4.0)]
-    assert plan.writes[2].body == {"spec": {"replicas": 5}}
-    assert plan.writes[2].kind == "Deployment", "the kind of a patch, learnt from its create"
-    assert len({w.chain for w in plan.writes[1:]}) == 1, "one object's writes go in order"
+    assert writes[2].body == {"spec": {"replicas": 5}}
+    assert writes[2].kind == "Deployment", "the kind of a patch, learnt from its create"
+    assert len({w.chain for w in writes[1:]}) == 1, "one object's writes go in order"
 
 
 def test_speed_max_sends_every_change_at_once_in_the_recorded_order() -> None:
     changes = [Change(t * S, "patch", Target("c1", DEPLOYMENTS, "apps", "web"),
                       {"spec": {"replicas": t}}) for t in (5, 9)]
     plan = planning.plan(trace([deployment()], changes), Options(speed=0))
-    assert [(w.due, (w.body or {}).get("spec")) for w in plan.writes] == [
+    assert [(w.due, (w.body or {}).get("spec")) for w in replayed(plan)] == [
         (0.0, {"replicas": 2, "template": template()}), (0.0, {"replicas": 5}),
         (0.0, {"replicas": 9})]
     assert any("as fast as" in note for note in plan.notes)
@@ -101,7 +109,8 @@ def test_a_created_object_leaves_the_recorded_clusters_identity_behind() -> None
         Options(speed=1))
     made = by_name(plan)
     body = made["create Job batch"].body or {}
-    assert set(body["metadata"]) == {"name", "namespace"}
+    assert set(body["metadata"]) == {"name", "namespace", "labels"}
+    assert body["metadata"]["labels"] == {"job-name": "batch"}, "the recorded Job's UID gone"
     assert "status" not in body
     assert "selector" not in body["spec"]
     assert body["spec"]["template"]["metadata"]["labels"] == {"app": "x"}
@@ -149,7 +158,7 @@ def test_the_nth_recorded_pod_of_a_workload_is_the_nth_life_in_its_lives_set() -
     ]
     plan = planning.plan(trace([deployment(), job()], pods=pods),
                          Options(speed=2, run="r1", seed="7"))
-    writes = plan.writes
+    writes = replayed(plan)
     assert [(w.kind, w.name) for w in writes] == [
         ("ConfigMap", writes[0].name), ("Deployment", "web"),
         ("ConfigMap", writes[2].name), ("Job", "batch")]
@@ -165,7 +174,7 @@ def test_the_nth_recorded_pod_of_a_workload_is_the_nth_life_in_its_lives_set() -
     assert job_template[keys.SEED] == "7/apps/Job/batch"
     assert plan.lives == (("apps/Deployment/web", 2), ("apps/Job/batch", 3))
     other_run = planning.plan(trace([job()], pods=pods), Options(speed=2, run="r2"))
-    assert other_run.writes[0].name != writes[2].name, "each replay its own sets"
+    assert replayed(other_run)[0].name != writes[2].name, "each replay its own sets"
 
 
 def test_a_replicaset_in_the_trace_names_its_deployment_by_its_owner_reference() -> None:
@@ -184,8 +193,9 @@ def test_raw_pods_replays_pods_bare_with_their_lives_and_no_controllers() -> Non
     pods = [life("web-5d4f8c7b9-abcde", Owner("ReplicaSet", "web-5d4f8c7b9"), 0, created=0,
                  started=2, finished=12, code=3)]
     plan = planning.plan(trace(initial, pods=pods), Options(speed=1, raw_pods=True))
-    assert [(w.kind, w.name) for w in plan.writes] == [("Pod", "web-5d4f8c7b9-abcde")]
-    body = plan.writes[0].body or {}
+    [bare] = replayed(plan)
+    assert (bare.kind, bare.name) == ("Pod", "web-5d4f8c7b9-abcde")
+    body = bare.body or {}
     assert "ownerReferences" not in body["metadata"]
     assert body["metadata"]["annotations"] == {keys.START_DELAY: "2.000s",
                                                keys.RUN_TIME: "10.000s", keys.EXIT_CODE: "3"}
@@ -216,3 +226,35 @@ def test_what_users_put_in_the_default_namespace_is_replayed() -> None:
     reasons = {s.what: s.reason for s in plan.skipped}
     assert reasons == {"Namespace default": "the cluster makes it itself",
                        "Service default/kubernetes": "the cluster makes it itself"}
+
+
+def test_a_namespace_the_trace_lacks_is_made_first_if_missing_and_the_notes_say_so() -> None:
+    """A recording of some resources only holds no namespaces: the replay makes those its
+    objects go into, but not one the trace holds nor one every cluster has."""
+    configmaps = Resource("", "v1", "configmaps")
+    initial = [deployment(), obj("v1", "ConfigMap", "cfg", namespace="team"),
+               obj("v1", "ConfigMap", "mine", namespace="default"),
+               obj("v1", "Namespace", "recorded", namespace=""),
+               obj("v1", "ConfigMap", "there", namespace="recorded")]
+    changes = [Change(5 * S, "create", Target("c1", configmaps, "later", "l"),
+                      obj("v1", "ConfigMap", "l", namespace="later")),
+               Change(6 * S, "patch", Target("c1", configmaps, "elsewhere", "p"),
+                      {"data": {"a": "b"}})]
+    pods = [life("web-a", Owner("ReplicaSet", "web-5d4f8c7b9"), 0, created=0, started=1)]
+    plan = planning.plan(trace(initial, changes, pods), Options(speed=1, run="r1"))
+    made = [(w.name, w.due, w.if_missing) for w in plan.writes if w.kind == "Namespace"]
+    assert made == [("apps", 0.0, True), ("later", 0.0, True), ("team", 0.0, True),
+                    ("recorded", 0.0, False)], \
+        "first, before the lives sets (fakefleet-system is there) and what goes in them"
+    assert plan.writes[0].body == {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": "apps", "annotations": {keys.OWNED_BY: "Replay/r1"}}}
+    assert plan.writes[0].chain == planning.namespace_chain("apps")
+    assert by_name(plan)["create Namespace recorded"].chain == planning.namespace_chain(
+        "recorded"), "a recorded namespace is in the same chain as one made if missing"
+    assert [n for n in plan.notes if "not in the trace" in n] == [
+        "namespaces apps, later, team are not in the trace: created first where the cluster "
+        "has none, and left as it stands where it has one"]
+    whole = planning.plan(trace([obj("v1", "Namespace", "apps", namespace=""), deployment()]),
+                          Options(speed=1))
+    assert not any(w.if_missing for w in whole.writes)
+    assert not any("not in the trace" in note for note in whole.notes)

@@ -38,9 +38,10 @@ def at(seconds: float, method: str, name: str, body: dict[str, Any] | None = Non
                   body)
 
 
-def api(clock: FakeClock) -> MemoryTransport:
-    transport = MemoryTransport(clock)
-    transport.discover("v1", [{"name": "configmaps", "kind": "ConfigMap", "namespaced": True}])
+def api(clock: FakeClock, *, namespaces: bool = False) -> MemoryTransport:
+    transport = MemoryTransport(clock, namespaces=namespaces)
+    transport.discover("v1", [{"name": "configmaps", "kind": "ConfigMap", "namespaced": True},
+                              {"name": "namespaces", "kind": "Namespace", "namespaced": False}])
     transport.discover("apps/v1", [{"name": "deployments", "kind": "Deployment",
                                     "namespaced": True}])
     return transport
@@ -67,11 +68,13 @@ async def test_writes_reach_the_api_when_due_and_in_order_per_object() -> None:
     changes = [at(4, "create", "a", configmap("a")), at(6, "patch", "a", {"data": {"v": "2"}}),
                at(8, "delete", "a"), at(8, "create", "b", configmap("b"))]
     progress = await run(trace([deployment("web")], changes), transport, clock, 10, speed=2)
-    assert (progress.applied, progress.total, progress.refused) == (5, 5, [])
+    # The trace holds no namespace apps: it is made first, if missing.
+    assert (progress.applied, progress.total, progress.refused) == (6, 6, [])
     sent = [(r.method, r.path.rsplit("/", 1)[-1]) for r in transport.requests
             if r.method != "GET"]
-    assert sent[:3] == [("POST", "deployments"), ("POST", "configmaps"), ("PATCH", "a")]
-    assert sorted(sent[3:]) == [("DELETE", "a"), ("POST", "configmaps")], \
+    assert sent[:4] == [("POST", "namespaces"), ("POST", "deployments"), ("POST", "configmaps"),
+                        ("PATCH", "a")]
+    assert sorted(sent[4:]) == [("DELETE", "a"), ("POST", "configmaps")], \
         "two objects' writes due at once go together"
     assert transport.object(f"{DEPLOYMENTS}/web") is not None
     assert transport.object("/api/v1/namespaces/apps/configmaps/a") is None
@@ -101,7 +104,7 @@ async def test_refused_objects_are_named_with_the_reason_and_the_replay_goes_on(
     # one that stands there is not ours to change.
     assert progress.dropped == 1
     assert transport.object(f"{DEPLOYMENTS}/taken")["spec"] == {"replicas": 1}  # type: ignore[index]
-    assert progress.applied == 1
+    assert progress.applied == 2, "the namespace apps, and the ConfigMap ok"
     assert transport.object(
         "/api/v1/namespaces/apps/configmaps/ok") is not None
 
@@ -112,7 +115,7 @@ async def test_an_api_error_that_may_pass_is_tried_again_and_counts_in_the_lag()
     transport.fail("POST", "/api/v1/namespaces/apps/configmaps", status=503, times=2)
     progress = await run(trace([], [at(1, "create", "a", configmap("a"))]), transport, clock,
                          10)
-    assert progress.applied == 1
+    assert progress.applied == 2, "its namespace, and it"
     assert not progress.refused
     assert progress.lag()[2] == 3.0, "1 s then 2 s of back-off"
 
@@ -123,13 +126,14 @@ async def test_the_lag_says_how_far_the_api_fell_behind() -> None:
     transport.fail("POST", "/api/v1/namespaces/apps/configmaps", delay=0.5, times=1)
     progress = await run(trace([], [at(1, "create", "a", configmap("a")),
                                     at(1, "create", "b", configmap("b"))]), transport, clock, 5)
-    assert progress.applied == 2
-    assert sorted(progress.lags) == [0.0, 0.5]
+    assert progress.applied == 3, "their namespace, and them"
+    assert sorted(progress.lags) == [0.0, 0.0, 0.5]
 
 
 def test_a_write_describes_the_object_it_writes() -> None:
     plan = planning.plan(trace([deployment("web")], []), Options(speed=1))
-    assert plan.writes[0].describe() == "create Deployment apps/web"
+    assert [w.describe() for w in plan.writes] == ["create Namespace apps",
+                                                   "create Deployment apps/web"]
 
 
 async def test_a_refused_lives_set_leaves_its_owner_replayed() -> None:
@@ -147,5 +151,41 @@ async def test_a_refused_lives_set_leaves_its_owner_replayed() -> None:
     progress = await run(recorded, transport, clock, 1)
     assert [r.write.describe() for r in progress.refused] == [
         f"create ConfigMap fakefleet-system/{progress.refused[0].write.name}"]
-    assert progress.applied == 1
+    assert progress.applied == 2, "the namespace apps, and the Deployment"
     assert transport.object(f"{DEPLOYMENTS}/web") is not None
+
+
+async def test_a_namespace_the_trace_lacks_is_made_before_what_goes_in_it() -> None:
+    """Into an API that refuses an object whose namespace is not there: the namespace the
+    trace lacks is made first (its objects wait for it, however slow its answer), one of
+    that name already there is left as it stands, and nothing is refused."""
+    clock = FakeClock()
+    transport = api(clock, namespaces=True)
+    transport.put("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                         "metadata": {"name": "kept", "labels": {"a": "b"}}})
+    transport.fail("POST", "/api/v1/namespaces", delay=0.5)
+    kept = {**configmap("c"), "metadata": {"name": "c", "namespace": "kept"}}
+    progress = await run(trace([deployment("web"), configmap("a"), kept], []), transport,
+                         clock, 2)
+    assert progress.refused == []
+    assert (progress.applied, progress.total) == (5, 5)
+    assert [(w.kind, w.name) for w in progress.present] == [("Namespace", "kept")]
+    made = transport.object("/api/v1/namespaces/apps")
+    assert made is not None
+    assert made["metadata"]["annotations"] == {"fakefleet.dev/owned-by": "Replay/0"}
+    assert transport.object("/api/v1/namespaces/kept")["metadata"]["labels"] == {"a": "b"}  # type: ignore[index]
+    assert "annotations" not in transport.object("/api/v1/namespaces/kept")["metadata"]  # type: ignore[index]
+    assert transport.object(f"{DEPLOYMENTS}/web") is not None
+    assert transport.object("/api/v1/namespaces/kept/configmaps/c") is not None
+
+
+async def test_a_create_into_a_namespace_not_there_says_so() -> None:
+    clock = FakeClock()
+    transport = api(clock, namespaces=True)
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}}
+    changes = [Change(S, "delete", Target("c1", Resource("", "v1", "namespaces"), "", "apps")),
+               at(2, "create", "late", configmap("late"))]
+    progress = await run(trace([namespace], changes), transport, clock, 3)
+    [refused] = progress.refused
+    assert refused.write.describe() == "create ConfigMap apps/late"
+    assert refused.reason.startswith("its namespace apps is not in the cluster")

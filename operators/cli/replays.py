@@ -164,6 +164,9 @@ def _summary(progress: replaying.Progress, elapsed: float) -> None:
     console.print(f"replayed {progress.applied} of {progress.total} writes in {elapsed:.1f}s"
                   f"{dropped}; lag behind the timeline p50 {p50:.3f}s p99 {p99:.3f}s max "
                   f"{worst:.3f}s", highlight=False)
+    if progress.present:
+        console.print("already in the cluster, left as they stood: " + ", ".join(
+            f"{w.kind or w.resource} {w.name}" for w in progress.present), highlight=False)
     if not progress.refused:
         return
     console.print(f"[red]refused {len(progress.refused)}:[/]", highlight=False)

@@ -19,6 +19,10 @@ The rules, in the order they apply to each recorded object:
 3. Everything else is created as recorded, without what belonged to the recorded cluster
    (UIDs, resourceVersions, owner references, status, a pod's node, a Service's cluster IP,
    a Job's generated selector).
+4. A namespace that a replayed object is created in, and that the trace does not create (a
+   recording of some resources only, without namespaces), is created first, if missing: a
+   namespace of that name in the cluster already is taken as it stands, never replaced, and
+   the plan's notes say which namespaces these are.
 
 Times: the initial objects are due at 0; a change recorded ``at`` nanoseconds after the
 trace's start is due ``at / speed`` seconds after the replay's start; ``speed`` 0 means as
@@ -118,6 +122,9 @@ class Write:
     recorded: int = -1
     #: The object whose writes go in order with this one (a lives set's: its owner's).
     chain: str = ""
+    #: A create that an object of that name in the cluster already satisfies (it is left as
+    #: it stands): a namespace the replayed objects need and the trace does not hold.
+    if_missing: bool = False
 
     @property
     def identity(self) -> str:
@@ -165,6 +172,11 @@ class _Ref:
         return f"{self.namespace}/{self.kind}/{self.name}"
 
 
+def namespace_chain(name: str) -> str:
+    """The :attr:`Write.chain` of namespace ``name``'s writes."""
+    return _Ref("", "Namespace", name).chain()
+
+
 def _ref(obj: Mapping[str, Any]) -> _Ref:
     metadata = obj.get("metadata") or {}
     return _Ref(str(metadata.get("namespace", "")), str(obj.get("kind", "")),
@@ -210,9 +222,11 @@ def _cleaned(obj: Mapping[str, Any]) -> dict[str, Any]:
         # The API server generates the selector from the new Job's UID, and refuses one that
         # names the recorded Job's.
         spec.pop("selector", None)
-        labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
-        for label in ("controller-uid", "batch.kubernetes.io/controller-uid"):
-            labels.pop(label, None)
+        template_labels = ((spec.get("template") or {}).get("metadata") or {}).get(
+            "labels") or {}
+        for labels in (template_labels, metadata.get("labels") or {}):  # the Job's own too
+            for label in ("controller-uid", "batch.kubernetes.io/controller-uid"):
+                labels.pop(label, None)
     elif kind == "PersistentVolumeClaim":
         spec.pop("volumeName", None)
     return made
@@ -417,11 +431,35 @@ def plan(trace: Trace, options: Options) -> Plan:
                             target.resource.resource, target.namespace, target.name,
                             change.template, change.at, ref.chain()))
 
+    needed = _missing_namespaces(writes)
+    if needed:
+        writes[:0] = [Write(0.0, "create", "v1", "Namespace", "namespaces", "", name, {
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {
+                "name": name, "annotations": {keys.OWNED_BY: f"{WRITER}/{options.run}"}}},
+            chain=namespace_chain(name), if_missing=True) for name in needed]
     notes = list(trace.notes)
+    if needed:
+        notes.append(f"namespace{'s' if len(needed) > 1 else ''} {', '.join(needed)} "
+                     f"{'are' if len(needed) > 1 else 'is'} not in the trace: created first "
+                     f"where the cluster has none, and left as it stands where it has one")
     if options.speed == 0:
         notes.append("speed max: the changes go as fast as the API server takes them, in the "
                      "recorded order; the pods' lives are as recorded")
     return Plan(tuple(writes), tuple(skipped), tuple(lives_written), tuple(notes))
+
+
+def _missing_namespaces(writes: Iterable[Write]) -> list[str]:
+    """The namespaces the creates of ``writes`` go into that no write creates, but for
+    those every cluster has."""
+    made, wanted = set(), set()
+    for write in writes:
+        if write.method != "create":
+            continue
+        if write.kind == "Namespace" and not write.namespace:
+            made.add(write.name)
+        elif write.namespace:
+            wanted.add(write.namespace)
+    return sorted(wanted - made - BUILT_IN_NAMESPACES)
 
 
 def _deployment_of(replica_set: str) -> str:

@@ -3,12 +3,15 @@ member's API on their timeline, and what happened to each.
 
 Each write goes out when it is due, without waiting for the ones before it to be answered
 (at most ``concurrency`` in flight), except that the writes of one object go in the order
-they were recorded. What the API refuses for good (a kind it does not serve, a name that
-exists, an invalid object) is a :class:`Refusal` naming the object and the reason, and the
-replay goes on with the others; the later writes of an object whose create was refused are
-left out with it. An API error that may pass (a 5xx, a connection lost, throttling beyond
-the client's own retries) is tried again a few times first. The lag of each write is when
-the API answered it less when it was due.
+they were recorded, and a write into a namespace the replay creates goes after that create
+was answered (the API server refuses an object whose namespace it has not got yet). A create
+the plan makes only if missing (a namespace the trace lacks) is taken as done when an object
+of that name stands there already, which is left as it is. What the API refuses for good (a
+kind it does not serve, a name that exists, an invalid object) is a :class:`Refusal` naming
+the object and the reason, and the replay goes on with the others; the later writes of an
+object whose create was refused are left out with it. An API error that may pass (a 5xx, a
+connection lost, throttling beyond the client's own retries) is tried again a few times
+first. The lag of each write is when the API answered it less when it was due.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ class Progress:
     refused: list[Refusal] = dataclasses.field(default_factory=list)
     #: Writes of objects whose create was refused, left out with it.
     dropped: int = 0
+    #: The creates-if-missing whose object stood there already (left as it was).
+    present: list[Write] = dataclasses.field(default_factory=list)
 
     @property
     def done(self) -> int:
@@ -89,20 +94,24 @@ class Replayer:
                 if wait > 0:
                     await self._clock.sleep(wait)
                 await slots.acquire()
-                task = group.create_task(self._after(last.get(write.chain), write,
-                                                     started + write.due, progress))
+                chains = [write.chain]
+                if write.namespace:
+                    chains.append(planning.namespace_chain(write.namespace))
+                before = [last[chain] for chain in chains if chain in last]
+                task = group.create_task(self._after(before, write, started + write.due,
+                                                     progress))
                 task.add_done_callback(lambda _: slots.release())
                 last[write.chain] = task
         return progress
 
-    async def _after(self, before: asyncio.Task[None] | None, write: Write, due: float,
+    async def _after(self, before: list[asyncio.Task[None]], write: Write, due: float,
                      progress: Progress) -> None:
-        if before is not None:
-            await asyncio.wait([before])
+        if before:
+            await asyncio.wait(before)
         if write.chain in self._refused_chains:
             progress.dropped += 1
         else:
-            reason = await self._send(write)
+            reason = await self._send(write, progress)
             if reason is None:
                 progress.applied += 1
                 progress.lags.append(max(self._clock.now() - due, 0.0))
@@ -113,8 +122,9 @@ class Replayer:
                     self._refused_chains.add(write.identity)
         self._on_progress(progress)
 
-    async def _send(self, write: Write) -> str | None:
-        """None once the API took the write, else why it refused it."""
+    async def _send(self, write: Write, progress: Progress) -> str | None:
+        """None once the API took the write (or, for a create if missing, had the object
+        already), else why it refused it."""
         for attempt in range(ATTEMPTS):
             try:
                 path = await self._path(write)
@@ -128,6 +138,11 @@ class Replayer:
             except discovery.UnknownKind as error:
                 return (f"{error}: install its CustomResourceDefinition first, or record a "
                         f"version of it this cluster serves")
+            except Conflict as error:
+                if write.if_missing and error.already_exists:
+                    progress.present.append(write)
+                    return None
+                return _reason(write, error)
             except K8sError as error:
                 if (isinstance(error, ApiError) and not transient(error)) or \
                         attempt == ATTEMPTS - 1:
@@ -155,12 +170,21 @@ def _reason(write: Write, error: K8sError) -> str:
         return (f"name collision: the cluster has one of that name already ({said}); replay "
                 f"into a cluster without it, or delete it first")
     if isinstance(error, NotFound):
+        if write.method == "create" and write.namespace and _missing(error) == "namespaces":
+            return (f"its namespace {write.namespace} is not in the cluster ({said}): the "
+                    f"trace deleted it, or its create was refused")
         if write.method == "create":
             return (f"the cluster serves no {write.resource or write.kind} in "
                     f"{write.api_version} ({said}): install its CustomResourceDefinition, "
                     f"or record a version this cluster serves")
         return f"not in the cluster ({said}): its create was not replayed"
     return said
+
+
+def _missing(error: NotFound) -> str:
+    """The resource the API server says it did not find (its Status's details)."""
+    details = error.body.get("details") if isinstance(error.body, dict) else None
+    return str(details.get("kind") or "") if isinstance(details, dict) else ""
 
 
 async def replay(trace: Trace, options: planning.Options, client: Client, *, clock: Clock,

@@ -6,7 +6,8 @@ label and field selectors and pagination, watch, create, replace, merge and stra
 patch of an object or its status, server-side apply (a merge that creates what is missing;
 field ownership is not modelled), delete with preconditions, finalizers and pod grace periods)
 the way the API server does, closely enough to exercise the engine. It is not an API server:
-no admission, no defaulting beyond metadata, no validation. End-to-end tests run on real ones.
+no admission (but, with ``namespaces=True``, the refusal of an object whose namespace is not
+there), no defaulting beyond metadata, no validation. End-to-end tests run on real ones.
 
 Faults are injected per request, matched by method and a path pattern::
 
@@ -79,8 +80,11 @@ class MemoryTransport:
     """Objects in memory behind the :class:`~operators.k8s.transport.Transport` seam."""
 
     def __init__(self, clock: Clock, *, git_version: str = "v1.36.3",
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, namespaces: bool = False) -> None:
         self.clock = clock
+        #: Whether a create into a namespace not there is refused (404), as the API server's
+        #: NamespaceLifecycle admission refuses it.
+        self.namespaces = namespaces
         self.git_version = git_version
         self.timeout = timeout
         self.requests: list[Request] = []
@@ -231,6 +235,10 @@ class MemoryTransport:
         if request.method == "POST":
             body = request.json()
             name = body.get("metadata", {}).get("name", "")
+            if self.namespaces and target.namespace and ("", target.namespace) not in \
+                    self._objects.get(("v1", "namespaces"), {}):
+                return _status(404, "NotFound", f'namespaces "{target.namespace}" not found',
+                               details={"name": target.namespace, "kind": "namespaces"})
             if (target.namespace, name) in self._objects.get(target.key, {}):
                 return _status(409, "AlreadyExists", f'"{name}" already exists')
             return _ok(self._create(target, body), 201)
@@ -437,9 +445,12 @@ def _ok(obj: Any, status: int = 200) -> Response:
 
 
 def _status(code: int, reason: str, message: str,
-            headers: Mapping[str, str] | None = None) -> Response:
-    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
-            "reason": reason, "message": message}
+            headers: Mapping[str, str] | None = None, *,
+            details: Mapping[str, str] | None = None) -> Response:
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "code": code, "reason": reason, "message": message}
+    if details is not None:
+        body["details"] = dict(details)
     return Response(code, dict(headers or {}), _line(body))
 
 
