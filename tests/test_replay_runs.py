@@ -13,9 +13,11 @@ import gzip
 import hashlib
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 import kopf
+import yaml
 
 from operators.api.replays import MAX_REFUSED_LISTED, Replay, ReplayStatus
 from operators.handlers import replays as handler
@@ -30,6 +32,7 @@ from tests.fakes.clocks import FakeClock
 from tests.fakes.k8s import MemoryTransport
 
 S = 1_000_000_000
+EXAMPLES = Path(__file__).parent.parent / "examples" / "replay"
 HOST = "/apis/fakefleet.dev/v1alpha1/namespaces/default"
 REPLAYS = f"{HOST}/replays"
 CLUSTERS = f"{HOST}/fakeclusters"
@@ -412,3 +415,24 @@ async def test_the_daemon_of_a_replay_waits_for_a_member_the_operator_does_not_r
     await world.clock.advance(1)
     await task
     assert world.status().phase == "Pending"
+
+
+async def test_the_example_replays_as_its_comment_says() -> None:
+    world = World()
+    world.member_api.discover("apps/v1", [{"name": "deployments", "kind": "Deployment",
+                                           "namespaced": True}])
+    world.cluster()
+    trace_map, replay = yaml.safe_load_all((EXAMPLES / "checkout.yaml").read_text())
+    world.host_api.put(TRACES, trace_map)
+    world.host_api.put(REPLAYS, {**replay, "metadata": {"name": "r", "generation": 1}})
+    task = await world.start()
+    await until(lambda: world.status().phase == "Running", world.clock)
+    await world.clock.advance(16)
+    await task
+    status = world.status()
+    assert (status.phase, status.applied, status.total) == ("Succeeded", 7, 7)
+    web = world.member_api.object("/apis/apps/v1/namespaces/shop/deployments/web")
+    assert web is not None
+    assert web["spec"]["replicas"] == 4
+    assert world.member_api.object("/apis/batch/v1/namespaces/shop/jobs/report") is not None
+    assert world.member_api.object("/api/v1/namespaces/shop/configmaps/flags") is None
