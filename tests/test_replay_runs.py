@@ -436,3 +436,14 @@ async def test_the_example_replays_as_its_comment_says() -> None:
     assert web["spec"]["replicas"] == 4
     assert world.member_api.object("/apis/batch/v1/namespaces/shop/jobs/report") is not None
     assert world.member_api.object("/api/v1/namespaces/shop/configmaps/flags") is None
+
+
+async def test_a_long_reason_is_cut_so_that_the_status_stays_small() -> None:
+    world = World()
+    world.cluster()
+    world.trace(recorded(every_second(1), clusters=tuple(f"c{n:04d}" for n in range(2000))))
+    world.replay()
+    await (await world.start())
+    message = world.condition("Stalled")["message"]
+    assert len(message) == 1024
+    assert message.endswith("…")

@@ -78,6 +78,9 @@ STOP_POLL = 0.2
 #: and what it unpacks to is read in memory.
 MAX_UNPACKED = 256 << 20
 GZIP_MAGIC = b"\x1f\x8b"
+#: A condition's message is cut to this many characters (a plan error lists the trace's
+#: clusters, which a fleet trace has many of): the status stays small.
+MAX_MESSAGE_LENGTH = 1024
 
 #: Reaches a member cluster: a client of its API server, None while it cannot be reached yet.
 Connect = Callable[[FakeCluster, str], Client | None]
@@ -279,6 +282,7 @@ class ReplayRun:
                     reconciling: bool = False, stalled: bool = False) -> list[Condition]:
         now = micro_time(self.clock.now())
         previous = self.status.conditions
+        message = _cut(message, MAX_MESSAGE_LENGTH)
         return [condition(kind, holds, reason=reason, message=message,
                           generation=self.generation, now=now, previous=previous)
                 for kind, holds in (("Ready", ready), ("Reconciling", reconciling),
