@@ -199,7 +199,8 @@ class ReplayStatus(Model):
     """Every write before this one (in the plan's order) was answered: a restarted operator
     carries on from here."""
     resumes: int = 0
-    """How many times a restarted operator carried the replay on."""
+    """How many times the replay was carried on after a restart (of the operator, or of the
+    replay's task after an error)."""
     lagSeconds: float = 0.0
     """How far behind the timeline the last answered write was (answered less due)."""
     maxLagSeconds: float = 0.0

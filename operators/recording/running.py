@@ -173,8 +173,9 @@ class ReplayRun:
             await self.write(self.status.model_copy(update={
                 "phase": "Running", "resumes": self.status.resumes + 1,
                 "conditions": self._conditions(
-                    "Resumed", f"carried on at write {start} of {len(plan.writes)} after an "
-                               f"operator restart, the timeline shifted by the pause",
+                    "Resumed", f"carried on at write {start} of {len(plan.writes)} after a "
+                               f"restart (of the operator, or of the replay after an error), "
+                               f"the timeline shifted by the pause",
                     reconciling=True)}))
         await self._replay(client, plan, run, start, zero, stopped)
 
