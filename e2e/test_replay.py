@@ -20,7 +20,7 @@ from operators.api import lives
 from operators.k8s.client import Client
 from operators.k8s.config import load_kubeconfig_file
 from operators.k8s.times import parse
-from operators.recording import planning, replaying
+from operators.recording import files, planning, replaying
 from operators.recording.trace import Change, Owner, PodLife, Resource, Target, Trace
 from primitives import keys
 from primitives.clocks import SYSTEM_CLOCK
@@ -420,3 +420,125 @@ def test_a_kwok_recording_replays_with_its_objects_changes_and_pod_lives(
     conditions = {c["type"]: c["status"] for c in kubectl_json(
         member, "get", "job", "-n", "kw", "flaky")["status"].get("conditions") or ()}
     assert conditions.get("Failed") == "True", conditions
+
+
+#: The Replay kind's traces: what the member's API takes, and one with a kind it does not serve.
+KIND_NAMESPACE = "rk-kind"
+#: The Job's recorded pods: (run time, exit code).
+KIND_JOB_PODS = [(3, 0), (5, 0)]
+
+
+def kind_trace(*, widget: bool) -> Trace:
+    """A namespace, a ConfigMap patched at 2 s, one deleted at 4 s, a Job created at 1 s whose
+    two recorded pods ran 3 s and 5 s; with ``widget``, an object of a kind no cluster serves."""
+    def obj(kind: str, name: str, **fields: Any) -> dict[str, Any]:
+        api = {"ConfigMap": "v1", "Job": "batch/v1", "Widget": "widgets.example/v1"}[kind]
+        return {"apiVersion": api, "kind": kind,
+                "metadata": {"name": name, "namespace": KIND_NAMESPACE, "uid": f"u-{name}"},
+                **fields}
+    configmaps = Resource("", "v1", "configmaps")
+    job = obj("Job", "batch", spec={"completions": 2, "parallelism": 2, "backoffLimit": 0,
+                                    "template": pod_template("Never", "rk-batch")})
+    initial = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KIND_NAMESPACE}},
+               obj("ConfigMap", "settings", data={"mode": "a"}),
+               obj("ConfigMap", "scratch", data={"x": "1"})]
+    if widget:
+        initial.append(obj("Widget", "w"))
+    changes = (
+        Change(1 * S, "create", Target("east", Resource("batch", "v1", "jobs"), KIND_NAMESPACE,
+                                       "batch"), job),
+        Change(2 * S, "patch", Target("east", configmaps, KIND_NAMESPACE, "settings"),
+               {"data": {"mode": "b"}}),
+        Change(4 * S, "delete", Target("east", configmaps, KIND_NAMESPACE, "scratch"), None),
+    )
+    pods = tuple(PodLife("east", KIND_NAMESPACE, f"batch-{n}", Owner("Job", "batch"), n,
+                         created=1 * S, started=2 * S, finished=(2 + run) * S, exit_code=code)
+                 for n, (run, code) in enumerate(KIND_JOB_PODS))
+    return Trace(("east",), "2026-01-01T00:00:00Z", 10 * S,
+                 tuple(("east", o) for o in initial), changes, pods)
+
+
+def apply_replay(fleet: Fleet, name: str, trace: Trace, directory: Path) -> None:
+    """The trace in a ConfigMap of the host (binaryData, as kubectl puts a binary file) and a
+    Replay of it into the member ``replayed``, twice as fast as recorded."""
+    path = directory / f"{name}.trace"
+    files.write(path, trace)
+    kubectl(fleet.host, "create", "configmap", f"{name}-trace", f"--from-file=trace={path}")
+    fleet.apply(f"""
+apiVersion: fakefleet.dev/v1alpha1
+kind: Replay
+metadata: {{name: {name}}}
+spec:
+  clusterRef: replayed
+  trace:
+    configMapRef: {{name: {name}-trace, key: trace}}
+  speed: 2
+  seed: "1"
+""")
+
+
+def finished(fleet: Fleet, name: str) -> dict[str, Any]:
+    def ended() -> dict[str, Any] | None:
+        status: dict[str, Any] = fleet.get("replay", name).get("status") or {}
+        return status if status.get("phase") in ("Succeeded", "Failed") else None
+    result: dict[str, Any] = eventually(ended, timeout=60, what=f"Replay {name} to end")
+    return result
+
+
+def test_a_replay_object_replays_a_trace_from_a_configmap_and_says_how_far_it_got(
+        fleet: Fleet, member: Path, tmp_path: Path) -> None:
+    apply_replay(fleet, "rk-ok", kind_trace(widget=False), tmp_path)
+    status = finished(fleet, "rk-ok")
+    assert status["phase"] == "Succeeded", status
+    total = status["total"]
+    assert total == 7, "namespace, 2 ConfigMaps, the Job's lives set, the Job, patch, delete"
+    assert (status["applied"], status.get("refusedCount", 0)) == (total, 0)
+    assert status["progress"] == f"{total}/{total}"
+    assert status["resumeFrom"] == total
+    assert 0 <= status["maxLagSeconds"] < 5
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "Replayed")
+    settings = kubectl_json(member, "get", "configmap", "-n", KIND_NAMESPACE, "settings")
+    assert settings["data"] == {"mode": "b"}
+    assert settings["metadata"]["annotations"][keys.OWNED_BY] == \
+        planning.writer(status["run"])
+    assert kubectl(member, "get", "configmap", "-n", KIND_NAMESPACE, "scratch",
+                   check=False).returncode != 0, "deleted as recorded"
+
+    def job_done() -> bool:
+        found = kubectl_json(member, "get", "job", "-n", KIND_NAMESPACE, "batch")
+        return (found.get("status") or {}).get("succeeded") == 2
+    eventually(job_done, timeout=45, what="the replayed Job complete")
+    pods = kubectl_json(member, "get", "pods", "-n", KIND_NAMESPACE, "-l", "app=rk-batch")[
+        "items"]
+    ran = sorted(parse(p["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"])
+                 - parse(p["status"]["containerStatuses"][0]["state"]["terminated"]["startedAt"])
+                 for p in pods)
+    for took, recorded_run in zip(ran, sorted(run / 2 for run, _ in KIND_JOB_PODS), strict=True):
+        assert abs(took - recorded_run) <= 1, f"ran {ran} for recorded {KIND_JOB_PODS} at 2x"
+    lives_set = lives.set_name(status["run"], KIND_NAMESPACE, "Job", "batch")
+    taken_lives = json.loads(kubectl_json(member, "get", "configmap", "-n", lives.NAMESPACE,
+                                          lives_set)["data"]["taken"])
+    assert sorted(taken_lives.values()) == [0, 1]
+
+    # What the member refuses fails the Replay, named with the reason; the rest is replayed.
+    apply_replay(fleet, "rk-refused", Trace(
+        ("east",), "2026-01-01T00:00:00Z", S,
+        (("east", {"apiVersion": "widgets.example/v1", "kind": "Widget",
+                   "metadata": {"name": "w", "namespace": KIND_NAMESPACE}}),
+         ("east", {"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "after-widget", "namespace": KIND_NAMESPACE}})),
+        ()), tmp_path)
+    status = finished(fleet, "rk-refused")
+    assert (status["phase"], status["applied"], status["refusedCount"]) == ("Failed", 1, 1)
+    assert status["refused"][0]["write"] == f"create Widget {KIND_NAMESPACE}/w"
+    assert "install its CustomResourceDefinition" in status["refused"][0]["reason"]
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "WritesRefused")
+    assert kubectl(member, "get", "configmap", "-n", KIND_NAMESPACE, "after-widget",
+                   check=False).returncode == 0
+
+    # Deleting a Replay is not held up (its daemon has ended); what it wrote stays.
+    kubectl(fleet.host, "delete", "replay", "rk-ok", "rk-refused", "--timeout=30s")
+    assert kubectl(member, "get", "job", "-n", KIND_NAMESPACE, "batch",
+                   check=False).returncode == 0

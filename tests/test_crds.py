@@ -3,12 +3,15 @@ patterns accept."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import celpy
 import pytest
 import yaml
+from celpy.adapter import json_to_cel
 from pydantic import ValidationError
 
 from operators.api import RESOURCES, CustomResource, FakeCluster, FakeClusterSpec, FakeNodePool
@@ -20,6 +23,7 @@ from operators.api.nodepools import (
     MAX_POOL_NAME_LENGTH,
     node_name,
 )
+from operators.api.replays import Replay, speed_factor
 
 CRDS = Path(__file__).parent.parent / "crds"
 
@@ -162,3 +166,67 @@ def test_federation_address_and_credentials_go_together() -> None:
         "!has(self.address) || has(self.credentialsSecret)"
     assert rules[".address"]["rule"] == "!has(self.credentialsSecret) || has(self.address)"
     assert "default" not in federation, "absent means the host's hub, not a stored default"
+
+
+# -- Replay ---------------------------------------------------------------------------------
+
+def replay_spec() -> dict[str, Any]:
+    spec: dict[str, Any] = schema_of(Replay)["properties"]["spec"]
+    return spec
+
+
+def cel_holds(rule: str, value: Any) -> bool:
+    """``rule`` as the API server evaluates it on ``value`` (celpy, the CEL the FaultPlan
+    expectations use; these rules use nothing Kubernetes adds to CEL)."""
+    environment = celpy.Environment()
+    return bool(environment.program(environment.compile(rule)).evaluate(
+        {"self": json_to_cel(value)}))
+
+
+@pytest.mark.parametrize(("speed", "accepted"), [
+    (1, True), (10, True), (1_000_000, True), ("max", True), ("0.5", True), ("0.001", True),
+    ("2.25", True), (0, False), (1_000_001, False), ("0", False), ("0.0001", False),
+    ("1000000.5", False),
+])
+def test_a_replay_speed_is_a_bounded_factor_or_max(speed: Any, accepted: bool) -> None:
+    field = replay_spec()["properties"]["speed"]
+    assert field["x-kubernetes-int-or-string"] is True
+    pattern = re.compile(field["pattern"])
+    matches = isinstance(speed, int) or bool(pattern.fullmatch(speed))
+    (rule,) = field["x-kubernetes-validations"]
+    assert (matches and cel_holds(rule["rule"], speed)) == accepted
+    assert "speed must be a factor from 0.001 to 1000000" in rule["message"]
+    assert "or max" in rule["message"]
+    if accepted:
+        assert speed_factor(speed) == (0.0 if speed == "max" else float(speed))
+    else:
+        with pytest.raises(ValueError, match="speed must be a factor"):
+            speed_factor(speed)
+
+
+@pytest.mark.parametrize("speed", ["fast", "1e3", "-1", "1/2", "max ", "12345678"])
+def test_a_replay_speed_that_is_no_number_is_refused_by_its_pattern(speed: str) -> None:
+    assert not re.fullmatch(replay_spec()["properties"]["speed"]["pattern"], speed)
+
+
+def test_a_replay_names_its_cluster_and_trace_and_is_immutable() -> None:
+    spec = replay_spec()
+    assert spec["required"] == ["clusterRef", "trace"]
+    assert spec["x-kubernetes-validations"][0]["rule"] == "self == oldSelf"
+    assert "delete the Replay and apply it again" in spec["x-kubernetes-validations"][0][
+        "message"]
+    reference = spec["properties"]["trace"]["properties"]["configMapRef"]
+    assert reference["required"] == ["name", "key"]
+    assert "1 MiB" in reference["description"]
+    assert "trace.configMapRef.name must be the name of a ConfigMap" in reference[
+        "properties"]["name"]["x-kubernetes-validations"][0]["message"]
+    assert "from" in spec["properties"], "spec.from as the CLI's --from"
+    assert spec["properties"]["clusterRef"]["maxLength"] == MAX_CLUSTER_NAME_LENGTH
+    parsed = Replay.model_validate({"metadata": {"name": "r"}, "spec": {
+        "clusterRef": "west", "from": "east",
+        "trace": {"configMapRef": {"name": "t", "key": "trace"}}}})
+    assert (parsed.spec.from_, parsed.spec.speed, parsed.spec.rawPods) == ("east", 1, False)
+    version = crd(Replay)["spec"]["versions"][0]
+    assert version["selectableFields"] == [{"jsonPath": ".spec.clusterRef"}]
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "Cluster", "Phase", "Progress", "Lag", "Refused", "Age"]

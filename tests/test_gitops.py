@@ -19,6 +19,7 @@ from operators.api.base import Condition
 from operators.api.clusters import FakeCluster
 from operators.api.faultplans import FaultPlan
 from operators.api.nodepools import FakeNodePool
+from operators.api.replays import Replay
 from operators.api.status import condition, pool_status
 
 GITOPS = Path(__file__).parent.parent / "examples" / "gitops"
@@ -53,7 +54,7 @@ def cluster(generation: int = 1, status: dict[str, Any] | None = None) -> dict[s
     return obj
 
 
-@pytest.mark.parametrize("kind", ["FakeCluster", "FakeNodePool", "FaultPlan"])
+@pytest.mark.parametrize("kind", ["FakeCluster", "FakeNodePool", "FaultPlan", "Replay"])
 def test_an_object_no_one_looked_at_yet_is_progressing(kind: str) -> None:
     assert health(kind, cluster()) == ("Progressing", "waiting for the fakefleet operator")
     # What the CRD's default makes of a new object's status (observedGeneration 0).
@@ -121,6 +122,36 @@ def test_a_plan_is_healthy_when_it_passed_and_degraded_when_it_failed() -> None:
     invalid = {"observedGeneration": 1, "phase": "Failed", "conditions": conditions(
         1, Ready=False, Reconciling=False, Stalled=(True, "step a: no such pool"))}
     assert health("FaultPlan", plan(invalid)) == ("Degraded", "step a: no such pool")
+
+
+def replay(status: dict[str, Any]) -> dict[str, Any]:
+    obj = {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "Replay",
+           "metadata": {"name": "r", "generation": 1},
+           "spec": {"clusterRef": "west",
+                    "trace": {"configMapRef": {"name": "t", "key": "trace"}}},
+           "status": status}
+    Replay.model_validate(obj)  # the shapes are the real ones
+    return obj
+
+
+def test_a_replay_is_healthy_when_every_write_was_taken_and_degraded_when_not() -> None:
+    waiting = {"observedGeneration": 1, "phase": "Pending", "conditions": conditions(
+        1, Ready=False, Reconciling=(True, "FakeCluster west is Provisioning, not Ready yet"),
+        Stalled=False)}
+    assert health("Replay", replay(waiting)) == (
+        "Progressing", "FakeCluster west is Provisioning, not Ready yet")
+    running = {"observedGeneration": 1, "phase": "Running", "progress": "40/70",
+               "lagSeconds": 0.25, "conditions": conditions(
+                   1, Ready=False, Reconciling=(True, "replaying 70 writes"), Stalled=False)}
+    assert health("Replay", replay(running)) == (
+        "Progressing", "replaying: 40/70 writes settled, lag 0.25s")
+    done = {"observedGeneration": 1, "phase": "Succeeded", "progress": "70/70",
+            "conditions": conditions(1, Ready=(True, "70 of 70 writes applied"),
+                                     Reconciling=False, Stalled=False)}
+    assert health("Replay", replay(done)) == ("Healthy", "70 of 70 writes applied")
+    refused = {**done, "phase": "Failed", "conditions": conditions(
+        1, Ready=False, Reconciling=False, Stalled=(True, "the API refused 2"))}
+    assert health("Replay", replay(refused)) == ("Degraded", "the API refused 2")
 
 
 def _documents(path: Path) -> list[dict[str, Any]]:

@@ -189,3 +189,41 @@ async def test_a_create_into_a_namespace_not_there_says_so() -> None:
     [refused] = progress.refused
     assert refused.write.describe() == "create ConfigMap apps/late"
     assert refused.reason.startswith("its namespace apps is not in the cluster")
+
+
+async def test_settled_counts_only_the_writes_answered_in_the_plan_s_order() -> None:
+    """A write answered before an earlier one is settled once that one is: a replay carried on
+    from ``settled.through`` sends again only what may not have been answered."""
+    clock = FakeClock()
+    transport = api(clock)
+    transport.fail("POST", "/api/v1/namespaces/apps/configmaps", delay=3, times=1)
+    seen: list[tuple[int, int]] = []
+    task = asyncio.create_task(replaying.replay(
+        trace([], [at(1, "create", "slow", configmap("slow")),
+                   at(2, "create", "quick", configmap("quick"))]),
+        Options(speed=1), Client(transport, clock=clock), clock=clock,
+        on_progress=lambda p: seen.append((p.applied, p.settled.through))))
+    await clock.advance(2.5)
+    assert transport.object("/api/v1/namespaces/apps/configmaps/quick") is not None
+    assert seen == [(1, 0)], "answered, but after one that is not"
+    await clock.advance(2)
+    progress = task.result()[1]
+    assert seen[-1] == (2, 2)
+    assert (progress.settled.through, progress.settled.applied) == (2, 2)
+
+
+async def test_a_run_from_a_write_on_takes_the_timeline_it_is_given() -> None:
+    clock = FakeClock()
+    transport = api(clock)
+    plan = planning.plan(trace([], [at(1, "create", "a", configmap("a")),
+                                    at(3, "create", "b", configmap("b")),
+                                    at(4, "create", "c", configmap("c"))]), Options(speed=1))
+    replayer = replaying.Replayer(Client(transport, clock=clock), clock=clock)
+    task = asyncio.create_task(replayer.run(plan, start=1, zero=clock.now() - 3))
+    await clock.settle()
+    assert transport.object("/api/v1/namespaces/apps/configmaps/b") is not None, "due at once"
+    assert transport.object("/api/v1/namespaces/apps/configmaps/c") is None
+    await clock.advance(1)
+    progress = await task
+    assert transport.object("/api/v1/namespaces/apps/configmaps/a") is None, "before start"
+    assert (progress.applied, progress.settled.through, progress.total) == (2, 3, 3)

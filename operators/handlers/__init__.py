@@ -2,9 +2,10 @@
 
 - the handlers of FakeCluster (:mod:`~operators.handlers.clusters`, with its add-ons
   :mod:`~operators.handlers.kueue` and :mod:`~operators.handlers.metricsserver`), FakeNodePool
-  (:mod:`~operators.handlers.nodepools`), FaultPlan (:mod:`~operators.handlers.faultplans`) and
-  the hub links (:mod:`~operators.handlers.hublinks`): each observes, calls the planners and
-  runners below it (``reconciling``, ``faults``, ``hublink``), applies what they return and
+  (:mod:`~operators.handlers.nodepools`), FaultPlan (:mod:`~operators.handlers.faultplans`),
+  Replay (:mod:`~operators.handlers.replays`) and the hub links
+  (:mod:`~operators.handlers.hublinks`): each observes, calls the planners and runners below it
+  (``reconciling``, ``faults``, ``recording``, ``hublink``), applies what they return and
   reports;
 - :mod:`~operators.handlers.registry`: which handler serves which event, kopf's settings, and
   the embeddable ``run``;

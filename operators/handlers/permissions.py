@@ -3,10 +3,10 @@ list the chart's RBAC is generated from, and that the operator checks at start.
 
 Read off the code that talks to the host (the handlers, the hub link, the engines' pool watch
 and status writes, the Kueue add-on's reads of workers' Secrets, FaultPlan expectations on
-``cluster: host`` objects of fakefleet's kinds) and kopf's own needs (watching the three kinds,
-patching their annotations and finalizers, posting Events; CRDs watched only when the operator
-watches every namespace). Members' API servers are reached with their own admin credentials and
-need nothing here.
+``cluster: host`` objects of fakefleet's kinds, Replays' traces in ConfigMaps) and kopf's own
+needs (watching the four kinds, patching their annotations and finalizers, posting Events; CRDs
+watched only when the operator watches every namespace). Members' API servers are reached with
+their own admin credentials and need nothing here.
 
 ``make generate`` writes the rules into ``charts/fakefleet/files/`` (the chart's Role or
 ClusterRole includes them) and ``make verify`` fails when they drift. At start the operator
@@ -49,13 +49,15 @@ class Rule:
 
 #: In every namespace the operator watches (a Role there, or a ClusterRole for all).
 NAMESPACED = (
-    Rule(GROUP, ("fakeclusters", "fakenodepools", "faultplans"), ("get", "list", "watch", "patch"),
-         "kopf watches the three kinds and keeps its progress, last-handled spec and finalizer "
+    Rule(GROUP, ("fakeclusters", "fakenodepools", "faultplans", "replays"),
+         ("get", "list", "watch", "patch"),
+         "kopf watches the four kinds and keeps its progress, last-handled spec and finalizer "
          "in their metadata; FaultPlans write fault entries into FakeClusters' and pools' "
          "annotations; engines watch their cluster's pools; expectations read host objects"),
-    Rule(GROUP, ("fakeclusters/status", "fakenodepools/status", "faultplans/status"),
-         ("patch",), "the operator reports FakeCluster and FaultPlan status, engines and the "
-                     "operator FakeNodePool status"),
+    Rule(GROUP, ("fakeclusters/status", "fakenodepools/status", "faultplans/status",
+                 "replays/status"),
+         ("patch",), "the operator reports FakeCluster, FaultPlan and Replay status, engines "
+                     "and the operator FakeNodePool status"),
     Rule(GROUP, ("fakeclusters/finalizers",), ("update",),
          "a member's kubeconfig Secret is owned by its FakeCluster with blockOwnerDeletion, "
          "which the OwnerReferencesPermissionEnforcement admission plugin allows only to who "
@@ -68,7 +70,7 @@ NAMESPACED = (
          "clusters' kubeconfigs, hub credentials and MultiKueue workers' kubeconfigs (read)"),
     Rule("", ("configmaps",), ("get", "create", "update"),
          "a FaultPlan's lists of victims too long for its status (owned by the plan, the "
-         "garbage collector removes them with it)"),
+         "garbage collector removes them with it); a Replay's trace (read)"),
     Rule("", ("events",), ("create",),
          "kopf's and the FaultPlans' Events (FaultInjected, FaultRecovered, ExpectationFailed)"),
 )

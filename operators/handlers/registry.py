@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 
 from operators.api.base import VERSION
-from operators.handlers import clusters, faultplans, hublinks, nodepools
+from operators.handlers import clusters, faultplans, hublinks, nodepools, replays
 from operators.handlers.runtime import Runtime
 from operators.k8s.config import ClusterAccess, HostConfig
 from primitives import keys
@@ -24,7 +24,7 @@ from primitives.keys import GROUP
 CLUSTER_TIMER = 5.0
 #: A daemon asked to stop (the operator stops, or its object goes) gets DAEMON_GRACE seconds
 #: to end by itself, then it is cancelled and gets DAEMON_CANCELLED more to close its clients.
-#: Plan runners and hub links may stop at any line (their progress is in the API); kopf's
+#: Plan runners, replays and hub links may stop at any line (their progress is in the API); kopf's
 #: default would cancel them at once, in the middle of closing what they hold.
 DAEMON_GRACE = 3.0
 DAEMON_CANCELLED = 2.0
@@ -33,11 +33,13 @@ DAEMON_STOP = DAEMON_GRACE + DAEMON_CANCELLED
 
 
 def build_registry(host: HostConfig) -> kopf.OperatorRegistry:
-    """Handlers of FakeCluster, FakeNodePool and FaultPlan, and a login to the host cluster."""
+    """Handlers of FakeCluster, FakeNodePool, FaultPlan and Replay, and a login to the host
+    cluster."""
     registry = kopf.OperatorRegistry()
     fc = {"group": GROUP, "version": VERSION, "plural": "fakeclusters", "registry": registry}
     fnp = {"group": GROUP, "version": VERSION, "plural": "fakenodepools", "registry": registry}
     fp = {"group": GROUP, "version": VERSION, "plural": "faultplans", "registry": registry}
+    rp = {"group": GROUP, "version": VERSION, "plural": "replays", "registry": registry}
 
     for on in (kopf.on.create, kopf.on.resume):
         on(**fc, id="reconcile")(clusters.reconcile)  # type: ignore[arg-type]
@@ -56,6 +58,7 @@ def build_registry(host: HostConfig) -> kopf.OperatorRegistry:
     stopping = {"cancellation_backoff": DAEMON_GRACE, "cancellation_timeout": DAEMON_CANCELLED}
     kopf.daemon(**fp, id="run", **stopping)(faultplans.run)  # type: ignore[arg-type]
     kopf.on.delete(**fp, id="recover")(faultplans.delete)  # type: ignore[arg-type]
+    kopf.daemon(**rp, id="run", **stopping)(replays.run)  # type: ignore[arg-type]
     kopf.daemon(**fc, id="hub-link", **stopping)(hublinks.run)  # type: ignore[arg-type]
 
     def login(**_: Any) -> kopf.ConnectionInfo:

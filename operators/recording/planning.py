@@ -86,6 +86,11 @@ _TEMPLATE_HASH = re.compile(r"^(?P<deployment>.+)-[a-z0-9]{1,10}$")
 _FIRST = {"Namespace": 0, "CustomResourceDefinition": 1}
 
 
+def writer(run: str) -> str:
+    """What a replay's run writes in ``fakefleet.dev/owned-by`` of what it makes."""
+    return f"{WRITER}/{run}"
+
+
 class PlanError(ValueError):
     """The trace cannot be replayed as asked: says which option or entry, and the fix."""
 
@@ -101,6 +106,10 @@ class Options:
     run: str = "0"
     #: The seed of the replayed pods' random draws (jitter), None for their own.
     seed: str | None = None
+    #: Mark every object created with this run's writer (:func:`writer`) in
+    #: ``fakefleet.dev/owned-by``, as its lives sets are: a replay carried on after a restart
+    #: tells its own objects from others of the same name by it.
+    mark: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -380,6 +389,8 @@ def plan(trace: Trace, options: Options) -> Plan:
     def creates(obj: dict[str, Any], due: float, recorded: int, resource: str) -> None:
         ref = _ref(obj)
         made = _cleaned(obj)
+        if options.mark:
+            made["metadata"].setdefault("annotations", {})[keys.OWNED_BY] = writer(options.run)
         api_version = str(obj.get("apiVersion", ""))
         template = _template(made)
         annotations = made["metadata"].setdefault("annotations", {}) if ref.kind == "Pod" \
@@ -402,7 +413,7 @@ def plan(trace: Trace, options: Options) -> Plan:
             owner_text = f"{ref.namespace}/{ref.kind}/{ref.name}"
             writes.append(Write(
                 due, "create", "v1", "ConfigMap", "configmaps", lives.NAMESPACE, name,
-                lives.render(name, owner=owner_text, writer=f"{WRITER}/{options.run}",
+                lives.render(name, owner=owner_text, writer=writer(options.run),
                              lives=[life_of(p, options.speed, restarts=restarts)
                                     for p in ordered]), recorded, ref.chain()))
             lives_written.append((owner_text, len(ordered)))
