@@ -530,7 +530,8 @@ def test_a_replay_object_replays_a_trace_from_a_configmap_and_says_how_far_it_go
                    "metadata": {"name": "after-widget", "namespace": KIND_NAMESPACE}})),
         ()), tmp_path)
     status = finished(fleet, "rk-refused")
-    assert (status["phase"], status["applied"], status["refusedCount"]) == ("Failed", 1, 1)
+    # Applied: the namespace (there already, so left as it stands) and the ConfigMap.
+    assert (status["phase"], status["applied"], status["refusedCount"]) == ("Failed", 2, 1)
     assert status["refused"][0]["write"] == f"create Widget {KIND_NAMESPACE}/w"
     assert "install its CustomResourceDefinition" in status["refused"][0]["reason"]
     stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")

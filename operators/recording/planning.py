@@ -446,7 +446,7 @@ def plan(trace: Trace, options: Options) -> Plan:
     if needed:
         writes[:0] = [Write(0.0, "create", "v1", "Namespace", "namespaces", "", name, {
             "apiVersion": "v1", "kind": "Namespace", "metadata": {
-                "name": name, "annotations": {keys.OWNED_BY: f"{WRITER}/{options.run}"}}},
+                "name": name, "annotations": {keys.OWNED_BY: writer(options.run)}}},
             chain=namespace_chain(name), if_missing=True) for name in needed]
     notes = list(trace.notes)
     if needed:
