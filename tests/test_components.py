@@ -154,3 +154,17 @@ def test_request_limits_are_data_a_benchmark_may_change() -> None:
     assert "--max-requests-inflight" not in default, "upstream's defaults"
     with pytest.raises(ValueError, match="mutating 0 serves nothing"):
         components.RequestLimits(inflight=1, mutating=0)
+
+
+def test_the_node_monitor_grace_period_is_given_only_when_set() -> None:
+    default = _flags(components.controller_manager_argv(
+        Path("kcm"), kubeconfig=Path("k"), port=3, pki=PKI, profile=Profile.DEFAULT))
+    assert "--node-monitor-grace-period" not in default, "the controller-manager's own 50 s"
+    short = _flags(components.controller_manager_argv(
+        Path("kcm"), kubeconfig=Path("k"), port=3, pki=PKI, profile=Profile.DEFAULT,
+        node_monitor_grace=20.0))
+    assert short["--node-monitor-grace-period"] == "20s"
+    odd = _flags(components.controller_manager_argv(
+        Path("kcm"), kubeconfig=Path("k"), port=3, pki=PKI, profile=Profile.LOAD,
+        node_monitor_grace=90.5))
+    assert odd["--node-monitor-grace-period"] == "90.5s"

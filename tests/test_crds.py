@@ -230,3 +230,30 @@ def test_a_replay_names_its_cluster_and_trace_and_is_immutable() -> None:
     assert version["selectableFields"] == [{"jsonPath": ".spec.clusterRef"}]
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
         "Cluster", "Phase", "Progress", "Lag", "Refused", "Age"]
+
+
+# -- FakeCluster's controlPlane.nodeMonitorGracePeriod ----------------------------------------
+
+@pytest.mark.parametrize(("grace", "accepted"), [
+    ("10s", True), ("20s", True), ("1m30s", True), ("10m", True), ("9s", False),
+    ("9999ms", False), ("10m1s", False), ("1h", False),
+])
+def test_the_node_monitor_grace_period_is_bounded_with_a_message(grace: str,
+                                                                  accepted: bool) -> None:
+    control_plane = schema_of(FakeCluster)["properties"]["spec"]["properties"]["controlPlane"]
+    field = control_plane["properties"]["nodeMonitorGracePeriod"]
+    assert "default" not in field, "absent: the controller-manager's own default"
+    assert re.fullmatch(field["pattern"], grace)
+    (rule,) = field["x-kubernetes-validations"]
+    assert cel_holds(rule["rule"], grace) == accepted
+    assert "give a nodeMonitorGracePeriod from 10s to 10m" in rule["message"]
+    assert "or remove it for the controller-manager's default of 50s" in rule["message"]
+
+
+def test_the_node_monitor_grace_period_is_immutable_with_the_control_plane() -> None:
+    control_plane = schema_of(FakeCluster)["properties"]["spec"]["properties"]["controlPlane"]
+    assert any(check["rule"] == "self == oldSelf"
+               for check in control_plane["x-kubernetes-validations"])
+    assert FakeClusterSpec().controlPlane.node_grace is None
+    spec = FakeClusterSpec.model_validate({"controlPlane": {"nodeMonitorGracePeriod": "1m30s"}})
+    assert spec.controlPlane.node_grace == 90.0

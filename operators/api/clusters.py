@@ -15,7 +15,7 @@ from operators.api.base import (
     ResourceInfo,
     immutable,
 )
-from operators.api.durations import DURATION_LENGTH, DURATION_PATTERN
+from operators.api.durations import DURATION_LENGTH, DURATION_PATTERN, parse_duration
 from operators.api.names import Labels, label_value, rule, validations
 from primitives import keys
 from primitives.names import CLUSTER_NAME_MAX_LENGTH, LABEL_VALUE_MAX_LENGTH
@@ -148,6 +148,12 @@ class FederationSpec(Model):
         return self.enabled and self.address is None
 
 
+#: The node-lifecycle controller's grace period: kube-controller-manager's default, and the
+#: range spec.controlPlane.nodeMonitorGracePeriod allows.
+DEFAULT_NODE_MONITOR_GRACE = "50s"
+MIN_NODE_MONITOR_GRACE, MAX_NODE_MONITOR_GRACE = "10s", "10m"
+
+
 class ControlPlaneSpec(Model):
     """Where the cluster's API server comes from."""
 
@@ -180,6 +186,29 @@ class ControlPlaneSpec(Model):
     """'load' lifts the API server's request limits, for load tests (backend 'local'). Unset:
     the operator's --default-profile ('default' unless the operator was started otherwise, as
     the chart's controlPlane.profile does)."""
+    nodeMonitorGracePeriod: str | None = Field(
+        default=None, pattern=DURATION_PATTERN, max_length=DURATION_LENGTH,
+        json_schema_extra=validations(rule(
+            f"duration(self) >= duration('{MIN_NODE_MONITOR_GRACE}') && "
+            f"duration(self) <= duration('{MAX_NODE_MONITOR_GRACE}')",
+            f"give a nodeMonitorGracePeriod from {MIN_NODE_MONITOR_GRACE} to "
+            f"{MAX_NODE_MONITOR_GRACE}, e.g. 20s, or remove it for the controller-manager's "
+            f"default of {DEFAULT_NODE_MONITOR_GRACE}")))
+    """How long the node-lifecycle controller waits for a node's Lease renewal before it marks
+    the node NotReady (Unknown), from 10s to 10m: the controller-manager's
+    --node-monitor-grace-period (backend 'local'), and the grace the engine paces its Lease
+    renewals by and raises a pool's HeartbeatsAtRisk at 3/4 of (either backend; for
+    'external' say what the adopted cluster's controller-manager uses). Unset: the
+    controller-manager's default, 50s. Shorter: node faults (Unreachable, NotReady) are
+    seen sooner; the engine renews more often (at most every fifth of it)."""
+
+    @property
+    def node_grace(self) -> float | None:
+        """The node-lifecycle controller's grace period in seconds; None: unset (the
+        controller-manager's default, which the engine assumes too)."""
+        if self.nodeMonitorGracePeriod is None:
+            return None
+        return parse_duration(self.nodeMonitorGracePeriod)
 
 
 #: A FakeCluster's name as ``multiKueue.workers`` lists it: a DNS label (a label value too).

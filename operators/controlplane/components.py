@@ -294,8 +294,13 @@ def scheduler_argv(binary: Path, *, kubeconfig: Path, port: int, profile: Profil
 
 
 def controller_manager_argv(
-    binary: Path, *, kubeconfig: Path, port: int, pki: ClusterPKI, profile: Profile
+    binary: Path, *, kubeconfig: Path, port: int, pki: ClusterPKI, profile: Profile,
+    node_monitor_grace: float | None = None,
 ) -> list[str]:
+    """``node_monitor_grace``: the node-lifecycle controller's grace period in seconds (None:
+    the controller-manager's default, 50 s)."""
+    grace = ([f"--node-monitor-grace-period={node_monitor_grace:g}s"]
+             if node_monitor_grace is not None else [])
     return [
         str(binary),
         *_component_common(kubeconfig, port, profile),
@@ -306,4 +311,5 @@ def controller_manager_argv(
         f"--cluster-signing-key-file={pki.ca_key}",
         "--controllers=*",
         f"--horizontal-pod-autoscaler-sync-period={HPA_SYNC_PERIOD}",
+        *grace,
     ]

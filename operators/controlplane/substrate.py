@@ -78,6 +78,8 @@ class ClusterOptions:
     """Binaries of another Kubernetes version than the substrate's default."""
     limits: RequestLimits | None = None
     """The API server's request limits, if not its profile's (a benchmark trying others)."""
+    node_monitor_grace: float | None = None
+    """The controller-manager's --node-monitor-grace-period in seconds (None: its default)."""
 
     @property
     def components(self) -> list[str]:
@@ -272,7 +274,8 @@ class Substrate:
             else:
                 argv = components.controller_manager_argv(
                     binaries.kube_controller_manager, kubeconfig=cluster.kubeconfig_of(kind),
-                    port=ports.controller_manager, pki=pki, profile=options.profile)
+                    port=ports.controller_manager, pki=pki, profile=options.profile,
+                    node_monitor_grace=options.node_monitor_grace)
                 url = f"https://127.0.0.1:{ports.controller_manager}/healthz"
                 tls = health.insecure_tls()
             return Supervised(f"{name}/{kind}", argv, log_path=state.component_log(name, kind),

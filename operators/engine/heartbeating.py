@@ -45,7 +45,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 from operators.engine import nodes, stages
-from operators.engine.alerting import GapAlarm
+from operators.engine.alerting import NODE_GRACE, GapAlarm
 from operators.engine.dispatching import Dispatcher
 from operators.engine.faultsets import FaultSets
 from operators.engine.inventory import NodeBook, NodeRecord
@@ -122,7 +122,7 @@ class Heartbeats:
         self._rng = rng
         self._slack = slack
         self._loaded = loaded
-        self.pace = Pace(clock)
+        self.pace = Pace(clock, grace=self.alarm.grace)
         self._timers: DelayQueue[tuple[str, str]] = DelayQueue(clock)
         self.window = Window(connections)
         self._dispatcher = Dispatcher(self._timers, self._due, clock=clock, limit=connections,
@@ -427,6 +427,13 @@ class Pace:
     queueing, and a renewal that does not queue is within the grace period with room to spare
     (measured: at 30 s, renewals on two saturated cores queued up to 15 s).
 
+    These bounds are those of the default grace (50 s). A shorter grace (the FakeCluster's
+    ``spec.controlPlane.nodeMonitorGracePeriod``) scales them down with it: the interval is at
+    most a fifth of the grace while the server keeps up (10 s of 50 s, the kubelet's own; 4 s
+    of 20 s) and never more than 7/10 of it stretched (35 s of 50 s, 14 s of 20 s), below the
+    3/4 at which the pool's heartbeats are at risk. A longer grace changes nothing: the
+    kubelet does not renew less often for it.
+
     The renewal window (:mod:`~operators.engine.windowing`) does not replace it: the window
     keeps what goes out within what the server serves, and what does not go out waits in the
     engine's queue, which shows here as renewals late; only a longer interval makes less due.
@@ -439,9 +446,15 @@ class Pace:
     MOST = 3.5
     CEILING = 35.0
     LONGEST = 0.875  # of the lease
+    NOMINAL_OF_GRACE = 0.2  # the kubelet's 10 s of the default grace
+    CEILING_OF_GRACE = CEILING / NODE_GRACE  # 0.7
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, *, grace: float = NODE_GRACE) -> None:
+        """``grace``: the node-lifecycle controller's grace period (seconds)."""
         self._clock = clock
+        self.grace = grace
+        self._nominal_cap = grace * self.NOMINAL_OF_GRACE
+        self._ceiling = min(self.CEILING, grace * self.CEILING_OF_GRACE)
         self.stretch = 1.0
         self.latency = 0.0  # moving average of renewal round trips
         self._adjusted = float("-inf")
@@ -461,6 +474,6 @@ class Pace:
             self.stretch = max(1.0, self.stretch * 0.9)
 
     def interval(self, lease_duration: float) -> float:
-        nominal = lease_duration * RENEW_FRACTION
+        nominal = min(lease_duration * RENEW_FRACTION, self._nominal_cap)
         return max(nominal, min(nominal * self.stretch, lease_duration * self.LONGEST,
-                                self.CEILING))
+                                self._ceiling))

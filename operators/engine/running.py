@@ -101,7 +101,7 @@ class EngineSettings:
     heartbeat_batch: int = 256
     #: Heartbeats this late (seconds past due) hold the pod lifecycle back until they catch
     #: up: with renewals stretched to at most 35 s, still inside the node-lifecycle
-    #: controller's 50 s grace (node-monitor-grace-period).
+    #: controller's 50 s grace (node-monitor-grace-period); a tenth of a shorter grace.
     heartbeat_slack: float = 5.0
     status_interval: float = 1.0
     #: The member's node-lifecycle controller's grace period (``--node-monitor-grace-period``):
@@ -165,7 +165,9 @@ class ClusterEngine:
                                      self.recorder, faults=self.faults, clock=clock, rng=rng,
                                      connections=settings.heartbeat_connections,
                                      batch=settings.heartbeat_batch,
-                                     slack=settings.heartbeat_slack, loaded=self._loaded,
+                                     slack=min(settings.heartbeat_slack,
+                                               settings.node_grace / 10),
+                                     loaded=self._loaded,
                                      traces=self.traces, gpus=self.publisher,
                                      alarm=self.alarm)
         self.registrar = Registrar(cluster, client, self.book, self.heartbeats, clock=clock,

@@ -320,6 +320,7 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
             scheduler=spec.scheduler, controller_manager=spec.controllerManager,
             profile=Profile(spec.profile) if spec.profile else runtime.default_profile,
             binaries=binaries,
+            node_monitor_grace=spec.node_grace,
         ))
     elif isinstance(action, planning.ConnectExternal):
         runtime.external[key] = await _connect(runtime, namespace, key, action)
@@ -340,7 +341,8 @@ async def execute(runtime: Runtime, cluster: FakeCluster, key: str,
                 await authorizing.grant(admin)
             kubeconfig = local.engine_kubeconfig_path
             kubelet_pki = local.kubelet_pki.directory
-        await runtime.start_engine(key, namespace, name, kubeconfig, kubelet_pki=kubelet_pki)
+        await runtime.start_engine(key, namespace, name, kubeconfig, kubelet_pki=kubelet_pki,
+                                   node_grace=spec.node_grace)
     elif isinstance(action, planning.StopEngine):
         await runtime.stop_engine(key)
     elif isinstance(action, planning.DrainNodes):

@@ -159,24 +159,28 @@ class Runtime:
 
     async def start_engine(self, key: str, namespace: str, name: str,
                            member_kubeconfig: Path, *,
-                           kubelet_pki: Path | None = None) -> Supervised:
+                           kubelet_pki: Path | None = None,
+                           node_grace: float | None = None) -> Supervised:
         """The cluster's engine process, supervised: its log in the cluster's directory,
         restarted with back-off (reset after a healthy minute) when it dies. One that an
         earlier operator left running with the same command line is adopted if it answers
         on its kubelet port. ``kubelet_pki``: the member's kubelet PKI, with which it serves
         the kubelet API over TLS (None: an adopted cluster, whose API server fakefleet cannot
-        give the flags to reach it)."""
+        give the flags to reach it). ``node_grace``: the member's node-lifecycle controller's
+        grace period in seconds, by which the engine paces Lease renewals (None: its
+        default)."""
         engine = self.engines.get(key)
         if engine is not None:
             return engine
         endpoint = choose_engine_endpoint(StateDir(self.state_dir), key)  # both ports set
         tls = ["--kubelet-tls-port", str(endpoint.kubeletTlsPort),
                "--kubelet-pki", str(kubelet_pki)] if kubelet_pki is not None else []
+        grace = ["--node-monitor-grace", f"{node_grace:g}"] if node_grace is not None else []
         engine = Supervised(
             f"{key}/engine",
             [sys.executable, "-m", "operators.engine", "--kubeconfig", str(member_kubeconfig),
              *engine_host_arguments(self.host_config), "--cluster", f"{namespace}/{name}",
-             "--kubelet-port", str(endpoint.kubeletPort), *tls],
+             "--kubelet-port", str(endpoint.kubeletPort), *tls, *grace],
             log_path=StateDir(self.state_dir).engine_log(key),
             stable_after=ENGINE_STABLE_AFTER, death_signal=signal.SIGTERM,
             subreaper=self.subreaper,

@@ -128,3 +128,45 @@ async def test_the_pace_stretches_when_renewals_run_late_and_recovers() -> None:
     await clock.advance(1)
     pace.observe(0.0, 0.5, loaded=False)
     assert pace.interval(40) == 25.0
+
+
+def test_a_shorter_grace_scales_the_pace_down_and_a_longer_one_changes_nothing() -> None:
+    from operators.engine.heartbeating import Pace
+    from tests.fakes.clocks import FakeClock
+
+    clock = FakeClock()
+    short, long = Pace(clock, grace=20), Pace(clock, grace=300)
+    assert short.interval(40) == 4.0, "a fifth of a 20 s grace, not the kubelet's 10 s"
+    assert long.interval(40) == 10.0, "the kubelet's pace: a longer grace is no reason to slow"
+    short.stretch = long.stretch = Pace.MOST
+    assert short.interval(40) == 14.0, "stretched to 7/10 of the grace, below the 3/4 at risk"
+    assert long.interval(40) == 35.0, "the ceiling of the default grace"
+
+
+async def test_renewals_under_a_short_grace_stay_inside_it_calm_and_loaded() -> None:
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("cpu", replicas=1))
+    engine = fleet.engine(node_grace=20.0)
+
+    def gaps() -> list[float]:
+        renewed = [parse(r.json()["spec"]["renewTime"])
+                   for r in fleet.member.sent("PATCH", f"{LEASES}/cpu-0")]
+        return [later - earlier for earlier, later in itertools.pairwise(renewed)]
+
+    async with fleet.running(engine):
+        assert engine.alarm.threshold == 15.0, "at risk past 3/4 of the 20 s grace"
+        await fleet.clock.advance(5)
+        fleet.member.requests.clear()
+        await fleet.clock.advance(40)
+        calm = gaps()
+        engine.pods.busy = lambda: True  # type: ignore[method-assign]
+        await fleet.clock.advance(11)
+        fleet.member.requests.clear()
+        await fleet.clock.advance(60)
+        loaded = gaps()
+        condition = engine.alarm.condition("cpu")
+    assert len(calm) >= 8
+    assert all(3.8 < gap < 4.2 for gap in calm), f"a fifth of the 20 s grace: {calm}"
+    assert len(loaded) >= 4
+    assert all(7.4 < gap <= 10.01 for gap in loaded), f"stretched 2.5 times, no more: {loaded}"
+    assert condition is None, "never at risk"
