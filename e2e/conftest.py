@@ -110,6 +110,20 @@ kind: FakeCluster
 metadata: {{name: {name}}}
 spec: {{labels: {{region: test}}}}
 """
+#: The node-lifecycle controller's grace (spec.controlPlane.nodeMonitorGracePeriod) of the
+#: clusters whose tests wait for it to mark nodes NotReady: 20 s instead of its 50 s.
+SHORT_GRACE = "20s"
+
+
+def with_short_grace(manifest: str) -> str:
+    """A FakeCluster manifest made of CLUSTER, with the node-lifecycle controller's grace
+    SHORT_GRACE."""
+    plain = "spec: {labels: {region: test}}"
+    assert plain in manifest, manifest
+    return manifest.replace(plain, "spec: {labels: {region: test}, controlPlane: "
+                                   f"{{nodeMonitorGracePeriod: {SHORT_GRACE}}}}}")
+
+
 POOL = """
 apiVersion: fakefleet.dev/v1alpha1
 kind: FakeNodePool
@@ -176,6 +190,11 @@ class Fleet:
 
     def operator_restarted(self, old: int) -> bool:
         return self.operator_pid() not in (0, old)
+
+    def command_line(self, cluster: str, component: str, namespace: str = "default") -> str:
+        """The command line of a member's process (``kube-controller-manager``, ``engine``)."""
+        pid = self.member_processes(cluster, namespace)[component]
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
 
     def member_processes(self, cluster: str, namespace: str = "default") -> dict[str, int]:
         """The pids of a member's processes (kube-apiserver, engine, ...), as the operator that

@@ -20,12 +20,14 @@ from e2e.conftest import (
     CLUSTER,
     KUBECTL,
     POOL,
+    SHORT_GRACE,
     Fleet,
     eventually,
     fakefleet,
     kubectl,
     kubectl_json,
     processes_mentioning,
+    with_short_grace,
 )
 from primitives import keys
 
@@ -86,9 +88,10 @@ def delete_plan(fleet: Fleet, name: str) -> None:
 
 @pytest.fixture(scope="module")
 def delta(fleet: Fleet) -> Iterator[Path]:
-    """Cluster delta: 4 H100 nodes (short leases) and 3 CPU nodes; its member kubeconfig."""
+    """Cluster delta: 4 H100 nodes (short leases) and 3 CPU nodes, and the node-lifecycle
+    controller's grace SHORT_GRACE; its member kubeconfig."""
     kubectl(fleet.host, "create", "namespace", NAMESPACE, check=False)
-    fleet.apply(CLUSTER.format(name="delta").replace("metadata: {name: delta}",
+    fleet.apply(with_short_grace(CLUSTER.format(name="delta")).replace("metadata: {name: delta}",
                                                      f"metadata: {{name: delta, namespace: "
                                                      f"{NAMESPACE}}}"))
     for name, replicas, extra in (
@@ -168,17 +171,21 @@ def test_node_faults_are_seen_by_real_clients_and_recovered(fleet: Fleet, delta:
          "fault": {"type": "Delete"},
          "expectations": [expect("gone", "20s", {"kind": "Node", "name": "gpu-2"},
                                  count={"equals": 0})]},
-        # The member's real node-lifecycle controller notices the silence and taints the node.
-        {"name": "unreachable", "target": nodes("gpu-3"), "at": "1s", "duration": "80s",
+        # The member's real node-lifecycle controller notices the silence and taints the node
+        # once its grace (SHORT_GRACE, 20 s) has passed, then its next pass (every 5 s).
+        {"name": "unreachable", "target": nodes("gpu-3"), "at": "1s", "duration": "45s",
          "fault": {"type": "Unreachable"},
-         "expectations": [expect("unknown", "75s", VICTIM_NODES, taint={
+         "expectations": [expect("unknown", "40s", VICTIM_NODES, taint={
              "key": "node.kubernetes.io/unreachable", "effect": "NoExecute"})]},
     ]
     found = run(fleet, plan("node-faults", steps), "node-faults", timeout=240)
     outcomes = results(found)
     assert found["status"]["verdict"] == "Passed", outcomes
-    assert all(outcome == "Passed" and latency is not None and 0 <= latency < 75
+    assert all(outcome == "Passed" and latency is not None and 0 <= latency < 40
                for outcome, latency in outcomes.values()), outcomes
+    unknown = outcomes["unreachable/unknown"][1]
+    assert unknown is not None
+    assert unknown >= 15, f"not long before the grace ({SHORT_GRACE}) has passed: {outcomes}"
     assert {i["state"] for i in found["status"]["injections"]} == {"Recovered"}
     # Everything is back as it was.
     eventually(lambda: len(ready(delta)) == 7, timeout=60, what="every node Ready again")

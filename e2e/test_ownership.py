@@ -16,11 +16,13 @@ import pytest
 from e2e.conftest import (
     CLUSTER,
     POOL,
+    SHORT_GRACE,
     Fleet,
     eventually,
     kubectl,
     kubectl_json,
     processes_mentioning,
+    with_short_grace,
 )
 from operators.controlplane.state import StateDir
 from operators.reconciling.clusters import cluster_key
@@ -31,7 +33,8 @@ REPLICAS = 6
 
 @pytest.fixture(scope="module")
 def omega(fleet: Fleet) -> Iterator[Path]:
-    fleet.apply(CLUSTER.format(name="omega"))
+    # The node-lifecycle controller marks the nodes NotReady after 20 s, not 50 s.
+    fleet.apply(with_short_grace(CLUSTER.format(name="omega")))
     fleet.apply(POOL.format(name="work", cluster="omega", replicas=3, extra=""))
     fleet.wait_cluster_ready("omega")
     fleet.wait_pool("work", 3)
@@ -68,7 +71,7 @@ def test_the_engine_is_served_as_kubelets_are_with_exactly_its_rights(
                str(engine_kubeconfig) in Path(f"/proc/{pid}/cmdline").read_text()]
     assert engines, "the engine runs with its own kubeconfig"
     before = dispatched(omega)
-    time.sleep(15)  # a Lease renewal per node at least (every 10 s)
+    time.sleep(15)  # a Lease renewal per node at least (every 4 s, a fifth of the grace)
     after = dispatched(omega)
 
     def grew(flow: tuple[str, str]) -> float:
@@ -94,6 +97,10 @@ def test_pods_marked_not_ready_by_the_node_lifecycle_controller_heal_after_recov
         fleet: Fleet, omega: Path) -> None:
     """Defect: the node-lifecycle controller's NotReady stayed for good, and the Deployment
     never completed."""
+    assert f"--node-monitor-grace-period={SHORT_GRACE}" in fleet.command_line(
+        "omega", "kube-controller-manager")
+    assert f"--node-monitor-grace {SHORT_GRACE.removesuffix('s')} " in \
+        fleet.command_line("omega", "engine") + " ", "the engine paces renewals by it"
     kubectl(omega, "create", "deployment", "web", "--image=nginx:1.27",
             f"--replicas={REPLICAS}")
     eventually(lambda: kubectl_json(omega, "get", "deployment", "web")["status"].get(
@@ -101,7 +108,7 @@ def test_pods_marked_not_ready_by_the_node_lifecycle_controller_heal_after_recov
     plan = {"apiVersion": "fakefleet.dev/v1alpha1", "kind": "FaultPlan",
             "metadata": {"name": "gone", "namespace": "default"},
             "spec": {"seed": 3, "steps": [{
-                "name": "gone", "at": "0s", "duration": "75s", "fault": {"type": "Unreachable"},
+                "name": "gone", "at": "0s", "duration": "45s", "fault": {"type": "Unreachable"},
                 "target": {"clusters": {"names": ["omega"]},
                            "nodes": {"names": list(NODES)}}}]}}
     fleet.apply(json.dumps(plan))
@@ -110,9 +117,10 @@ def test_pods_marked_not_ready_by_the_node_lifecycle_controller_heal_after_recov
         return [p["metadata"]["name"] for p in kubectl_json(omega, "get", "pods", "-l",
                                                             "app=web")["items"]
                 if p["spec"]["nodeName"] in NODES and not ready(p)]
-    eventually(marked, timeout=100, what="the node-lifecycle controller to mark pods NotReady")
+    eventually(marked, timeout=45, what="the node-lifecycle controller to mark pods NotReady "
+                                        f"(its grace: {SHORT_GRACE})")
     # The nodes come back as soon as the controller has marked the pods: deleting the plan
-    # recovers its fault (its finalizer) instead of waiting out the rest of its 75 s.
+    # recovers its fault (its finalizer) instead of waiting out the rest of its 45 s.
     kubectl(fleet.host, "delete", "fp", "gone", "--timeout=120s")
 
     def back() -> bool:
