@@ -197,9 +197,12 @@ def main(argv: list[str] | None = None) -> int:
                              "node certificates it issues")
     parser.add_argument("--node-monitor-grace", type=number(1, 3600, "a number of seconds"),
                         default=NODE_GRACE, metavar="SECONDS",
-                        help="the member's node-lifecycle controller's grace period: a Lease "
-                             "renewal gap past 3/4 of it puts a pool's heartbeats at risk; "
-                             f"from 1 to 3600 (default {NODE_GRACE:.0f})")
+                        help="the member's node-lifecycle controller's grace period (the "
+                             "operator gives the FakeCluster's "
+                             "spec.controlPlane.nodeMonitorGracePeriod): Lease renewals go out "
+                             "at most every fifth of it, and a renewal gap past 3/4 of it puts "
+                             "a pool's heartbeats at risk; from 1 to 3600 "
+                             f"(default {NODE_GRACE:.0f})")
     parser.add_argument("--no-metrics", action="store_true",
                         help="measure no usage and serve no kubelet or DCGM endpoint")
     parser.add_argument("--verbose", action="store_true")

@@ -2,7 +2,8 @@
 heartbeat on or off), on connections and a dispatcher of their own.
 
 Liveness travels through Leases, renewed every quarter of their duration as the kubelet does
-(spread by ±4 % so renewals do not bunch up), stretched while the API server cannot keep up
+(spread by ±4 % so renewals do not bunch up; at most every fifth of a node-monitor grace
+shorter than the default), stretched while the API server cannot keep up
 (:class:`Pace`: how much is due); as many in flight as the API server serves
 (:class:`~operators.engine.windowing.Window`: how much goes out). The two are not one: Pace
 makes fewer renewals due when they go out late or the server is slow, the window sends what is
