@@ -348,7 +348,8 @@ class FakeNodePoolSpec(Model):
 
 
 #: The condition a pool's engine sets True while a Lease renewal gap of its nodes passed 3/4 of
-#: the node-lifecycle controller's grace (37.5 s of 50 s), with the gap measured and its node;
+#: the node-lifecycle controller's grace (37.5 s of 50 s; its FakeCluster's
+#: spec.controlPlane.nodeMonitorGracePeriod if set), with the gap measured and its node;
 #: False once every renewal is within that again. Absent while its engine never found it so (an
 #: engine that starts again measures anew, the gap across its restart included).
 HEARTBEATS_AT_RISK = "HeartbeatsAtRisk"
