@@ -47,8 +47,9 @@ the admin's client certificate) are read before the first pod and once every pod
 into each queue by event (``UnschedulableTimeout``: the 5-minute flush of pods no event
 requeued), attempts by result, pods scheduled after that flush, and each plugin's queueing
 hints by event and answer; its queues (pending pods, unschedulable pods by rejecting plugin)
-are sampled every 10 s and shown as they were once every node was usable. Every pod's and
-node's moments go to the JSON results.
+are sampled every 10 s and shown as they were once every node was usable. With the engine,
+its log says when its watch of bound pods listed again (a pod bound before the engine played
+its node is passed over until then). Every pod's and node's moments go to the JSON results.
 
 Karpenter's own account is shown beside these:
 
@@ -536,6 +537,12 @@ class Harness:
         usable, ready = nodes.histories["usable"], nodes.histories["ready"]
         result.tail = tails.tail_figures(pods.stamps, placed, nodes.stamps, usable, ready,
                                          started=started)
+        if self.nodes_by == "fakefleet":
+            # A bound pod the engine saw before it played the pod's node is seen again only
+            # when its pod watch lists again.
+            result.tail |= tails.relist_figures(
+                self.processes["node player"][1].read_text(errors="replace"), "/api/v1/pods",
+                started=started)
         result.last_pods = tails.last_pods(pods.stamps, placed, nodes.stamps, usable,
                                            started=started)
         if counted is not None and scheduled is not None:

@@ -17,8 +17,10 @@ Pure: moments in (seconds on the harness's clock), figures out; no I/O, no clock
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -235,6 +237,35 @@ def last_pods(pods: Mapping[str, Mapping[str, float]], placed: Mapping[str, str]
             "node usable": at(since if since is not None else found.get("usable")),
             "bound": at(when), "Running": at(marks.get("running"))})
     return rows
+
+
+# -- the engine's pod watch -------------------------------------------------------------------
+
+#: The engine's log line (:mod:`operators.k8s.watching`) when a watch must list again.
+_RELISTED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ [\w.]+: "
+                       r"watch (\S+): resourceVersion \S+ is gone; relisting")
+
+
+def relists(log: str, path: str) -> list[float]:
+    """When the engine's watch of ``path`` had to list again (its log's local times, as epoch
+    seconds): a relist shows the engine every object anew, so a bound pod it passed over
+    (its node not played yet) is seen again only then."""
+    moments = []
+    for line in log.splitlines():
+        match = _RELISTED.match(line)
+        if match and match.group(2) == path:
+            moments.append(datetime.datetime.strptime(
+                match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    return moments
+
+
+def relist_figures(log: str, path: str, *, started: float) -> dict[str, float | None]:
+    """How often the engine's watch of ``path`` listed again after ``started``, and when
+    last (s from ``started``)."""
+    after = [moment - started for moment in relists(log, path) if moment >= started]
+    return {f"engine's watch of {path} listed again": len(after),
+            f"engine's watch of {path} listed again, last":
+                round(max(after), 2) if after else None}
 
 
 # -- kube-scheduler's account ------------------------------------------------------------------

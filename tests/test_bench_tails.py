@@ -3,6 +3,7 @@ kube-scheduler's account read from its metrics (series as v1.36 writes them)."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from bench.tails import (
     onset,
     quantile,
     registered,
+    relist_figures,
+    relists,
     scheduler_counters,
     scheduler_gauges,
     spread,
@@ -228,3 +231,23 @@ def test_the_queues_shown_are_the_first_sample_once_every_node_was_usable() -> N
 def test_no_series_no_figures(text: str) -> None:
     assert scheduler_counters(text) == {}
     assert scheduler_gauges(text) == {}
+
+
+def test_the_engine_s_pod_watch_relists_are_read_from_its_log() -> None:
+    log = "\n".join([
+        "2026-12-03 22:00:00,000 INFO operators.engine.running: engine default/bench: ready",
+        "2026-12-03 22:04:10,500 INFO operators.k8s.watching: watch /api/v1/pods: "
+        "resourceVersion 123 is gone; relisting",
+        "2026-12-03 22:04:11,000 INFO operators.k8s.watching: watch /api/v1/nodes: "
+        "resourceVersion 124 is gone; relisting",
+        "2026-12-03 22:09:20,250 INFO operators.k8s.watching: watch /api/v1/pods: "
+        "resourceVersion 999 is gone; relisting",
+    ])
+    start = datetime.datetime(2026, 12, 3, 22, 0, 0).timestamp()
+    assert relists(log, "/api/v1/pods") == [start + 250.5, start + 560.25]
+    assert relist_figures(log, "/api/v1/pods", started=start + 300.0) == {
+        "engine's watch of /api/v1/pods listed again": 1,
+        "engine's watch of /api/v1/pods listed again, last": 260.25}
+    assert relist_figures("", "/api/v1/pods", started=start) == {
+        "engine's watch of /api/v1/pods listed again": 0,
+        "engine's watch of /api/v1/pods listed again, last": None}
