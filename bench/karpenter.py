@@ -36,6 +36,21 @@ measured from the first pod's creation:
 - the NodeClaims made, their nodes Ready, the NodeClaims Initialized;
 - every pod Running, which is the total.
 
+The tail is taken apart (:mod:`bench.tails`), per pod and per node (p50, p99, max, and the last
+moment of each step): a pod created → bound to a node (its ``spec.nodeName`` seen set) →
+Running; a node created → ``karpenter.sh/unregistered`` gone → Ready → usable (no taint left
+that the pods do not tolerate) → ``karpenter.sh/initialized``; how long after its node was
+usable each pod was bound (kube-scheduler's part), how long after its binding it ran (the node
+player's), and the nodes that stopped being usable once they were. A table lists the pods
+Running last, each beside its node's moments. kube-scheduler's metrics (its secure port, with
+the admin's client certificate) are read before the first pod and once every pod runs: pods
+into each queue by event (``UnschedulableTimeout``: the 5-minute flush of pods no event
+requeued), attempts by result, pods scheduled after that flush, and each plugin's queueing
+hints by event and answer; its queues (pending pods, unschedulable pods by rejecting plugin)
+are sampled every 10 s and shown as they were once every node was usable. With the engine,
+its log says when its watch of bound pods listed again (a pod bound before the engine played
+its node is passed over until then). Every pod's and node's moments go to the JSON results.
+
 Karpenter's own account is shown beside these:
 
 - from its log: each provisioning round ("computed new nodeclaim(s) to fit pod(s)") and its
@@ -71,6 +86,7 @@ import functools
 import json
 import math
 import os
+import ssl
 import statistics
 import sys
 import tempfile
@@ -84,7 +100,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
-from bench import kwok, metrics
+from bench import kwok, metrics, tails
 from bench.engines import (
     CONCURRENCY,
     NAMESPACE,
@@ -133,6 +149,8 @@ POLL = 0.25
 #: Both node players get this long, once started, before the first pod is created (the
 #: engine's Python start-up and both sides' first lists are then outside the timing).
 IDLE = 5.0
+#: How often kube-scheduler's queues are sampled during scale-up (s).
+QUEUE_SAMPLES = 10.0
 #: Where the node player, Karpenter and the apiserver are named in the usage rows.
 PROCESSES = ("node player", "Karpenter", "kube-apiserver")
 
@@ -178,18 +196,41 @@ class SideRun:
     #: and by the APF flow schema that let them through (who sent them).
     requests: dict[str, int] = dataclasses.field(default_factory=dict)
     flows: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: The scale-up's tail taken apart (:func:`bench.tails.tail_figures`).
+    tail: dict[str, float | None] = dataclasses.field(default_factory=dict)
+    #: kube-scheduler's counters during scale-up (:func:`bench.tails.scheduler_counters`).
+    scheduler: dict[str, float | None] = dataclasses.field(default_factory=dict)
+    #: kube-scheduler's queues at its first scrape once every node was usable, with "s from the
+    #: first pod's creation" the moment of that scrape.
+    queues: dict[str, float | None] = dataclasses.field(default_factory=dict)
+    #: The pods Running last, each with its moments and its node's (:data:`bench.tails.
+    #: POD_COLUMNS`).
+    last_pods: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: Every pod's and node's moments (s from the first pod's creation), each pod's node, and
+    #: kube-scheduler's queues sampled during scale-up: the tail, for reading afterwards.
+    moments: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Why kube-scheduler's metrics could not be read (the rest of the run is measured).
+    scheduler_error: str = ""
     error: str = ""
 
 
 class Stamps(Watched):
     """When each object of one kind first met each mark (and was first seen, and went), on the
-    harness's clock, and which objects are there now."""
+    harness's clock, and which objects are there now. ``notes``: a value kept per object, the
+    first one seen (a pod's node); ``held``: properties followed through every change, each
+    object's history of (moment, holds) (a node usable, lost, usable again)."""
 
     def __init__(self, client: Client, path: str, marks: Mapping[str, Callable[[Any], bool]],
-                 *, keep: Callable[[Any], bool] = lambda _: True) -> None:
+                 *, keep: Callable[[Any], bool] = lambda _: True,
+                 notes: Mapping[str, Callable[[Any], str | None]] | None = None,
+                 held: Mapping[str, Callable[[Any], bool]] | None = None) -> None:
         super().__init__(client, path, {})
         self._marks, self._keep = marks, keep
+        self._notes, self._held = dict(notes or {}), dict(held or {})
         self.stamps: dict[str, dict[str, float]] = {}
+        self.notes: dict[str, dict[str, str]] = {key: {} for key in self._notes}
+        self.histories: dict[str, dict[str, list[tuple[float, bool]]]] = {
+            key: {} for key in self._held}
         self.live: set[str] = set()
         self.listed = False  # the first list arrived
 
@@ -226,6 +267,15 @@ class Stamps(Watched):
         for mark, predicate in self._marks.items():
             if mark not in marks and predicate(obj):
                 marks[mark] = now
+        for key, note in self._notes.items():
+            value = note(obj)
+            if value:
+                self.notes[key].setdefault(name, value)
+        for key, predicate in self._held.items():
+            history = self.histories[key].setdefault(name, [])
+            holds = predicate(obj)
+            if not history or history[-1][1] != holds:
+                history.append((now, holds))
         return name
 
 
@@ -343,11 +393,23 @@ async def until(condition: Callable[[], bool], timeout: float) -> bool:
     return True
 
 
-async def scrape(url: str) -> str:
+async def scrape(url: str, tls: ssl.SSLContext | None = None) -> str:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session, \
-            session.get(url) as response:
+            session.get(url, ssl=tls if tls is not None else True) as response:
         response.raise_for_status()
         return await response.text()
+
+
+def scheduler_tls(cluster: LocalCluster) -> ssl.SSLContext:
+    """For kube-scheduler's secure port: its serving certificate is self-signed (nothing to
+    verify it against), and ``/metrics`` is authorized by delegation to the API server, so the
+    admin's client certificate (``system:masters``) is presented."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.load_cert_chain(str(cluster.pki.client_cert("admin")),
+                            str(cluster.pki.client_key("admin")))
+    return context
 
 
 class Harness:
@@ -363,6 +425,8 @@ class Harness:
         self.watcher = Client.connect(access, connections=8)
         self.processes: dict[str, tuple[asyncio.subprocess.Process, Path]] = {}
         self.ports = rendering.KarpenterPorts(metrics=free_port(), health=free_port())
+        self.scheduler_url = f"https://127.0.0.1:{cluster.ports.scheduler}/metrics"
+        self.scheduler_tls = scheduler_tls(cluster)
 
     async def run(self, result: SideRun) -> None:
         await self._service_account()
@@ -370,10 +434,15 @@ class Harness:
         await self._start_node_player()
         await asyncio.sleep(IDLE)
         pods = Stamps(self.watcher, "/api/v1/pods", {
-            "unschedulable": condition("PodScheduled", "False"), "running": pod_running})
+            "unschedulable": condition("PodScheduled", "False"), "bound": tails.bound,
+            "running": pod_running}, notes={"node": tails.node_of})
         claims = Stamps(self.watcher, NODECLAIMS, {"initialized": condition("Initialized"),
                                                     "deleting": deleting})
-        nodes = Stamps(self.watcher, "/api/v1/nodes", {"ready": node_ready}, keep=provisioned)
+        usable = tails.usable(node_ready)
+        nodes = Stamps(self.watcher, "/api/v1/nodes", {
+            "ready": node_ready, "registered": tails.registered, "usable": usable,
+            "initialized": tails.initialized}, keep=provisioned,
+            held={"usable": usable, "ready": node_ready})
         watches = (pods, claims, nodes)
         for watch in watches:
             watch.start()
@@ -390,9 +459,21 @@ class Harness:
         wanted = self.settings.pods
         before = self._cpu()
         counted = await self._api_counts()
+        scheduled = await self._scheduler_metrics(result)
+        samples: list[tuple[float, dict[str, float]]] = []
+        sampling = asyncio.create_task(self._sample_queues(result, samples))
         started = time.time()
-        await bounded([functools.partial(self._create_pod, index) for index in range(wanted)])
-        running = await until(lambda: pods.count("running") >= wanted, PHASE_TIMEOUT)
+        try:
+            await bounded([functools.partial(self._create_pod, index)
+                           for index in range(wanted)])
+            running = await until(lambda: pods.count("running") >= wanted, PHASE_TIMEOUT)
+        finally:
+            sampling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampling
+        self._tail(result, pods, nodes, samples, started=started,
+                   counted=None if scheduled is None else tails.scheduler_counters(scheduled),
+                   scheduled=await self._scheduler_metrics(result))
         if running:
             await until(lambda: nodes.count("ready") == len(nodes.live) and
                         claims.count("initialized") == len(claims.live), SETTLE)
@@ -446,6 +527,63 @@ class Harness:
         if not gone:
             raise Failed(f"after {PHASE_TIMEOUT:.0f}s {len(pods.live)} pods, "
                          f"{len(claims.live)} NodeClaims and {len(nodes.live)} nodes are left")
+
+    def _tail(self, result: SideRun, pods: Stamps, nodes: Stamps,
+              samples: list[tuple[float, dict[str, float]]], *, started: float,
+              counted: dict[str, float] | None, scheduled: str | None) -> None:
+        """The scale-up's tail, as the watches saw it when the last pod ran (or the phase
+        timed out), and kube-scheduler's account of it."""
+        placed = pods.notes["node"]
+        usable, ready = nodes.histories["usable"], nodes.histories["ready"]
+        result.tail = tails.tail_figures(pods.stamps, placed, nodes.stamps, usable, ready,
+                                         started=started)
+        if self.nodes_by == "fakefleet":
+            # A bound pod the engine saw before it played the pod's node is seen again only
+            # when its pod watch lists again.
+            result.tail |= tails.relist_figures(
+                self.processes["node player"][1].read_text(errors="replace"), "/api/v1/pods",
+                started=started)
+        result.last_pods = tails.last_pods(pods.stamps, placed, nodes.stamps, usable,
+                                           started=started)
+        if counted is not None and scheduled is not None:
+            result.scheduler = dict(tails.grown(counted, tails.scheduler_counters(scheduled)))
+        last_usable = result.tail.get("last node usable")
+        after = tails.gauges_after(samples, None if last_usable is None
+                                   else started + last_usable)
+        if after is not None:
+            when, gauges = after
+            result.queues = {"scraped at, s from the first pod's creation":
+                             round(when - started, 2), **gauges}
+
+        def relative(stamps: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+            return {name: {mark: round(moment - started, 3) for mark, moment in marks.items()}
+                    for name, marks in stamps.items()}
+
+        result.moments = {
+            "pods": relative(pods.stamps), "nodes": relative(nodes.stamps), "placed": placed,
+            "nodes usable": {name: [[round(moment - started, 3), holds]
+                                    for moment, holds in history]
+                             for name, history in usable.items()},
+            "scheduler queues": [[round(when - started, 3), gauges] for when, gauges in samples],
+        }
+
+    async def _scheduler_metrics(self, result: SideRun) -> str | None:
+        """kube-scheduler's metrics; None (and why, in the result) when they cannot be read."""
+        try:
+            return await scrape(self.scheduler_url, self.scheduler_tls)
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            result.scheduler_error = result.scheduler_error or \
+                f"kube-scheduler's metrics at {self.scheduler_url}: {error}"
+            return None
+
+    async def _sample_queues(self, result: SideRun,
+                             samples: list[tuple[float, dict[str, float]]]) -> None:
+        """kube-scheduler's queues every :data:`QUEUE_SAMPLES` seconds, until cancelled."""
+        while True:
+            text = await self._scheduler_metrics(result)
+            if text is not None:
+                samples.append((time.time(), tails.scheduler_gauges(text)))
+            await asyncio.sleep(QUEUE_SAMPLES)
 
     def _usage(self, result: SideRun, before: dict[str, float], grown: dict[str, float],
                shrunk: dict[str, float] | None) -> None:
@@ -663,6 +801,19 @@ def report(runs: list[SideRun], console: Console, *, settings: Settings, profile
         if label == "every pod gone":
             table.add_row("[bold]scale-down, s from the first pod's deletion[/]")
         row(label, functools.partial(figure, "times", label))
+    table.add_row("[bold]the tail: s per pod or node (p50, p99, max), counts, and the last "
+                  "moments (s from the first pod's creation)[/]")
+    for label in dict.fromkeys(label for run in runs for label in run.tail):
+        if not label.endswith("(count)"):
+            row(label, functools.partial(figure, "tail", label))
+    table.add_row("[bold]kube-scheduler's account of scale-up (its metrics)[/]")
+    for label in sorted({label for run in runs for label in run.scheduler},
+                        key=lambda label: -max(run.scheduler.get(label) or 0 for run in runs)):
+        row(label, functools.partial(figure, "scheduler", label))
+    table.add_row("[bold]kube-scheduler's queues at its first scrape once every node was "
+                  "usable[/]")
+    for label in dict.fromkeys(label for run in runs for label in run.queues):
+        row(label, functools.partial(figure, "queues", label))
     table.add_row("[bold]Karpenter's own account[/]")
     for label in dict.fromkeys(label for run in runs for label in run.karpenter):
         row(label, functools.partial(figure, "karpenter", label))
@@ -673,8 +824,26 @@ def report(runs: list[SideRun], console: Console, *, settings: Settings, profile
     console.print(table)
     console.print(requests_table(runs, sides))
     for run in runs:
+        if run.last_pods:
+            console.print(last_pods_table(run))
+    for run in runs:
+        if run.scheduler_error:
+            console.print(f"[yellow]{run.nodes_by} run {run.run}: {run.scheduler_error}[/]")
         if run.error:
             console.print(f"[red]{run.nodes_by} run {run.run}: {run.error}[/]")
+
+
+def last_pods_table(run: SideRun) -> Table:
+    """The pods Running last in one run, each beside its node's moments: which step of the
+    tail each one waited on."""
+    table = Table(title=f"nodes by {run.nodes_by}, run {run.run}: the {len(run.last_pods)} "
+                        f"pods Running last, s from the first pod's creation")
+    for column in tails.POD_COLUMNS:
+        table.add_column(column, justify="left" if column in ("pod", "node") else "right")
+    for pod in run.last_pods:
+        table.add_row(*(str(pod.get(column) or "") if column in ("pod", "node")
+                        else cell([pod.get(column)]) for column in tails.POD_COLUMNS))
+    return table
 
 
 #: The API requests table shows the most frequent requests, this many.

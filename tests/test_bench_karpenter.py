@@ -13,6 +13,7 @@ from bench.karpenter import (
     SideRun,
     Stamps,
     condition,
+    last_pods_table,
     log_figures,
     metric_figures,
     provisioned,
@@ -141,3 +142,37 @@ def test_the_requests_table_says_each_side_s_requests_in_all_and_per_nodeclaim()
     assert "system-node-high 1191 (11.9) 0 (0.0)" in lines
     requests = [line.split(" (", 1)[0] for line in lines if "leases" in line or "pods" in line]
     assert requests == ["PATCH leases 740", "PUT leases 0", "POST pods 100"], "most first"
+
+
+def test_stamps_keep_a_note_and_follow_a_property_through_every_change(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    now = iter(float(second) for second in range(100, 200))
+    monkeypatch.setattr("bench.karpenter.time.time", lambda: next(now))
+    stamps = Stamps(None, "/api/v1/nodes", {"ready": condition("Ready")},  # type: ignore[arg-type]
+                    notes={"provider": lambda obj: obj["spec"].get("providerID") or None},
+                    held={"ready": condition("Ready")})
+    stamps._relisted([node("a", "", ready=False)])                  # 100: no note yet
+    stamps._event("MODIFIED", node("a", "kwok://a", ready=True))    # 101
+    stamps._event("MODIFIED", node("a", "kwok://b", ready=True))    # 102: the first note stays
+    stamps._event("MODIFIED", node("a", "kwok://b", ready=False))   # 103
+    stamps._event("MODIFIED", node("a", "kwok://b", ready=True))    # 104
+    assert stamps.notes == {"provider": {"a": "kwok://a"}}
+    assert stamps.histories["ready"]["a"] == [(100.0, False), (101.0, True), (103.0, False),
+                                              (104.0, True)]
+    assert stamps.stamps["a"]["ready"] == 101.0, "the mark is the first time only"
+
+
+def test_the_last_pods_table_shows_each_pod_beside_its_node() -> None:
+    run = SideRun("fakefleet", 1, last_pods=[
+        {"pod": "gpu-7", "node": "gpu-abcde", "created": 0.1, "Unschedulable": 1.2,
+         "node created": 300.0, "node registered": 301.0, "node Ready": 302.5,
+         "node usable": 303.0, "bound": 598.25, "Running": 599.0},
+        {"pod": "gpu-8", "node": "", "created": 0.2, "Unschedulable": 1.3, "node created": None,
+         "node registered": None, "node Ready": None, "node usable": None, "bound": None,
+         "Running": None}])
+    console = Console(width=200, record=True)
+    console.print(last_pods_table(run))
+    lines = [" ".join(line.replace("│", " ").split())
+             for line in console.export_text().splitlines()]
+    assert "gpu-7 gpu-abcde 0.1 1.2 300 301 302.5 303 598.25 599" in lines
+    assert "gpu-8 0.2 1.3 - - - - - -" in lines

@@ -13,7 +13,8 @@ A record appears when a create (or a take-over) succeeded or when the watch show
 engine plays that it did not know (adoption after a restart; never one whose take-over is
 under way); it goes when a delete succeeded
 or the watch shows the node gone. Listeners hear of each so timers start and stop with the
-node. A provisioner's node that the watch shows gone leaves its name in ``released``, until
+node (and pods bound to it before its record came run), and of a node gone that was never
+played. A provisioner's node that the watch shows gone leaves its name in ``released``, until
 its Lease is deleted.
 """
 
@@ -64,6 +65,9 @@ class Listener(Protocol):
 
     def forgotten(self, name: str) -> None:
         """A played node is gone."""
+
+    def vanished(self, name: str) -> None:
+        """A node the engine did not play is gone (one about to be played, perhaps)."""
 
     def foreign(self, facts: NodeFacts) -> None:
         """A node the engine cannot use appeared (it carries the pool label)."""
@@ -116,6 +120,8 @@ class NodeBook:
         self._deleted &= present
         for name in [name for name in self.records if name not in by_name]:
             self._drop(name)  # deleted while the watch was away
+        for name in [name for name in self.facts if name not in by_name]:
+            self._listener.vanished(name)
         self.facts = {name: facts for name, (facts, _) in by_name.items()
                       if facts.uid not in self._deleted}
         for facts, item in by_name.values():
@@ -133,6 +139,8 @@ class NodeBook:
             record = self.records.get(facts.name)
             if record is not None and record.uid == facts.uid:
                 self._drop(facts.name)
+            elif record is None:
+                self._listener.vanished(facts.name)
             return
         if facts.uid in self._deleted:
             return  # an event from before our delete: the node is going
@@ -185,6 +193,16 @@ class NodeBook:
                            else "the engine replaces it"))
             self._listener.foreign(self.facts[facts.name])
 
+    def coming(self, name: str) -> bool:
+        """Whether node ``name``, not played, is about to be: its create is under way (a slot
+        is reserved for it), or a provisioner made it for a pool, to be taken over."""
+        if name in self.records:
+            return False
+        if name in self._reserved or name in self._taking:
+            return True
+        facts = self.facts.get(name)
+        return facts is not None and facts.provisioned and not facts.foreign
+
     # -- from the engine's own writes ---------------------------------------------------------
 
     def taking(self, name: str) -> None:
@@ -224,6 +242,8 @@ class NodeBook:
             self._deleted.add(facts.uid)
         if name in self.records:
             self._drop(name)
+        else:
+            self._listener.vanished(name)
 
     def wrote(self, name: str, life: NodeLife, seen: NodeFacts | None = None) -> None:
         """A stage's writes succeeded: the node's life is what was written, and its facts

@@ -3,8 +3,10 @@ stages (:mod:`operators.engine.stages`).
 
 One watch for all bound pods (``spec.nodeName!=``) instead of one per node: a field selector per
 node would mean thousands of watches, and the API server offers no "nodeName in set" selector;
-filtering by our node names costs one dict lookup per event. Every pod is a small
-:class:`~operators.engine.pods.PodFacts` and an immutable
+filtering by our node names costs one dict lookup per event. A pod bound to a node the engine
+is about to play but does not play yet (its create or take-over answered late: the node was
+Ready in the API before) is kept by node and run when the node is played; the watch shows it
+only once. Every pod is a small :class:`~operators.engine.pods.PodFacts` and an immutable
 :class:`~operators.engine.pods.PodLife`; every timer sits in one heap; a bounded number of
 requests run at once (a throttling API server slows us down instead of piling requests up).
 
@@ -69,6 +71,10 @@ class NodeDirectory(Protocol):
 
     def node_slot(self, node: str) -> int | None: ...
 
+    def node_coming(self, node: str) -> bool:
+        """Whether the engine is about to play ``node``, which it does not play yet (its
+        create or take-over is under way or due)."""
+
     def node_ready(self, node: str) -> bool:
         """Whether it heartbeats and the API shows it Ready (:mod:`~operators.engine.owning`)."""
 
@@ -132,6 +138,12 @@ class PodLifecycle:
         self._lives = Lives(cluster, client, recorder, clock=clock)
         #: By node: pods whose status another writer changed while the node was not Ready.
         self._waiting: dict[str, set[str]] = {}
+        #: By node the engine is about to play: the pods bound to it (uid → the pod as last
+        #: watched), offered again when it is played (:meth:`node_played`). A node is Ready as
+        #: soon as its write is stored, so a pod bound to it can be watched before the answer
+        #: that plays it; the pod watch shows it only once. Dropped with the pod or the node.
+        self.unplayed: dict[str, dict[str, Any]] = {}
+        self._unplayed_on: dict[str, str] = {}  # uid → its node in unplayed
         self._dispatcher = Dispatcher(self._timers, self._due, clock=clock, limit=concurrency,
                                       batch=batch, name=f"engine {cluster}: pods",
                                       throttle=throttle)
@@ -175,6 +187,8 @@ class PodLifecycle:
     # -- events in ------------------------------------------------------------------------------
 
     def _relisted(self, items: list[Any]) -> None:
+        self.unplayed.clear()  # kept again from the items, as they are now
+        self._unplayed_on.clear()
         present = {item["metadata"]["uid"] for item in items}
         for uid in [uid for uid in self._pods if uid not in present]:
             self._forget(uid)
@@ -185,6 +199,7 @@ class PodLifecycle:
     def _changed(self, kind: str, obj: Any) -> None:
         uid = obj["metadata"]["uid"]
         if kind == "DELETED":
+            self._unkeep(uid)
             self._forget(uid)
             return
         known = self._pods.get(uid)
@@ -211,8 +226,12 @@ class PodLifecycle:
                     self._dispatcher.wake()
             return
         node = obj["spec"].get("nodeName")
+        self._unkeep(uid)
         if node is None or self._nodes.node_slot(node) is None:
-            return  # not on one of our nodes
+            if node is not None and self._nodes.node_coming(node):
+                self.unplayed.setdefault(node, {})[uid] = obj
+                self._unplayed_on[uid] = node
+            return  # not on one of our nodes (yet)
         facts = PodFacts(obj)
         facts.host_ip = self._nodes.node_ip(node)
         life = life_from_status(facts, obj.get("status") or {})
@@ -275,6 +294,26 @@ class PodLifecycle:
             logger.info("engine %s: pod %s/%s is %s as another writer said; the engine keeps "
                         "it so", self.cluster, facts.namespace, facts.name, pod.life.phase)
             self._plan(pod)
+
+    def node_played(self, node: str) -> None:
+        """The engine plays ``node`` from now on: the pods bound to it before are run, as the
+        watch last showed them."""
+        for uid, obj in self.unplayed.pop(node, {}).items():
+            del self._unplayed_on[uid]
+            self._changed("ADDED", obj)
+
+    def node_gone(self, node: str) -> None:
+        """``node``, not played, is gone (or will not be played): its pods are not kept."""
+        for uid in self.unplayed.pop(node, {}):
+            del self._unplayed_on[uid]
+
+    def _unkeep(self, uid: str) -> None:
+        node = self._unplayed_on.pop(uid, None)
+        if node is not None:
+            kept = self.unplayed[node]
+            del kept[uid]
+            if not kept:
+                del self.unplayed[node]
 
     def node_recovered(self, node: str) -> None:
         """``node`` is Ready again: write back the status of its pods that others changed

@@ -300,6 +300,7 @@ class ClusterEngine:
     def adopted(self, name: str) -> None:
         self.heartbeats.track(name)
         self.pools.touch()
+        self.pods.node_played(name)  # pods bound to it before its record came
 
     def updated(self, name: str) -> None:
         self.heartbeats.evaluate(name)
@@ -314,10 +315,14 @@ class ClusterEngine:
         self.pools.touch()
         self._dirty.set()  # deleted by someone else: made again if still wanted
 
+    def vanished(self, name: str) -> None:
+        self.pods.node_gone(name)
+
     def provisioned(self, facts: NodeFacts) -> None:
         self._dirty.set()  # taken over in the next reconcile
 
     def foreign(self, facts: NodeFacts) -> None:
+        self.pods.node_gone(facts.name)  # never played as it is: its pods are not kept
         if facts.uid in self._warned:
             return
         self._warned.add(facts.uid)
@@ -355,6 +360,9 @@ class ClusterEngine:
     def node_slot(self, node: str) -> int | None:
         record = self.book.records.get(node)
         return record.slot if record is not None else None
+
+    def node_coming(self, node: str) -> bool:
+        return self.book.coming(node)
 
     def node_ip(self, node: str) -> str:
         record = self.book.records.get(node)

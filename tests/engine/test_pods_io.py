@@ -194,3 +194,25 @@ async def test_a_change_while_a_step_is_written_does_not_write_it_twice() -> Non
         assert len(fleet.member.sent("PATCH", f"{PODS}/p/status")) == 1
         assert fleet.pod("p")["status"]["phase"] == "Running"
         assert len(engine.pods.addresses) == 1
+
+
+async def test_a_pod_bound_to_a_node_whose_create_is_not_answered_yet_runs_once_it_is() -> None:
+    """The pod watch shows a pod bound to a node of the engine's before the node is played
+    (its create answered late): a kubelet runs every pod bound to its node, whenever it was
+    bound; the pod is not left Pending until the pod watch lists again."""
+    fleet = Fleet()
+    fleet.member.fail("POST", NODES, delay=2)
+    await started(fleet)
+    async with fleet.running(fleet.engine()) as engine:
+        assert "cpu-0" not in engine.book.records
+        fleet.member.put(PODS, pod("p", "cpu-0"))
+        await fleet.clock.advance(0.5)
+        assert "cpu-0" not in engine.book.records, "the pod came first"
+        await fleet.clock.advance(10)
+        status = fleet.pod("p")["status"]
+        assert status["phase"] == "Running"
+        assert status["podIP"] == "10.128.0.2"
+        lists = [r for r in fleet.engine_sent("GET", "/api/v1/pods")
+                 if "watch" not in dict(r.params)]
+        assert len(lists) == 1, "listed once, not again"
+        assert engine.pods.unplayed == {}

@@ -299,3 +299,58 @@ async def test_a_watch_behind_the_take_over_neither_takes_the_node_again_nor_pos
         assert len(fleet.engine_sent("PATCH", f"{NODES}/kwok-gpu-x")) == 1, "its pod CIDR"
         assert fleet.nodes()["kwok-gpu-x"]["metadata"]["labels"]["karpenter.sh/registered"] \
             == "true"
+
+
+async def test_a_pod_bound_before_the_take_over_is_answered_runs_once_the_node_is_played(
+) -> None:
+    """A busy API server stores the take-over's Ready at once and answers it late: meanwhile
+    Karpenter registers the node, kube-scheduler binds a pod to it, and the pod watch shows
+    that pod before the node is played. A kubelet sees every pod bound to its node: the pod is
+    kept and runs once the take-over's answer plays the node, not after the pod watch happens
+    to list again (only on a 410)."""
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("gpu", provisioner="karpenter", gpu=H100))
+    async with fleet.running(fleet.engine()) as engine:
+        await fleet.clock.advance(1)
+        fleet.member.fail("PATCH", f"{NODES}/kwok-gpu-x/status", late=2)
+        fleet.member.put(NODES, karpenter_node("kwok-gpu-x"))
+        await fleet.clock.advance(1)  # Ready stored and watched, its answer under way
+        assert ready(fleet.nodes()["kwok-gpu-x"]) == "True"
+        assert "kwok-gpu-x" not in engine.book.records
+        fleet.member.put(PODS, pod("p", "kwok-gpu-x"))
+        await fleet.clock.advance(0.5)
+        assert "kwok-gpu-x" not in engine.book.records, "the pod came first"
+        await fleet.clock.advance(10)
+        status = fleet.pod("p")["status"]
+        assert status["phase"] == "Running"
+        assert status["podIP"] == "10.128.0.2"
+        assert status["hostIP"] == "127.64.0.1"
+        lists = [r for r in fleet.engine_sent("GET", "/api/v1/pods")
+                 if "watch" not in dict(r.params)]
+        assert len(lists) == 1, "listed once, not again"
+        assert engine.pods.unplayed == {}
+
+
+async def test_pods_bound_to_a_node_deleted_before_its_take_over_ends_are_let_go() -> None:
+    fleet = Fleet()
+    fleet.host.put(POOLS, pool("gpu", provisioner="karpenter", gpu=H100))
+    async with fleet.running(fleet.engine()) as engine:
+        await fleet.clock.advance(1)
+        fleet.member.fail("PATCH", f"{NODES}/kwok-gpu-x/status", delay=2)
+        node = karpenter_node("kwok-gpu-x")
+        del node["metadata"]["finalizers"]
+        fleet.member.put(NODES, node)
+        await fleet.clock.advance(1)  # its take-over under way
+        fleet.member.put(PODS, pod("p", "kwok-gpu-x"))
+        fleet.member.put(PODS, pod("q", "kwok-gpu-x"))
+        await fleet.clock.advance(0.5)
+        assert sorted(engine.pods.unplayed["kwok-gpu-x"]) == sorted(
+            fleet.pod(name)["metadata"]["uid"] for name in ("p", "q"))
+        member = Client(fleet.member, clock=fleet.clock)
+        await member.delete(f"{PODS}/q", body={"gracePeriodSeconds": 0})
+        await fleet.clock.advance(0.1)
+        assert sorted(engine.pods.unplayed["kwok-gpu-x"]) == [fleet.pod("p")["metadata"]["uid"]]
+        await member.delete(f"{NODES}/kwok-gpu-x")
+        await fleet.clock.advance(5)
+        assert "kwok-gpu-x" not in engine.book.records
+        assert engine.pods.unplayed == {}

@@ -15,6 +15,7 @@ Faults are injected per request, matched by method and a path pattern::
     api.fail("GET", "/api/v1/nodes", status=403, times=3)
     api.fail("POST", "/api/v1/nodes", reset=True, applied=True)   # done, but the answer lost
     api.fail("PATCH", ".*", delay=45)                              # past the client timeout
+    api.fail("PATCH", ".*", late=2)                # done (and watched) at once, answered later
     api.break_watches(); api.compact()                             # resumes get 410
 
 :class:`Saturated` in front of it serves a few requests at a time and answers 429 past them.
@@ -58,6 +59,7 @@ class Fault:
     applied: bool
     delay: float
     times: int
+    late: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,11 +108,14 @@ class MemoryTransport:
 
     def fail(self, method: str, path: str, *, status: int | None = None, reason: str = "",
              headers: Mapping[str, str] | None = None, reset: bool = False,
-             applied: bool = False, delay: float = 0.0, times: int = 1) -> None:
+             applied: bool = False, delay: float = 0.0, times: int = 1,
+             late: float = 0.0) -> None:
         """Make the next ``times`` matching requests fail: answer ``status``, or reset the
-        connection (``applied``: after doing what was asked), or answer after ``delay``."""
+        connection (``applied``: after doing what was asked), or answer after ``delay``, or
+        do what was asked at once and answer ``late`` (watches show the write before its
+        answer comes, as on a busy API server)."""
         self.faults.append(Fault(method, re.compile(path), status, reason, dict(headers or {}),
-                                 reset, applied, delay, times))
+                                 reset, applied, delay, times, late))
 
     def put(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Store ``obj`` in the collection at ``path`` as if someone else created it."""
@@ -166,6 +171,10 @@ class MemoryTransport:
     async def send(self, request: Request) -> Response:
         self.requests.append(request)
         fault = self._fault(request)
+        if fault is not None and fault.late:
+            answer = self._answer(request)
+            await self.clock.sleep(fault.late)
+            return answer
         if fault is not None:
             if fault.delay:
                 await self.clock.sleep(min(fault.delay, self.timeout))
