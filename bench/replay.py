@@ -478,7 +478,9 @@ def main() -> None:
                         help="ConfigMaps in the synthetic trace, 4 changes each (default 2500)")
     parser.add_argument("--seconds", type=float, default=None,
                         help="the synthetic trace's length (default 150)")
-    parser.add_argument("--speeds", default="1,10,max")
+    parser.add_argument("--speeds", default="1,10,max",
+                        help="the timing part's speeds, comma-separated; max: as fast as the "
+                             "API takes the writes (default 1,10,max)")
     parser.add_argument("--inflight", type=int, default=16,
                         help="writes in flight, the replay's and the ceiling's (default 16, "
                              "the replay's own)")
@@ -491,7 +493,9 @@ def main() -> None:
                         help="seconds the source run is recorded (default 40)")
     parser.add_argument("--replay-speed", type=float, default=1.0,
                         help="the determinism replays' speed (default 1)")
-    parser.add_argument("--seed", default="7")
+    parser.add_argument("--seed", default="7",
+                        help="the replays' --seed, the FaultPlan's and the synthetic trace's "
+                             "(its digits; default 7)")
     parser.add_argument("--smoke", action="store_true",
                         help="small sizes: 50 ConfigMaps over 10s, 2 nodes, 25s recorded")
     parser.add_argument("--output", type=Path, default=None, help="write the JSON here too")
