@@ -105,8 +105,10 @@ verify: $(STAMP)
 ## the operator killed half-way), Karpenter provisioning for 1000 pending GPU pods and
 ## consolidating the nodes away, its nodes played by the engine and by KWOK v0.8.0, a
 ## 30-minute soak of a fleet with FaultPlans, hub workloads and pool scaling under 50 seeded
-## kills of its processes (nothing lost or repeated), and `kubectl logs` latency at 5000 nodes
-## through the member's API server and the engine's TLS kubelet API
+## kills of its processes (nothing lost or repeated), `kubectl logs` latency at 5000 nodes
+## through the member's API server and the engine's TLS kubelet API, and replay's timing
+## error at 10 000 changes (speeds 1, 10, max, beside the API's write ceiling) and the share
+## of identical event sequences between two replays with one seed
 bench: setup kwok
 	$(BIN)/python -m bench.controlplane
 	$(BIN)/python -m bench.nodes
@@ -127,6 +129,7 @@ bench: setup kwok
 	$(BIN)/python -m bench.karpenter
 	$(BIN)/python -m bench.soak
 	$(BIN)/python -m bench.kubeletlogs
+	$(BIN)/python -m bench.replay
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
