@@ -211,6 +211,9 @@ class SideRun:
     moments: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: Why kube-scheduler's metrics could not be read (the rest of the run is measured).
     scheduler_error: str = ""
+    #: Pods deleted during scale-up by someone else (the taint-eviction controller's race with
+    #: Karpenter's ``unregistered`` taint, kubernetes#119862): bare pods, never made again.
+    evicted: int = 0
     error: str = ""
 
 
@@ -277,6 +280,15 @@ class Stamps(Watched):
             if not history or history[-1][1] != holds:
                 history.append((now, holds))
         return name
+
+
+def settled(pods: Stamps, wanted: int) -> bool:
+    """Every pod created and every one still there Running. A pod deleted meanwhile (the
+    taint-eviction controller deletes a pod bound to a node whose ``karpenter.sh/unregistered``
+    taint its cache still holds: kubernetes#119862, open in v1.36) is not made again, so it is
+    counted apart (:attr:`SideRun.evicted`) instead of waited for."""
+    return len(pods.stamps) >= wanted and bool(pods.live) and \
+        all("running" in pods.stamps[name] for name in pods.live)
 
 
 def condition(kind: str, status: str = "True") -> Callable[[Any], bool]:
@@ -466,7 +478,7 @@ class Harness:
         try:
             await bounded([functools.partial(self._create_pod, index)
                            for index in range(wanted)])
-            running = await until(lambda: pods.count("running") >= wanted, PHASE_TIMEOUT)
+            running = await until(lambda: settled(pods, wanted), PHASE_TIMEOUT)
         finally:
             sampling.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -478,6 +490,7 @@ class Harness:
             await until(lambda: nodes.count("ready") == len(nodes.live) and
                         claims.count("initialized") == len(claims.live), SETTLE)
         result.nodeclaims = len(claims.stamps)
+        result.evicted = len(pods.stamps) - len(pods.live)
         unschedulable = earliest(pods.times("unschedulable"))
         first_claim = earliest(claims.times("seen"))
         all_ready = bool(nodes.live) and nodes.count("ready") == len(nodes.live)
@@ -504,7 +517,8 @@ class Harness:
         result.karpenter = metric_figures(await self._metrics(), scaled_down=False)
         if not running:
             self._usage(result, before, grown, None)
-            raise Failed(f"{pods.count('running')} of {wanted} pods Running after "
+            raise Failed(f"{pods.count('running')} of {wanted} pods Running "
+                         f"({result.evicted} deleted meanwhile) after "
                          f"{PHASE_TIMEOUT:.0f}s, {len(claims.live)} NodeClaims, "
                          f"{nodes.count('ready')} of {len(nodes.live)} nodes Ready")
         emptied = time.time()
@@ -796,6 +810,7 @@ def report(runs: list[SideRun], console: Console, *, settings: Settings, profile
 
     table.add_row("[bold]scale-up, s from the first pod's creation[/]")
     row("NodeClaims (seen by the harness)", lambda run: run.nodeclaims)
+    row("pods deleted during scale-up by others (not waited for)", lambda run: run.evicted)
     labels = list(dict.fromkeys(label for run in runs for label in run.times))
     for label in labels:
         if label == "every pod gone":

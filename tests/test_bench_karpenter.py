@@ -18,6 +18,7 @@ from bench.karpenter import (
     metric_figures,
     provisioned,
     requests_table,
+    settled,
 )
 
 
@@ -176,3 +177,21 @@ def test_the_last_pods_table_shows_each_pod_beside_its_node() -> None:
              for line in console.export_text().splitlines()]
     assert "gpu-7 gpu-abcde 0.1 1.2 300 301 302.5 303 598.25 599" in lines
     assert "gpu-8 0.2 1.3 - - - - - -" in lines
+
+
+def test_scale_up_ends_when_every_pod_still_there_runs_a_deleted_one_counted_apart() -> None:
+    def pod(name: str, phase: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "status": {"phase": phase}}
+
+    pods = Stamps(None, "/api/v1/pods",  # type: ignore[arg-type]
+                  {"running": lambda obj: obj["status"]["phase"] == "Running"})
+    pods._relisted([])
+    assert not settled(pods, 3), "no pod yet"
+    pods._event("ADDED", pod("gpu-0", "Running"))
+    pods._event("ADDED", pod("gpu-1", "Pending"))
+    assert not settled(pods, 3), "one pod not created yet"
+    pods._event("ADDED", pod("gpu-2", "Running"))
+    assert not settled(pods, 3), "gpu-1 Pending"
+    pods._event("DELETED", pod("gpu-1", "Pending"))  # evicted, never made again
+    assert settled(pods, 3)
+    assert len(pods.stamps) - len(pods.live) == 1
